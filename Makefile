@@ -1,0 +1,26 @@
+# The two commands of the quick start: `make demo` and `make test`. Each sets up what it needs.
+SHELL := /bin/bash
+VENV := .venv
+BIN := $(VENV)/bin
+KAFKA_PORT ?= 9092
+export SWITCHYARD_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
+
+.PHONY: setup demo test kafka-start kafka-stop clean
+
+setup:
+	@deploy/setup.sh
+
+kafka-start: setup
+	@$(BIN)/switchyard kafka start --port $(KAFKA_PORT)
+
+kafka-stop:
+	@$(BIN)/switchyard kafka stop --port $(KAFKA_PORT)
+
+demo: kafka-start
+	@deploy/demo.sh
+
+test: setup
+	@deploy/run_tests.sh
+
+clean: kafka-stop
+	rm -rf warehouse .switchyard/kafka

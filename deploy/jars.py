@@ -1,0 +1,34 @@
+"""The local JVM jars fetched at setup (versions live in deploy/pom.xml), as Spark and the broker need them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from deploy.paths import jar_dir
+from state_handoff.errors import UserError
+
+_VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
+
+
+def artifact_name(jar: Path) -> str:
+    return _VERSION_SUFFIX.sub("", jar.name)
+
+
+def fetched_jars(profile: str) -> list[Path]:
+    jars = sorted(jar_dir(profile).glob("*.jar"))
+    if not jars:
+        raise UserError(f"no {profile} jars in {jar_dir(profile)}: run `make setup` first")
+    return jars
+
+
+def spark_extra_jars() -> list[Path]:
+    """Delta and the Kafka connector, leaving out every artifact that pyspark/jars already ships."""
+    import pyspark
+
+    shipped = {artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [j for j in fetched_jars("spark") if artifact_name(j) not in shipped]
+
+
+def kafka_classpath() -> str:
+    return ":".join(str(j) for j in fetched_jars("kafka"))

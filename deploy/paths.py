@@ -1,0 +1,21 @@
+"""Where switchyard keeps what it fetches and runs: one git-ignored folder per checkout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def runtime_home() -> Path:
+    """Fetched jars, the local broker's data and logs (env SWITCHYARD_HOME, default ./.switchyard)."""
+    return Path(os.environ.get("SWITCHYARD_HOME", PROJECT_ROOT / ".switchyard")).resolve()
+
+
+def jar_dir(profile: str) -> Path:
+    return runtime_home() / "jars" / profile
+
+
+def kafka_home(port: int) -> Path:
+    return runtime_home() / "kafka" / str(port)

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Idempotent setup: check Java and Maven, make .venv with the pinned packages, fetch the JVM jars.
+# Each step leaves a stamp and is skipped while its inputs are unchanged, so a rerun works offline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HOME_DIR="${SWITCHYARD_HOME:-$PWD/.switchyard}"
+POM="${SWITCHYARD_POM:-deploy/pom.xml}"
+PYTHON="${PYTHON:-python3.11}"
+fail() { echo "switchyard setup: $*" >&2; exit 2; }
+
+check_java() {
+  command -v java >/dev/null 2>&1 || fail "java not found: install Java 17 or newer (apt-get install openjdk-17-jdk-headless)"
+  local major
+  major=$(java -version 2>&1 | sed -nE 's/.*version "([0-9]+)(\.([0-9]+))?.*/\1 \3/p' | head -1)
+  set -- $major
+  local m=${1:-0}; [ "$m" = 1 ] && m=${2:-0}
+  [ "$m" -ge 17 ] || fail "Java $m is too old: install Java 17 or newer and put it first on PATH"
+}
+
+setup_python() {
+  local stamp=.venv/.switchyard-installed
+  if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then return; fi
+  command -v "$PYTHON" >/dev/null 2>&1 || fail "$PYTHON not found: install Python 3.11 (or set PYTHON=/path/to/python3.11)"
+  [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+  echo "switchyard setup: installing Python packages into .venv (first time takes a few minutes)"
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]' || fail "pip could not install the pinned packages (see the output above)"
+  touch "$stamp"
+}
+
+fetch_jars() {
+  local profile=$1 dest="$HOME_DIR/jars/$1" stamp="$HOME_DIR/jars/.$1-fetched"
+  if [ -f "$stamp" ] && [ "$stamp" -nt "$POM" ]; then return; fi
+  command -v mvn >/dev/null 2>&1 || fail "mvn not found: install Maven (apt-get install maven)"
+  echo "switchyard setup: fetching $profile jars with mvn into $dest"
+  rm -rf "$dest"; mkdir -p "$dest"
+  local log; log=$(mktemp)
+  if ! mvn -B -q -s deploy/maven-settings.xml -f "$POM" -P "$profile" \
+        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dest" >"$log" 2>&1; then
+    local missing
+    missing=$(grep -oE '(Could not find artifact|Could not transfer artifact|Failed to read artifact descriptor for) [^ ]+' "$log" | head -1)
+    rm -rf "$dest"
+    fail "mvn could not fetch the $profile jars: ${missing:-see mvn -f deploy/pom.xml -P $profile dependency:copy-dependencies}"
+  fi
+  rm -f "$log"
+  touch "$stamp"
+}
+
+check_java
+setup_python
+fetch_jars spark
+fetch_jars kafka

@@ -1,0 +1,67 @@
+"""The one place that builds a SparkSession: Delta, the local jars, UTC, quiet logs, profiles."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from deploy.jars import spark_extra_jars
+from deploy.java import check_java
+
+_LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+PROFILES = {
+    "default": {
+        "spark.sql.shuffle.partitions": "8",
+        "spark.ui.showConsoleProgress": "false",
+    },
+    # Tests: one small, quiet, fast session.
+    "test": {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+        "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
+    },
+}
+
+
+def spark_master() -> str:
+    return os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")
+
+
+def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
+    """Return the process's SparkSession, creating it on first use."""
+    check_java()
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind the driver to loopback only
+    profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
+    log_opt = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}"
+    conf = {
+        "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.extraJavaOptions": log_opt,
+        "spark.executor.extraJavaOptions": log_opt,
+        "spark.driver.memory": os.environ.get("SWITCHYARD_DRIVER_MEMORY", "2g"),
+        "spark.pyspark.python": sys.executable,
+        "spark.pyspark.driver.python": sys.executable,
+        "spark.sql.streaming.stateStore.providerClass":
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        **PROFILES[profile],
+        **(extra_conf or {}),
+    }
+    builder = SparkSession.builder.appName(app_name).master(spark_master())
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,75 @@
+"""The `switchyard` command line: parse, build what the command needs, call into jobs/ and state_handoff/."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from state_handoff.errors import UserError
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--warehouse", default=os.environ.get("SWITCHYARD_WAREHOUSE", "./warehouse"),
+                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
+    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"),
+                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    kafka = commands.add_parser("kafka", help="start, stop or check the local single-node KRaft broker")
+    kafka.add_argument("action", choices=["start", "stop", "status"])
+    kafka.add_argument("--port", type=int, default=9092, help="broker port on 127.0.0.1 (controller on port+1)")
+    _common(kafka)
+
+    smoke = commands.add_parser("smoke", help="produce events, read them with Spark from Kafka, write Delta, print counts")
+    smoke.add_argument("--topic", default="switchyard.smoke")
+    smoke.add_argument("--events", type=int, default=5000)
+    _common(smoke)
+
+    from jobs.commands import add_pipeline_commands
+    add_pipeline_commands(commands, _common)
+    return parser
+
+
+def run_kafka(args) -> int:
+    from deploy import kafka_broker
+
+    broker = kafka_broker.Broker.at(args.port)
+    if args.action == "start":
+        print(kafka_broker.start(broker))
+        return 0
+    if args.action == "stop":
+        print(kafka_broker.stop(broker))
+        return 0
+    up, line = kafka_broker.status(broker)
+    print(line)
+    return 0 if up else 1
+
+
+def run_smoke(args) -> int:
+    from jobs.smoke import run_smoke_job
+
+    print(run_smoke_job(args.bootstrap, args.warehouse, args.topic, args.events))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handlers = {"kafka": run_kafka, "smoke": run_smoke}
+    try:
+        handler = handlers.get(args.command) or args.handler
+        return handler(args)
+    except UserError as err:
+        print(f"switchyard {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"switchyard {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""The smoke job: a few thousand events through the real broker, Spark's Kafka source and Delta."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from deploy.spark import build_spark
+from state_handoff.kafka_io import create_topic, produce
+
+
+def run_smoke_job(bootstrap: str, warehouse: str, topic: str, events: int) -> str:
+    started = time.monotonic()
+    create_topic(bootstrap, topic, partitions=2, exist_ok=True)
+    produced = produce(bootstrap, topic, (
+        (f"k{i % 50}".encode(), json.dumps({"event_id": f"smoke-{i}", "amount": i % 100}).encode())
+        for i in range(events)
+    ))
+    spark = build_spark("switchyard-smoke")
+    records = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap) \
+        .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
+    path = f"{warehouse}/smoke/events"
+    records.selectExpr("partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value") \
+        .write.format("delta").mode("overwrite").save(path)
+    table = spark.read.format("delta").load(path)
+    rows = table.count()
+    keys = table.select("key").distinct().count()
+    return (f"smoke: produced {produced} events to {topic}; topic holds {rows} records over {keys} keys; "
+            f"Delta table {path} has {rows} rows ({time.monotonic() - started:.1f}s)")

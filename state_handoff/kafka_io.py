@@ -1,0 +1,105 @@
+"""Kafka topics and offsets as the switch needs them: create, produce, earliest/latest, times, delete."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from state_handoff.errors import UserError
+
+
+def _client_kwargs(bootstrap: str) -> dict:
+    return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000}
+
+
+@contextmanager
+def admin_client(bootstrap: str) -> Iterator:
+    from kafka import KafkaAdminClient
+    from kafka.errors import NoBrokersAvailable
+
+    try:
+        admin = KafkaAdminClient(**_client_kwargs(bootstrap))
+    except NoBrokersAvailable:
+        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+@contextmanager
+def consumer(bootstrap: str) -> Iterator:
+    from kafka import KafkaConsumer
+    from kafka.errors import NoBrokersAvailable
+
+    try:
+        client = KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
+    except NoBrokersAvailable:
+        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = False) -> bool:
+    """Create `topic`; return False when it already existed (and exist_ok)."""
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    with admin_client(bootstrap) as admin:
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+        except TopicAlreadyExistsError:
+            if not exist_ok:
+                raise UserError(f"topic {topic} already exists: pick another --topic or delete it") from None
+            return False
+    return True
+
+
+def partitions_of(bootstrap: str, topic: str) -> list[int]:
+    with consumer(bootstrap) as client:
+        parts = client.partitions_for_topic(topic)
+    if not parts:
+        raise UserError(f"topic {topic} does not exist on {bootstrap}: check --topic")
+    return sorted(parts)
+
+
+def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
+    """Per partition: (earliest retained offset, latest offset = next to be written)."""
+    from kafka import TopicPartition
+
+    parts = partitions_of(bootstrap, topic)
+    with consumer(bootstrap) as client:
+        tps = [TopicPartition(topic, p) for p in parts]
+        earliest = client.beginning_offsets(tps)
+        latest = client.end_offsets(tps)
+    return {tp.partition: (earliest[tp], latest[tp]) for tp in tps}
+
+
+def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
+            partition_of=None, on_progress=None, progress_every: int = 100_000) -> int:
+    """Send (key, value) records in large batches; return how many were acknowledged."""
+    from kafka import KafkaProducer
+    from kafka.errors import NoBrokersAvailable
+
+    try:
+        producer = KafkaProducer(**_client_kwargs(bootstrap), acks=1, linger_ms=50, batch_size=1 << 20,
+                                 max_request_size=8 << 20)
+    except NoBrokersAvailable:
+        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+    sent = 0
+    failures: list[BaseException] = []
+    try:
+        for key, value in records:
+            partition = partition_of(key, sent) if partition_of else None
+            producer.send(topic, key=key, value=value, partition=partition).add_errback(failures.append)
+            sent += 1
+            if on_progress and sent % progress_every == 0:
+                on_progress(sent)
+        producer.flush()
+    finally:
+        producer.close()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {sent} records were not acknowledged by {bootstrap}: {failures[0]!r}")
+    return sent
