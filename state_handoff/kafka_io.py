@@ -77,9 +77,12 @@ def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     return {tp.partition: (earliest[tp], latest[tp]) for tp in tps}
 
 
-def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, bytes | None]],
-            partition_of=None, on_progress=None, progress_every: int = 100_000) -> int:
-    """Send (key, value) records in large batches; return how many were acknowledged."""
+def produce(bootstrap: str, topic: str, records: Iterable[tuple],
+            on_progress=None, progress_every: int = 100_000) -> int:
+    """Send records in large batches and wait for every acknowledgement; return how many were sent.
+
+    Each record is (key, value) or (key, value, partition, timestamp_ms); None lets Kafka choose.
+    """
     from kafka import KafkaProducer
     from kafka.errors import NoBrokersAvailable
 
@@ -91,9 +94,10 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[bytes | None, by
     sent = 0
     failures: list[BaseException] = []
     try:
-        for key, value in records:
-            partition = partition_of(key, sent) if partition_of else None
-            producer.send(topic, key=key, value=value, partition=partition).add_errback(failures.append)
+        for record in records:
+            key, value, partition, timestamp_ms = (*record, None, None)[:4]
+            producer.send(topic, key=key, value=value, partition=partition,
+                          timestamp_ms=timestamp_ms).add_errback(failures.append)
             sent += 1
             if on_progress and sent % progress_every == 0:
                 on_progress(sent)

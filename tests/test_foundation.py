@@ -18,8 +18,8 @@ def test_delta_write_read_and_time_travel(spark, tmp_path):
 
 def _produce_numbered(bootstrap, topic, n, partitions):
     create_topic(bootstrap, topic, partitions=partitions)
-    return produce(bootstrap, topic, ((f"k{i}".encode(), json.dumps({"i": i}).encode()) for i in range(n)),
-                   partition_of=lambda key, i: i % partitions)
+    return produce(bootstrap, topic, ((f"k{i}".encode(), json.dumps({"i": i}).encode(), i % partitions, None)
+                                      for i in range(n)))
 
 
 def test_kafka_python_round_trip(bootstrap, topic_name):
