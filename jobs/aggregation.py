@@ -1,0 +1,81 @@
+"""Keyed aggregation as DataFrame transforms: events to tiles (sort-based, FLIP-140 style), tiles to state and windows."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from state_handoff.aggregates import (LAST_BY_TIME, WINDOW_PREFIX, event_aggregations, flatten_last,
+                                      merge_aggregations, partial_columns)
+from state_handoff.spec import Pipeline
+
+TILE_START = "tile_start"
+SORT = "sort"
+HASH = "hash"
+
+
+def tile_start(pipeline: Pipeline) -> F.Column:
+    """The tile a record belongs to: its window when the pipeline has windows, else its day."""
+    event_time = F.col(pipeline.event_time)
+    if pipeline.windows is None:
+        return F.date_trunc("day", event_time)
+    seconds = int(pipeline.windows.size.total_seconds())
+    epoch = F.unix_seconds(event_time)
+    return F.timestamp_seconds(epoch - F.pmod(epoch, F.lit(seconds)))
+
+
+def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SORT) -> DataFrame:
+    """Partial aggregates per (key, tile, kafka_partition) from well-formed parsed events.
+
+    SORT: repartition by key, sort within partitions by (key, tile, partition, event_time), then one pass per
+    group (SortAggregate; no hash map of all keys, spills through the sort). HASH: Spark's hash aggregation.
+    """
+    grain = [pipeline.key, TILE_START, "kafka_partition"]
+    events = events.withColumn(TILE_START, tile_start(pipeline))
+    if strategy == SORT:
+        events = events.repartition(pipeline.key).sortWithinPartitions(*grain, pipeline.event_time)
+    elif strategy != HASH:
+        raise ValueError(f"aggregation strategy must be {SORT} or {HASH}, not {strategy!r}")
+    keyed = event_aggregations(pipeline, pipeline.aggregations, keyed=True)
+    windowed = event_aggregations(pipeline, pipeline.windows.aggregations, WINDOW_PREFIX) if pipeline.windows else []
+    tiles = events.groupBy(*grain).agg(*keyed, *windowed)
+    return tiles.select(
+        F.to_date(TILE_START).alias("event_date"), *grain,
+        *flatten_last(pipeline.aggregations, keyed=True),
+        *(flatten_last(pipeline.windows.aggregations, WINDOW_PREFIX) if pipeline.windows else []),
+    )
+
+
+def state_from_partials(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    """One row per key: merge any rows carrying keyed partial columns (tiles, old state, a micro-batch)."""
+    return (partials.groupBy(pipeline.key).agg(*merge_aggregations(pipeline.aggregations, keyed=True))
+            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
+
+
+def window_partials_from_tiles(pipeline: Pipeline, tiles: DataFrame) -> DataFrame:
+    """One row per (key, window): window_start, window_end and the window's partial columns."""
+    size = int(pipeline.windows.size.total_seconds())
+    aggs = pipeline.windows.aggregations
+    renamed = tiles.select(pipeline.key, F.col(TILE_START).alias("window_start"),
+                           *[F.col(WINDOW_PREFIX + c).alias(c) for c in partial_columns(aggs)])
+    return window_partials_merged(pipeline, renamed).withColumn(
+        "window_end", F.col("window_start") + F.expr(f"INTERVAL {size} SECONDS")
+    ).select(pipeline.key, "window_start", "window_end", *partial_columns(aggs))
+
+
+def window_partials_merged(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    aggs = pipeline.windows.aggregations
+    return (partials.groupBy(pipeline.key, "window_start").agg(*merge_aggregations(aggs))
+            .select(pipeline.key, "window_start", *flatten_last(aggs)))
+
+
+def newest_event_time(partials: DataFrame) -> datetime | None:
+    """The newest event time over rows carrying keyed partials (tiles or state)."""
+    return partials.agg(F.max(LAST_BY_TIME)).first()[0]
+
+
+def backlog_watermark(pipeline: Pipeline, newest: datetime | None) -> datetime | None:
+    """Flink's greatest backlog watermark: newest event time minus the allowed lateness."""
+    return None if newest is None else newest - pipeline.allowed_lateness

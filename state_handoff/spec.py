@@ -1,0 +1,110 @@
+"""A pipeline declared once for both phases: key, event time, mergeable aggregations, optional windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+AggregationKind = Literal["count", "sum", "min", "max", "mean", "last"]
+KINDS = ("count", "sum", "min", "max", "mean", "last")
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """One output column. `last` takes `column` from the event with the greatest (event_time, event_id)."""
+
+    name: str
+    kind: AggregationKind
+    column: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"aggregation {self.name}: kind must be one of {', '.join(KINDS)}, not {self.kind!r}")
+        if self.kind != "count" and not self.column:
+            raise ValueError(f"aggregation {self.name}: kind {self.kind} needs a column")
+
+
+def count(name: str) -> Aggregation:
+    return Aggregation(name, "count")
+
+
+def total(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "sum", column)
+
+
+def minimum(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "min", column)
+
+
+def maximum(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "max", column)
+
+
+def mean(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "mean", column)
+
+
+def last(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "last", column)
+
+
+@dataclass(frozen=True)
+class TumblingWindows:
+    """Tumbling event-time windows per key; `size` must divide a day so that a window lies in one day tile."""
+
+    size: timedelta
+    allowed_lateness: timedelta
+    aggregations: tuple[Aggregation, ...]
+
+    def __post_init__(self):
+        if self.size <= timedelta(0) or timedelta(days=1) % self.size:
+            raise ValueError(f"window size {self.size} must be positive and divide one day")
+
+
+@dataclass(frozen=True)
+class Field:
+    """A field of the JSON event value. `required` fields make a record malformed when absent or invalid."""
+
+    name: str
+    type: Literal["string", "timestamp", "number"]
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    key: str
+    event_time: str
+    event_id: str
+    fields: tuple[Field, ...]
+    aggregations: tuple[Aggregation, ...]
+    windows: TumblingWindows | None = None
+    description: str = ""
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        names = {f.name for f in self.fields}
+        for needed in (self.key, self.event_time, self.event_id):
+            if needed not in names:
+                raise ValueError(f"pipeline {self.name}: field {needed!r} is not declared")
+        for agg in self.all_aggregations:
+            if agg.column and agg.column not in names:
+                raise ValueError(f"pipeline {self.name}: aggregation {agg.name} reads undeclared field {agg.column!r}")
+
+    @property
+    def all_aggregations(self) -> tuple[Aggregation, ...]:
+        return self.aggregations + (self.windows.aggregations if self.windows else ())
+
+    @property
+    def count_column(self) -> str | None:
+        """A keyed count, when declared: lets the accounting read well-formed totals off the tiles."""
+        return next((a.name for a in self.aggregations if a.kind == "count"), None)
+
+    @property
+    def allowed_lateness(self) -> timedelta:
+        return self.windows.allowed_lateness if self.windows else timedelta(0)
+
+    @property
+    def updates_topic(self) -> str:
+        return f"{self.name}.updates"
