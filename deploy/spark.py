@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from deploy.jars import spark_extra_jars
@@ -39,6 +40,9 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind the driver to loopback only
+    # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
     log_opt = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}"
     conf = {

@@ -55,13 +55,11 @@ def _day(text: str | None, flag: str) -> date | None:
         raise UserError(f"{flag} must be a date like 2026-01-31, not {text!r}") from None
 
 
-def select_files(files: list[ArchiveFile], first: date, last: date, skip_bad_files: bool,
-                 out) -> tuple[list[ArchiveFile], list[str]]:
-    """The files of the range, checked before anything is written; bad ones stop the run or are skipped."""
+def check_files(files: list[ArchiveFile], skip_bad_files: bool, out) -> tuple[list[ArchiveFile], list[str]]:
+    """Every archive file is checked before anything is written (all of them give the boundary offsets);
+    a bad one stops the run or, with skip_bad_files, is left out and reported."""
     chosen, skipped = [], []
     for f in files:
-        if not first <= f.day <= last:
-            continue
         problem = unreadable(f.path)
         if problem:
             if not skip_bad_files:
@@ -109,8 +107,8 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
     first, last = first or days[0], last or days[-1]
     if first > last:
         raise UserError(f"empty date range: --from {first} is after --to {last}")
-    out(f"[1/5] checking archive files for {first}..{last}")
-    chosen, skipped = select_files(files, first, last, skip_bad_files, out)
+    out(f"[1/5] checking {len(files)} archive files")
+    readable, skipped = check_files(files, skip_bad_files, out)
     if not any(first <= d <= last for d in days):
         return BackfillResult(None, first, last, message=(
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
@@ -118,9 +116,9 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
 
     handoff_id = handoff_log.new_handoff_id()
     handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_STARTED,
-                       details={"from": str(first), "to": str(last), "files": len(chosen), "strategy": strategy})
+                       details={"from": str(first), "to": str(last), "strategy": strategy})
     try:
-        result = _backfill(spark, pipeline, tables, first, last, chosen, strategy, out)
+        result = _backfill(spark, pipeline, tables, first, last, readable, strategy, out)
     except Exception as err:
         handoff_log.append(spark, tables, handoff_id, handoff_log.FAILED,
                            details={"phase": "backfill", "reason": str(err).splitlines()[0][:500]})
@@ -138,8 +136,9 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
 
 
 def _backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first: date, last: date,
-              files: list[ArchiveFile], strategy: str, out) -> BackfillResult:
+              readable: list[ArchiveFile], strategy: str, out) -> BackfillResult:
     result = BackfillResult(None, first, last)
+    files = [f for f in readable if first <= f.day <= last]
     parsed = parse_events(pipeline, read_archive(spark, tables, files))
 
     out(f"[2/5] sorting and aggregating {len(files)} files into day tiles ({strategy})")
@@ -166,7 +165,7 @@ def _backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first: da
         windows.where(~closed).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.window_state)
 
     out("[5/5] accounting and boundary offsets")
-    archived = spark.read.parquet(tables.archive)
+    archived = read_archive(spark, tables, readable)
     result.boundary = {int(r[0]): int(r[1]) for r in
                        archived.groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
     result.accounting = _accounting(spark, pipeline, tables, files, first, last)

@@ -1,0 +1,162 @@
+"""The independent oracle: plain Python over the records read back from Kafka, following DESIGN.md's rules.
+
+It shares no code with switchyard's Spark path: its own JSON parsing, its own timestamp rule, its own
+aggregation, window and watermark arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
+WINDOW = timedelta(hours=1)
+LATENESS = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def read_topic(bootstrap: str, topic: str) -> list[KafkaRecord]:
+    """Every record of the topic, by a plain consumer."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+    consumer.assign(parts)
+    consumer.seek_to_beginning()
+    ends = consumer.end_offsets(parts)
+    records = []
+    remaining = {tp.partition: ends[tp] for tp in parts}
+    while any(consumer.position(TopicPartition(topic, p)) < end for p, end in remaining.items()):
+        for batch in consumer.poll(timeout_ms=2000).values():
+            records += [KafkaRecord(m.partition, m.offset, m.key, m.value) for m in batch]
+    consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))
+
+
+@dataclass(frozen=True)
+class Event:
+    key: str
+    event_id: str | None
+    event_time: datetime  # naive UTC
+    amount: float
+
+
+def classify(value: bytes | None) -> tuple[str | None, Event | None]:
+    """(reason, None) for a malformed value, (None, event) for a well-formed one."""
+    if value is None:
+        return "tombstone", None
+    try:
+        obj = json.loads(value.decode("utf-8", errors="replace"))
+    except ValueError:
+        return "not_json_object", None
+    if not isinstance(obj, dict):
+        return "not_json_object", None
+    key = obj.get("key")
+    if key is not None and not isinstance(key, str):
+        key = json.dumps(key)
+    if key is None or key == "":
+        return "missing_key", None
+    when = obj.get("event_time")
+    try:
+        if not isinstance(when, str) or not ISO.match(when):
+            raise ValueError(when)
+        event_time = datetime.fromisoformat(when).astimezone(timezone.utc).replace(tzinfo=None)
+    except ValueError:
+        return "bad_event_time", None
+    amount = obj.get("amount")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        return "bad_amount", None
+    try:
+        amount = float(amount)
+    except OverflowError:
+        return "bad_amount", None
+    if not math.isfinite(amount):
+        return "bad_amount", None
+    event_id = obj.get("event_id")
+    return None, Event(key, event_id if event_id is None or isinstance(event_id, str) else json.dumps(event_id),
+                       event_time, amount)
+
+
+def window_start(t: datetime) -> datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass
+class KeyState:
+    event_count: int = 0
+    amount_sum: float = 0.0
+    amount_abs: float = 0.0  # for the tolerance of floating-point sums summed in another order
+    amount_min: float = math.inf
+    amount_max: float = -math.inf
+    last: tuple = ()
+
+    def add(self, e: Event) -> None:
+        self.event_count += 1
+        self.amount_sum += e.amount
+        self.amount_abs += abs(e.amount)
+        self.amount_min = min(self.amount_min, e.amount)
+        self.amount_max = max(self.amount_max, e.amount)
+        order = (e.event_time, (0, "") if e.event_id is None else (1, e.event_id), e.event_time, e.amount)
+        self.last = max(self.last, order) if self.last else order
+
+
+@dataclass
+class WindowState:
+    event_count: int = 0
+    amount_sum: float = 0.0
+    amount_abs: float = 0.0
+
+    def add(self, e: Event) -> None:
+        self.event_count += 1
+        self.amount_sum += e.amount
+        self.amount_abs += abs(e.amount)
+
+
+@dataclass
+class Expected:
+    state: dict[str, KeyState] = field(default_factory=lambda: defaultdict(KeyState))
+    windows: dict[tuple[str, datetime], WindowState] = field(default_factory=lambda: defaultdict(WindowState))
+    dead_letter: dict[tuple[int, int], str] = field(default_factory=dict)
+    late: set[tuple[int, int]] = field(default_factory=set)
+    read: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    well_formed: dict[int, int] = field(default_factory=lambda: defaultdict(int))
+    newest: datetime | None = None
+
+    @property
+    def backlog_watermark(self) -> datetime | None:
+        return None if self.newest is None else self.newest - LATENESS
+
+    def final_windows(self, watermark: datetime | None = None) -> dict:
+        wm = watermark or self.backlog_watermark
+        return {k: w for k, w in self.windows.items() if k[1] + WINDOW <= wm}
+
+    def open_windows(self, watermark: datetime | None = None) -> dict:
+        wm = watermark or self.backlog_watermark
+        return {k: w for k, w in self.windows.items() if k[1] + WINDOW > wm}
+
+
+def backlog(records: list[KafkaRecord]) -> Expected:
+    """What the backfill of exactly these records must produce."""
+    expected = Expected()
+    for r in records:
+        expected.read[r.partition] += 1
+        reason, event = classify(r.value)
+        if reason:
+            expected.dead_letter[(r.partition, r.offset)] = reason
+            continue
+        expected.well_formed[r.partition] += 1
+        expected.state[event.key].add(event)
+        expected.windows[(event.key, window_start(event.event_time))].add(event)
+        expected.newest = max(expected.newest, event.event_time) if expected.newest else event.event_time
+    return expected
