@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,12 +30,12 @@ class BackfillResult:
     records_read: int = 0
     well_formed: int = 0
     dead_lettered: int = 0
+    accounting: dict[int, dict[str, int]] = field(default_factory=dict)
+    skipped_files: list[str] = field(default_factory=list)
     keys: int = 0
     state_version: int | None = None
     backlog_watermark: datetime | None = None
     boundary: dict[int, int] = field(default_factory=dict)
-    accounting: dict[int, dict[str, int]] = field(default_factory=dict)
-    skipped_files: list[str] = field(default_factory=list)
     seconds: float = 0.0
     message: str = ""
 
@@ -95,10 +96,7 @@ def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: 
      .partitionBy("event_date").save(path))
 
 
-def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
-                 last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                 out=print) -> BackfillResult:
-    started = time.monotonic()
+def _resolve_range(tables: Tables, first_day: str | None, last_day: str | None):
     first, last = _day(first_day, "--from"), _day(last_day, "--to")
     files = list_archive(tables.archive)
     days = sorted({f.day for f in files})
@@ -107,81 +105,119 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
     first, last = first or days[0], last or days[-1]
     if first > last:
         raise UserError(f"empty date range: --from {first} is after --to {last}")
+    return first, last, files, days
+
+
+def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
+                   last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
+                   out=print) -> BackfillResult:
+    """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given)."""
+    started = time.monotonic()
+    first, last, files, days = _resolve_range(tables, first_day, last_day)
     out(f"[1/5] checking {len(files)} archive files")
     readable, skipped = check_files(files, skip_bad_files, out)
     if not any(first <= d <= last for d in days):
         return BackfillResult(None, first, last, message=(
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
             f"(it holds {days[0]}..{days[-1]}); nothing changed"))
-
     handoff_id = handoff_log.new_handoff_id()
     handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_STARTED,
                        details={"from": str(first), "to": str(last), "strategy": strategy})
+    result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
+    in_range = [f for f in readable if first <= f.day <= last]
+    with _failure_logged(spark, tables, handoff_id):
+        parsed = parse_events(pipeline, read_archive(spark, tables, in_range))
+        out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
+        _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
+                      tables.tiles, first, last)
+        out("[3/5] dead-lettering malformed records")
+        dead = parsed.where(F.col("error").isNotNull()).select(
+            "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+            F.lit("backfill").alias("phase"), F.current_timestamp().alias("recorded_at"), "event_date")
+        _replace_days(dead, tables.dead_letter, first, last, "phase = 'backfill'")
+        out("[4/5] checking the accounting identity per partition")
+        _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
+                 out=print) -> BackfillResult:
+    """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here)."""
+    started = time.monotonic()
+    first, last, files, _ = _resolve_range(tables, None, None)
+    readable = [f for f in files if unreadable(f.path) is None]
+    run = tiles_run or BackfillResult(handoff_log.new_handoff_id(), first, last)
+    with _failure_logged(spark, tables, run.handoff_id):
+        out("[5/5] merging all tiles into keyed state and windows")
+        tiles = spark.read.format("delta").load(tables.tiles)
+        state_from_partials(pipeline, tiles).write.format("delta").mode("overwrite") \
+            .option("overwriteSchema", "true").save(tables.state)
+        state_version = _delta_version(spark, tables.state)
+        state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
+        watermark = backlog_watermark(pipeline, newest_event_time(state))
+        if pipeline.windows is not None:
+            windows = window_partials_from_tiles(pipeline, tiles)
+            closed = F.col("window_end") <= F.lit(watermark)
+            for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
+                windows.where(part).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        boundary = {int(p): int(o) for p, o in
+                    read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
+        whole = accounting(spark, pipeline, tables, readable, first, last)
+        missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
+                   if a["read"] != a["well_formed"] + a["dead_lettered"]}
+        keys = state.count()
+    result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
+                     seconds=run.seconds + time.monotonic() - started)
+    handoff_log.append(spark, tables, run.handoff_id, handoff_log.BACKFILL_COMMITTED,
+                       state_version=state_version, backlog_watermark=watermark,
+                       details={"from": str(run.first_day), "to": str(run.last_day), "boundary": boundary,
+                                "records_read": run.records_read, "well_formed": run.well_formed,
+                                "dead_lettered": run.dead_lettered, "keys": keys, "accounting": run.accounting,
+                                "archive_accounting": whole, "complete": not missing,
+                                "records_not_backfilled": missing,
+                                "unreadable_files": [f.path for f in files if f not in readable],
+                                "skipped_files": run.skipped_files, "duration_s": round(result.seconds, 3)})
+    if missing:
+        out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
+            "backfill the remaining days before the handoff")
+    return result
+
+
+def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
+                 last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
+                 out=print) -> BackfillResult:
+    """`switchyard backfill`: the day tiles of a range, then the state over all tiles."""
+    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out)
+    if tiles_run.handoff_id is None:
+        return tiles_run
+    return commit_state(spark, pipeline, tables, tiles_run, out)
+
+
+@contextmanager
+def _failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
+    """A run that dies appends FAILED with the reason; committed entries and tables stay as they were."""
     try:
-        result = _backfill(spark, pipeline, tables, first, last, readable, strategy, out)
+        yield
     except Exception as err:
         handoff_log.append(spark, tables, handoff_id, handoff_log.FAILED,
-                           details={"phase": "backfill", "reason": str(err).splitlines()[0][:500]})
+                           details={"phase": "backfill", "reason": str(err).strip().splitlines()[0][:500]})
         raise
-    result.handoff_id, result.skipped_files = handoff_id, skipped
-    result.seconds = time.monotonic() - started
-    handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_COMMITTED,
-                       state_version=result.state_version, backlog_watermark=result.backlog_watermark,
-                       details={"from": str(first), "to": str(last), "boundary": result.boundary,
-                                "records_read": result.records_read, "well_formed": result.well_formed,
-                                "dead_lettered": result.dead_lettered, "keys": result.keys,
-                                "accounting": result.accounting, "skipped_files": skipped, "strategy": strategy,
-                                "duration_s": round(result.seconds, 3)})
-    return result
 
 
-def _backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first: date, last: date,
-              readable: list[ArchiveFile], strategy: str, out) -> BackfillResult:
-    result = BackfillResult(None, first, last)
-    files = [f for f in readable if first <= f.day <= last]
-    parsed = parse_events(pipeline, read_archive(spark, tables, files))
-
-    out(f"[2/5] sorting and aggregating {len(files)} files into day tiles ({strategy})")
-    well_formed = parsed.where(F.col("error").isNull())
-    _replace_days(tiles_from_events(pipeline, well_formed, strategy), tables.tiles, first, last)
-
-    out("[3/5] dead-lettering malformed records")
-    dead = parsed.where(F.col("error").isNotNull()).select(
-        "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"), F.lit("backfill").alias("phase"),
-        F.current_timestamp().alias("recorded_at"), "event_date")
-    _replace_days(dead, tables.dead_letter, first, last, "phase = 'backfill'")
-
-    out("[4/5] merging all tiles into keyed state and windows")
-    tiles = spark.read.format("delta").load(tables.tiles)
-    state = state_from_partials(pipeline, tiles)
-    state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
-    result.state_version = _delta_version(spark, tables.state)
-    state_now = spark.read.format("delta").option("versionAsOf", result.state_version).load(tables.state)
-    result.backlog_watermark = backlog_watermark(pipeline, newest_event_time(state_now))
-    if pipeline.windows is not None:
-        windows = window_partials_from_tiles(pipeline, tiles)
-        closed = F.col("window_end") <= F.lit(result.backlog_watermark)
-        windows.where(closed).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.windows)
-        windows.where(~closed).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.window_state)
-
-    out("[5/5] accounting and boundary offsets")
-    archived = read_archive(spark, tables, readable)
-    result.boundary = {int(r[0]): int(r[1]) for r in
-                       archived.groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
-    result.accounting = _accounting(spark, pipeline, tables, files, first, last)
-    result.records_read = sum(a["read"] for a in result.accounting.values())
-    result.well_formed = sum(a["well_formed"] for a in result.accounting.values())
-    result.dead_lettered = sum(a["dead_lettered"] for a in result.accounting.values())
-    unbalanced = {p: a for p, a in result.accounting.items() if a["read"] != a["well_formed"] + a["dead_lettered"]}
+def _set_accounting(result: BackfillResult, per_partition: dict[int, dict[str, int]]) -> None:
+    unbalanced = {p: a for p, a in per_partition.items() if a["read"] != a["well_formed"] + a["dead_lettered"]}
     if unbalanced:
         raise RuntimeError(f"accounting identity broken (read != well-formed + dead-lettered): {unbalanced}")
-    result.keys = state_now.count()
-    return result
+    result.accounting = per_partition
+    result.records_read = sum(a["read"] for a in per_partition.values())
+    result.well_formed = sum(a["well_formed"] for a in per_partition.values())
+    result.dead_lettered = sum(a["dead_lettered"] for a in per_partition.values())
 
 
-def _accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: list[ArchiveFile],
-                first: date, last: date) -> dict[int, dict[str, int]]:
-    """Per Kafka partition over the range: records read, well-formed (aggregated into tiles), dead-lettered.
+def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: list[ArchiveFile],
+               first: date, last: date) -> dict[int, dict[str, int]]:
+    """Per Kafka partition over the days: records read, well-formed (aggregated into tiles), dead-lettered.
 
     Counted from three independent places (archive files, tiles, dead_letter) so a lost record shows.
     """
@@ -194,8 +230,8 @@ def _accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: 
     dead = (spark.read.format("delta").load(tables.dead_letter).where(days & (F.col("phase") == "backfill"))
             .groupBy("kafka_partition").count())
     read = read_archive(spark, tables, files).groupBy("kafka_partition").count()
-    accounting: dict[int, dict[str, int]] = {}
+    counts: dict[int, dict[str, int]] = {}
     for name, df in (("read", read), ("well_formed", well_formed), ("dead_lettered", dead)):
         for partition, n in df.collect():
-            accounting.setdefault(int(partition), {"read": 0, "well_formed": 0, "dead_lettered": 0})[name] = int(n)
-    return dict(sorted(accounting.items()))
+            counts.setdefault(int(partition), {"read": 0, "well_formed": 0, "dead_lettered": 0})[name] = int(n)
+    return dict(sorted(counts.items()))
