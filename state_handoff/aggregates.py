@@ -97,3 +97,21 @@ def final_columns(aggs: tuple[Aggregation, ...], prefix: str = "") -> list[Colum
         else:
             cols.append(F.col(prefix + agg.name).alias(agg.name))
     return cols
+
+
+def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: bool = False) -> list[Column]:
+    """One event as a partial row, so events merge with seeded state through merge_aggregations."""
+    cols: list[Column] = []
+    for agg in aggs:
+        value = F.col(agg.column).cast("double") if agg.column else None
+        if agg.kind == "count":
+            cols.append(F.lit(1).cast("long").alias(agg.name))
+        elif agg.kind == "mean":
+            cols += [value.alias(f"{agg.name}__sum"),
+                     F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long").alias(f"{agg.name}__count")]
+        elif agg.kind != "last":
+            cols.append(F.col(agg.column).alias(agg.name))
+    if _ordered(aggs, keyed):
+        cols += [F.col(pipeline.event_time).alias(LAST_BY_TIME), F.col(pipeline.event_id).alias(LAST_BY_ID)]
+        cols += [F.col(a.column).alias(a.name) for a in aggs if a.kind == "last"]
+    return cols

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import datetime, timezone
+from types import SimpleNamespace
+from urllib.parse import unquote
 
 from pyspark.sql import Row, SparkSession
 
@@ -43,23 +46,48 @@ def append(spark: SparkSession, tables: Tables, handoff_id: str, status: str, *,
     return entry
 
 
-def entries(spark: SparkSession, tables: Tables) -> list[Row]:
-    """All entries, oldest first; empty when the log does not exist yet."""
-    from delta.tables import DeltaTable
+def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:
+    """All entries, oldest first; empty when the log does not exist yet.
 
-    if not DeltaTable.isDeltaTable(spark, tables.handoffs):
+    Read straight from the Delta log with pyarrow (the table is append-only and tiny), so `status` and
+    monitors need no JVM; `spark` is accepted for symmetry with `append`.
+    """
+    import pyarrow.parquet as pq
+
+    log_dir = os.path.join(tables.handoffs, "_delta_log")
+    if not os.path.isdir(log_dir):
         return []
-    return spark.read.format("delta").load(tables.handoffs).orderBy("at").collect()
+    files: dict[str, None] = {}
+    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
+        with open(os.path.join(log_dir, name)) as fh:
+            for line in fh:
+                action = json.loads(line)
+                if "add" in action:
+                    files[unquote(action["add"]["path"])] = None
+                elif "remove" in action:
+                    files.pop(unquote(action["remove"]["path"]), None)
+    rows = []
+    for path in files:
+        for record in pq.read_table(os.path.join(tables.handoffs, path)).to_pylist():
+            for column in ("at", "backlog_watermark"):
+                value = record[column]
+                if value is not None:
+                    value = value.to_pydatetime() if hasattr(value, "to_pydatetime") else value  # INT96 -> pandas
+                    record[column] = value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
+            rows.append(SimpleNamespace(**record))
+    return sorted(rows, key=lambda r: r.at)
 
 
-def latest(spark: SparkSession, tables: Tables, status: str | None = None) -> Row | None:
-    rows = [r for r in entries(spark, tables) if status is None or r.status == status]
+def latest(spark: SparkSession | None, tables: Tables, status: str | None = None,
+           handoff_id: str | None = None) -> SimpleNamespace | None:
+    rows = [r for r in entries(spark, tables)
+            if (status is None or r.status == status) and (handoff_id is None or r.handoff_id == handoff_id)]
     return rows[-1] if rows else None
 
 
-def details(entry: Row) -> dict:
+def details(entry) -> dict:
     return json.loads(entry.details or "{}")
 
 
-def offsets(entry: Row) -> dict[int, int]:
+def offsets(entry) -> dict[int, int]:
     return {int(k): int(v) for k, v in json.loads(entry.start_offsets or "{}").items()}

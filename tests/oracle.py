@@ -160,3 +160,70 @@ def backlog(records: list[KafkaRecord]) -> Expected:
         expected.windows[(event.key, window_start(event.event_time))].add(event)
         expected.newest = max(expected.newest, event.event_time) if expected.newest else event.event_time
     return expected
+
+
+def window_end(t: datetime) -> datetime:
+    return window_start(t) + WINDOW
+
+
+@dataclass
+class StreamExpected:
+    """What backfill + handoff + stream must produce over all records, given the stream's batch boundaries."""
+
+    state: dict[str, KeyState]
+    windows: dict[tuple[str, datetime], WindowState]
+    final_watermark: datetime
+    late: set[tuple[int, int]]
+    dead_letter: dict[tuple[int, int], str]
+    read: dict[int, int]
+    well_formed: dict[int, int]
+
+    def final_windows(self) -> dict:
+        return {k: w for k, w in self.windows.items() if k[1] + WINDOW <= self.final_watermark}
+
+    def open_windows(self) -> dict:
+        return {k: w for k, w in self.windows.items() if k[1] + WINDOW > self.final_watermark}
+
+
+def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
+                   batches: list[dict[int, int]]) -> StreamExpected:
+    """`batches` gives, per stream batch in order, the last offset read from each partition it touched.
+
+    The watermark starts at the backlog watermark and, after each batch, becomes the greatest of itself and
+    (newest well-formed event time of the batch - lateness); a tail record is late when its window ended
+    at or before the watermark in force when its batch began.
+    """
+    expected = backlog(archived)
+    state, windows = expected.state, expected.windows
+    watermark = expected.backlog_watermark
+    by_position = {(r.partition, r.offset): r for r in tail}
+    read_to: dict[int, int] = {}
+    for r in sorted(tail, key=lambda r: (r.partition, r.offset)):
+        read_to.setdefault(r.partition, r.offset - 1)
+    late = set()
+    seen = set()
+    for last_offsets in batches:
+        newest = None
+        for partition, last in sorted(last_offsets.items()):
+            first = read_to.get(partition, -1) + 1
+            for offset in range(first, last + 1):
+                record = by_position[(partition, offset)]
+                seen.add((partition, offset))
+                expected.read[partition] += 1
+                reason, event = classify(record.value)
+                if reason:
+                    expected.dead_letter[(partition, offset)] = reason
+                    continue
+                expected.well_formed[partition] += 1
+                state[event.key].add(event)
+                if window_end(event.event_time) <= watermark:
+                    late.add((partition, offset))
+                else:
+                    windows[(event.key, window_start(event.event_time))].add(event)
+                newest = max(newest, event.event_time) if newest else event.event_time
+            read_to[partition] = last
+        if newest is not None:
+            watermark = max(watermark, newest - LATENESS)
+    unread = set(by_position) - seen
+    assert not unread, f"the stream's batches never read {sorted(unread)[:5]}..."
+    return StreamExpected(state, windows, watermark, late, expected.dead_letter, expected.read, expected.well_formed)

@@ -1,0 +1,700 @@
+"""Backfill benchmark: the sort-based tiles aggregation (the default) against Spark's groupBy().agg ("hash").
+
+    .venv/bin/python benchmarks/backfill_sort_vs_hash.py --events 1000000 [--keys 100000] [--days 7] [--json out.json]
+
+Builds a synthetic archive straight to Parquet (the columns `switchyard archive` writes; no Kafka), then runs
+`run_backfill` once per strategy, each in a fresh Python + JVM under SWITCHYARD_DRIVER_MEMORY (2g), over its own
+tables. Per run: wall time per backfill step, records/s, peak RSS of the JVM and of Python, the JVM heap, and a
+per-stage breakdown from the Spark event log (scan+parse, shuffle, sort, aggregate, Delta write). Last, the two
+`state` tables (and `windows`) must agree key for key, or the script exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+PIPELINE = "demo"
+STRATEGIES = ("sort", "hash")
+START = datetime(2026, 1, 1, tzinfo=UTC)
+MAX_JITTER_S = 300
+KINDS = ("purchase", "refund", "view", "add_to_cart", "checkout", "signup")
+MALFORMED_KINDS = 5  # tombstone, not JSON, no key, unparseable event_time, quoted amount
+AMOUNT_TOLERANCE = 1e-9  # relative; sums of the same doubles in another order differ in the last bits
+MB = 1024 * 1024
+
+
+# ----------------------------------------------------------------------------------------------- the archive
+
+def archive_params(args) -> dict:
+    return {"events": args.events, "keys": args.keys, "days": args.days, "partitions": args.partitions,
+            "seed": args.seed, "malformed_rate": args.malformed_rate, "layout": 1}
+
+
+def archive_is_current(archive: Path, params: dict) -> bool:
+    meta = archive / "_archive.json"
+    if not meta.exists() or not glob.glob(str(archive / "event_date=*" / "*.parquet")):
+        return False
+    return json.loads(meta.read_text()).get("benchmark") == params
+
+
+def archive_frame(spark, params: dict):
+    """One Spark partition per Kafka partition: offsets 0.. in order, event times rising with the offset.
+
+    Keys are skewed (index = floor(n * u^3) per partition, so low indexes are hot) and every key lives in one
+    Kafka partition, as with a keyed producer; event times are jittered up to 5 minutes backwards; about
+    `malformed_rate` of the values are malformed in one of five ways.
+    """
+    from pyspark.sql import functions as F
+
+    n, parts, seed = params["events"], params["partitions"], params["seed"]
+    per_partition = -(-n // parts)
+    keys_per_partition = max(1, params["keys"] // parts)
+    span_us = params["days"] * 86_400 * 1_000_000
+    start_us = int(START.timestamp()) * 1_000_000
+
+    rows = spark.range(0, n, 1, numPartitions=parts)
+    partition = (F.col("id") / F.lit(per_partition)).cast("int")
+    offset = F.col("id") - partition.cast("long") * F.lit(per_partition)
+    base_us = F.lit(start_us) + F.floor(offset.cast("double") * F.lit(span_us / per_partition)).cast("long")
+    jitter_us = F.floor(F.rand(seed + 1) * F.lit(MAX_JITTER_S * 1_000_000 + 1)).cast("long")
+    key_index = (F.floor(F.lit(keys_per_partition) * F.pow(F.rand(seed + 2), 3)).cast("long") * F.lit(parts)
+                 + partition)
+    cents = F.floor(F.rand(seed + 3) * F.lit(110_001)).cast("long") - F.lit(10_000)
+    rows = rows.select(
+        partition.alias("kafka_partition"), offset.alias("kafka_offset"),
+        F.timestamp_micros(base_us - jitter_us).alias("event_time"),
+        F.format_string("key-%07d", key_index).alias("key"),
+        F.lpad(F.lower(F.hex(F.xxhash64(F.col("id"), F.lit(seed)))), 16, "0").alias("event_id"),
+        (cents.cast("decimal(12,0)") / F.lit(100)).cast("decimal(12,2)").cast("string").alias("amount"),
+        F.element_at(F.array(*[F.lit(k) for k in KINDS]),
+                     (F.floor(F.rand(seed + 4) * F.lit(len(KINDS))) + 1).cast("int")).alias("kind"),
+        F.when(F.rand(seed + 5) < F.lit(params["malformed_rate"]),
+               F.pmod(F.col("id"), F.lit(MALFORMED_KINDS))).alias("bad"),
+    )
+    iso = F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
+
+    def body(*fields):
+        return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
+
+    event_id = F.concat(F.lit('"event_id":"'), "event_id", F.lit('"'))
+    key = F.concat(F.lit('"key":"'), "key", F.lit('"'))
+    event_time = F.concat(F.lit('"event_time":"'), iso, F.lit('"'))
+    amount = F.concat(F.lit('"amount":'), "amount")
+    kind = F.concat(F.lit('"kind":"'), "kind", F.lit('"'))
+    bad = F.col("bad")
+    value = (F.when(bad.isNull(), body(event_id, key, event_time, amount, kind))
+             .when(bad == 0, F.lit(None).cast("string"))
+             .when(bad == 1, F.lit("not json {"))
+             .when(bad == 2, body(event_id, event_time, amount, kind))
+             .when(bad == 3, body(event_id, key, F.lit('"event_time":"yesterday"'), amount, kind))
+             .otherwise(body(event_id, key, event_time, F.concat(F.lit('"amount":"'), "amount", F.lit('"')), kind)))
+    kafka_key = F.when(bad.isNull() | ~bad.isin(1, 2), F.col("key").cast("binary"))
+    return rows.select(
+        F.col("kafka_partition").cast("int"), F.col("kafka_offset").cast("long"),
+        F.col("event_time").alias("kafka_timestamp"), kafka_key.alias("kafka_key"),
+        value.cast("binary").alias("value"), F.to_date("event_time").alias("event_date"))
+
+
+def build_archive(archive: Path, params: dict) -> dict:
+    from deploy.spark import build_spark
+    from state_handoff.archive_files import write_archive_meta
+
+    started = time.monotonic()
+    spark = build_spark("bench-archive")
+    if archive.exists():
+        shutil.rmtree(archive)
+    archive_frame(spark, params).write.mode("overwrite").partitionBy("event_date").parquet(str(archive))
+    n, parts = params["events"], params["partitions"]
+    per = -(-n // parts)
+    ends = {str(p): min(n, (p + 1) * per) - p * per for p in range(parts)}
+    write_archive_meta(str(archive), {"topic": f"bench.backfill.{n}", "cut": ends,
+                                      "first": {str(p): 0 for p in range(parts)}, "records": n,
+                                      "benchmark": params})
+    seconds = time.monotonic() - started
+    files = glob.glob(str(archive / "event_date=*" / "*.parquet"))
+    size = sum(os.path.getsize(f) for f in files)
+    spark.stop()
+    return {"seconds": round(seconds, 2), "files": len(files), "bytes": size}
+
+
+# ------------------------------------------------------------------------------------- one run, one process
+
+def _proc_status(pid: int) -> dict[str, int]:
+    """VmRSS / VmHWM (bytes) of a live process; empty when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            text = fh.read()
+    except OSError:
+        return {}
+    found = {}
+    for name in ("VmRSS", "VmHWM"):
+        match = re.search(rf"^{name}:\s+(\d+) kB", text, re.M)
+        if match:
+            found[name] = int(match.group(1)) * 1024
+    return found
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        tree[ppid].append(int(entry))
+    return tree
+
+
+def _descendants(pid: int) -> list[int]:
+    tree, found, todo = _children(), [], [pid]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+class MemorySampler(threading.Thread):
+    """Every 0.5 s: the peak RSS (kernel VmHWM) of a process and of its descendants, by kind (java / python)."""
+
+    def __init__(self, pid: int):
+        super().__init__(daemon=True)
+        self.pid, self.stop_event = pid, threading.Event()
+        self.peak: dict[int, tuple[str, int]] = {}
+        self.python_workers = 0
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            for pid in [self.pid, *_descendants(self.pid)]:
+                status, comm = _proc_status(pid), _comm(pid)
+                if status:
+                    seen = max(status.get("VmHWM", 0), status.get("VmRSS", 0), self.peak.get(pid, ("", 0))[1])
+                    self.peak[pid] = (comm, seen)
+            self.python_workers = max(self.python_workers, sum(
+                1 for pid, (comm, _) in self.peak.items() if pid != self.pid and comm.startswith("python")))
+            self.stop_event.wait(0.5)
+
+    def peak_of(self, kind: str) -> int:
+        return max((rss for pid, (comm, rss) in self.peak.items()
+                    if (pid == self.pid if kind == "driver-python" else comm == kind)), default=0)
+
+
+def _jvm_memory(spark) -> dict:
+    jvm = spark._jvm
+    factory = jvm.java.lang.management.ManagementFactory
+    pools = {}
+    for pool in factory.getMemoryPoolMXBeans():
+        if pool.getType().toString() == "Heap memory":
+            pools[pool.getName()] = pool.getPeakUsage().getUsed()
+    gcs = {gc.getName(): {"count": gc.getCollectionCount(), "ms": gc.getCollectionTime()}
+           for gc in factory.getGarbageCollectorMXBeans()}
+    args = list(factory.getRuntimeMXBean().getInputArguments())
+    return {"max_heap_bytes": jvm.java.lang.Runtime.getRuntime().maxMemory(),
+            "xmx": next((a for a in args if a.startswith("-Xmx")), None),
+            "heap_pool_peaks_bytes": pools, "heap_peak_upper_bound_bytes": sum(pools.values()), "gc": gcs,
+            "pid": jvm.java.lang.ProcessHandle.current().pid()}
+
+
+def run_worker(args) -> int:
+    """Inside the fresh process: one backfill, timed step by step; then memory and the event log."""
+    from deploy.spark import build_spark
+    from jobs.backfill import run_backfill
+    from state_handoff.pipelines import get_pipeline
+    from state_handoff.tables import Tables
+
+    run_dir = Path(args.run_dir)
+    event_dir = run_dir / "eventlog"
+    event_dir.mkdir(parents=True, exist_ok=True)
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_dir.as_uri(),
+            "spark.eventLog.compress": "false", "spark.eventLog.logStageExecutorMetrics": "true"}
+    if args.shuffle_partitions:
+        conf["spark.sql.shuffle.partitions"] = str(args.shuffle_partitions)
+    result: dict = {"strategy": args.strategy, "events": args.events, "finished": False}
+    session_started = time.monotonic()
+    spark = build_spark(f"bench-backfill-{args.strategy}", extra_conf=conf)
+    result["session_start_s"] = round(time.monotonic() - session_started, 2)
+    result["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
+    result["spark_master"] = spark.sparkContext.master
+    result["default_parallelism"] = spark.sparkContext.defaultParallelism
+    marks: list[tuple[float, str]] = []
+    started = time.monotonic()
+
+    def out(line: str) -> None:
+        now = time.monotonic()
+        marks.append((now, line))
+        spark.sparkContext.setJobDescription(line.strip())
+        print(f"[{args.strategy} +{now - started:7.2f}s] {line}", flush=True)
+
+    out("[0/5] start")
+    try:
+        backfill = run_backfill(spark, get_pipeline(PIPELINE), Tables(str(run_dir / "warehouse"), PIPELINE),
+                                strategy=args.strategy, out=out)
+    except Exception as err:  # the benchmark reports a failed run (e.g. out of heap) instead of dying
+        result["error"] = f"{type(err).__name__}: {str(err).strip()[:2000]}"
+        print(result["error"], file=sys.stderr, flush=True)
+    else:
+        ended = time.monotonic()
+        result["finished"] = True
+        result["wall_s"] = round(ended - started, 3)
+        result["records_read"] = backfill.records_read
+        result["well_formed"] = backfill.well_formed
+        result["dead_lettered"] = backfill.dead_lettered
+        result["keys"] = backfill.keys
+        result["records_per_s"] = round(backfill.records_read / (ended - started), 1)
+        bounds = [t for t, _ in marks] + [ended]
+        result["steps"] = [{"step": line.split("]")[0] + "]", "line": line, "wall_s": round(b - a, 3)}
+                           for (a, line), b in zip(marks, bounds[1:])]
+    spark.sparkContext.setJobDescription(None)
+    result["jvm"] = _jvm_memory(spark)
+    result["jvm"]["vm_hwm_bytes"] = _proc_status(result["jvm"]["pid"]).get("VmHWM", 0)
+    result["python_vm_hwm_bytes"] = _proc_status(os.getpid()).get("VmHWM", 0)
+    spark.stop()
+    logs = sorted(p for p in event_dir.iterdir() if p.is_file())
+    result["event_log"] = str(logs[-1]) if logs else None
+    if logs:
+        result["spark"] = event_log_breakdown(logs[-1])
+    Path(args.result).write_text(json.dumps(result, indent=2, default=str))
+    return 0 if result["finished"] else 1
+
+
+# ------------------------------------------------------------------------------------- the Spark event log
+
+def _plan_metrics(plan: dict, into: dict[int, tuple[str, str]]) -> None:
+    node = plan.get("nodeName", "")
+    label = node
+    if node.startswith("Sort") and plan.get("simpleString"):
+        columns = re.findall(r"(\w+)#\d+ (?:ASC|DESC)", plan["simpleString"])
+        label = f"Sort by ({', '.join(columns)})" if columns else node
+    for metric in plan.get("metrics", []):
+        into[int(metric["accumulatorId"])] = (label, metric["name"])
+    for child in plan.get("children", []):
+        _plan_metrics(child, into)
+
+
+def event_log_breakdown(path: Path) -> dict:
+    """Stage metrics per backfill step (the job description), plus SQL operator metrics for every stage."""
+    accumulators: dict[int, tuple[str, str]] = {}
+    job_step: dict[int, str] = {}
+    stage_step: dict[int, str] = {}
+    stages: dict[int, dict] = {}
+    task_sql: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    peak_heap: dict[int, int] = {}
+
+    def stage(sid: int) -> dict:
+        return stages.setdefault(sid, defaultdict(float))
+
+    with open(path) as fh:
+        for line in fh:
+            event = json.loads(line)
+            kind = event.get("Event", "")
+            if kind.endswith("SparkListenerSQLExecutionStart") or kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
+                _plan_metrics(event.get("sparkPlanInfo", {}), accumulators)
+            elif kind.endswith("SparkListenerSQLAdaptiveSQLMetricUpdates"):
+                for metric in event.get("sqlPlanMetrics", []):
+                    accumulators[int(metric["accumulatorId"])] = ("(adaptive)", metric["name"])
+            elif kind == "SparkListenerJobStart":
+                description = (event.get("Properties") or {}).get("spark.job.description") or "(no step)"
+                job_step[event["Job ID"]] = description
+                for sid in event.get("Stage IDs", []):
+                    stage_step.setdefault(sid, description)
+            elif kind == "SparkListenerTaskEnd":
+                sid, metrics = event["Stage ID"], event.get("Task Metrics") or {}
+                s = stage(sid)
+                s["tasks"] += 1
+                s["run_ms"] += metrics.get("Executor Run Time", 0)
+                s["cpu_ns"] += metrics.get("Executor CPU Time", 0)
+                s["gc_ms"] += metrics.get("JVM GC Time", 0)
+                s["spill_memory_bytes"] += metrics.get("Memory Bytes Spilled", 0)
+                s["spill_disk_bytes"] += metrics.get("Disk Bytes Spilled", 0)
+                s["peak_execution_memory_max"] = max(s["peak_execution_memory_max"],
+                                                     metrics.get("Peak Execution Memory", 0))
+                write = metrics.get("Shuffle Write Metrics") or {}
+                s["shuffle_write_bytes"] += write.get("Shuffle Bytes Written", 0)
+                s["shuffle_write_ns"] += write.get("Shuffle Write Time", 0)
+                s["shuffle_write_records"] += write.get("Shuffle Records Written", 0)
+                read = metrics.get("Shuffle Read Metrics") or {}
+                s["shuffle_read_bytes"] += read.get("Local Bytes Read", 0) + read.get("Remote Bytes Read", 0)
+                s["shuffle_fetch_wait_ms"] += read.get("Fetch Wait Time", 0)
+                s["input_records"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+                s["input_bytes"] += (metrics.get("Input Metrics") or {}).get("Bytes Read", 0)
+                s["output_records"] += (metrics.get("Output Metrics") or {}).get("Records Written", 0)
+                for acc in (event.get("Task Info") or {}).get("Accumulables", []):
+                    update = acc.get("Update")
+                    if acc.get("Metadata") == "sql" and update is not None:
+                        try:
+                            task_sql[sid][int(acc["ID"])] += int(update)
+                        except (TypeError, ValueError):
+                            pass
+            elif kind == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                s = stage(info["Stage ID"])
+                s["name"] = info.get("Stage Name", "")
+                s["wall_ms"] = (info.get("Completion Time") or 0) - (info.get("Submission Time") or 0)
+                s["num_tasks"] = info.get("Number of Tasks", 0)
+                s["accumulable_names"] = {int(a["ID"]): a.get("Name", "") for a in info.get("Accumulables", [])}
+            elif kind == "SparkListenerStageExecutorMetrics":
+                heap = (event.get("Executor Metrics") or {}).get("JVMHeapMemory", 0)
+                peak_heap[event["Stage ID"]] = max(peak_heap.get(event["Stage ID"], 0), heap)
+
+    per_stage = []
+    for sid in sorted(stages):
+        s = stages[sid]
+        sql: dict[str, int] = defaultdict(int)
+        names = s.pop("accumulable_names", {}) if isinstance(s.get("accumulable_names"), dict) else {}
+        for acc_id, value in task_sql.get(sid, {}).items():
+            node, metric = accumulators.get(acc_id, (f"(writer) {names.get(acc_id, '?')}", names.get(acc_id, "?")))
+            if node.startswith("(writer)"):
+                sql[node] += value
+            else:
+                sql[f"{node}: {metric}"] += value
+        per_stage.append({"stage": sid, "step": stage_step.get(sid, "(no step)"), "name": s.get("name", ""),
+                          "tasks": int(s.get("tasks", 0)), "wall_ms": int(s.get("wall_ms", 0)),
+                          **{k: int(v) for k, v in s.items() if k not in ("name", "wall_ms", "num_tasks", "tasks")},
+                          "peak_jvm_heap_bytes": peak_heap.get(sid, 0), "sql": dict(sorted(sql.items()))})
+    steps: dict[str, dict] = {}
+    for st in per_stage:
+        agg = steps.setdefault(st["step"], defaultdict(int))
+        agg["stages"] += 1
+        for k in ("wall_ms", "run_ms", "cpu_ns", "gc_ms", "spill_memory_bytes", "spill_disk_bytes",
+                  "shuffle_write_bytes", "shuffle_read_bytes", "input_records"):
+            agg[k] += st.get(k, 0)
+        agg["peak_jvm_heap_bytes"] = max(agg["peak_jvm_heap_bytes"], st["peak_jvm_heap_bytes"])
+    return {"stages": per_stage, "steps": {k: dict(v) for k, v in steps.items()},
+            "peak_jvm_heap_bytes": max(peak_heap.values(), default=0)}
+
+
+def tiles_breakdown(spark_metrics: dict) -> dict[str, float]:
+    """Task-seconds of the tiles step ([2/5]) by kind of work, from operator metrics.
+
+    Whole-stage-codegen durations are split by the sorts and aggregations they contain; what a task spends
+    outside generated code and shuffle is the Delta writer (Parquet encoding, statistics, commit of files).
+    """
+    work: dict[str, float] = defaultdict(float)
+    for st in spark_metrics.get("stages", []):
+        if not st["step"].startswith("[2/5]"):
+            continue
+        sql = st["sql"]
+        codegen_ms = sum(v for k, v in sql.items() if k.startswith("WholeStageCodegen") and k.endswith(": duration"))
+        sort_ms = {k.split(":")[0]: v for k, v in sql.items() if k.startswith("Sort by") and k.endswith("sort time")}
+        writer_sort_ms = sum(v for k, v in sql.items() if k.startswith("(writer) sort time"))
+        aggregate_ms = sum(v for k, v in sql.items() if "time in aggregation build" in k)
+        reads_shuffle = st.get("shuffle_read_bytes", 0) > 0
+        writes_shuffle = st.get("shuffle_write_bytes", 0) > 0
+        inside_sorts = sum(sort_ms.values())
+        if not reads_shuffle:  # the map side: scan, parse, (the hash strategy's partial sort + aggregation)
+            for node, ms in sort_ms.items():
+                work[f"map-side {node.lower()}"] += ms / 1000
+            work["scan + parse (+ map-side aggregate)"] += max(codegen_ms - inside_sorts, 0) / 1000
+        else:
+            for node, ms in sort_ms.items():
+                work[f"reduce-side {node.lower()}"] += ms / 1000
+            work["aggregate (sort-aggregate pass)" if not aggregate_ms else "aggregate"] += \
+                max(codegen_ms - inside_sorts, 0) / 1000
+            work["shuffle read wait"] += st.get("shuffle_fetch_wait_ms", 0) / 1000
+        if writes_shuffle:
+            work["shuffle write"] += st.get("shuffle_write_ns", 0) / 1e9
+        if writer_sort_ms:
+            work["Delta writer sort by event_date"] += writer_sort_ms / 1000
+        if reads_shuffle and not writes_shuffle:
+            accounted = codegen_ms + writer_sort_ms + st.get("shuffle_fetch_wait_ms", 0)
+            work["Delta write (encode, stats, files)"] += max(st.get("run_ms", 0) - accounted, 0) / 1000
+        work["GC (inside the above)"] += st.get("gc_ms", 0) / 1000
+    return {k: round(v, 2) for k, v in work.items()}
+
+
+# --------------------------------------------------------------------------------------------- comparison
+
+STATE_EXACT = ("event_count", "amount_min", "amount_max", "last_by_time", "last_by_event_id", "last_event_time",
+               "last_amount")
+
+
+def compare_worker(args) -> int:
+    """Both runs' state (and windows) tables: counts, order-independent checksums, and a key-by-key join."""
+    from pyspark.sql import functions as F
+
+    from deploy.spark import build_spark
+
+    spark = build_spark("bench-compare")
+    report: dict = {}
+
+    def checksum(df, exact: list[str], approx: str):
+        row = df.agg(F.count(F.lit(1)).alias("rows"),
+                     F.sum(F.xxhash64(*exact).cast("decimal(38,0)")).alias("exact_checksum"),
+                     F.sum(approx).alias("approx_sum")).first()
+        return {"rows": row["rows"], "exact_checksum": str(row["exact_checksum"]), "amount_sum_total": row["approx_sum"]}
+
+    def mismatches(left, right, on: list[str], exact: list[str], approx: str) -> tuple[int, list]:
+        a = left.select(*on, *[F.col(c).alias(f"a_{c}") for c in (*exact, approx)])
+        b = right.select(*on, *[F.col(c).alias(f"b_{c}") for c in (*exact, approx)])
+        joined = a.join(b, on, "full_outer")
+        differs = F.lit(False)
+        for c in exact:
+            differs = differs | ~F.col(f"a_{c}").eqNullSafe(F.col(f"b_{c}"))
+        tolerance = F.lit(AMOUNT_TOLERANCE) * F.greatest(F.lit(1.0), F.abs(F.col(f"a_{approx}")))
+        differs = differs | F.col(f"a_{approx}").isNull() | F.col(f"b_{approx}").isNull() \
+            | (F.abs(F.col(f"a_{approx}") - F.col(f"b_{approx}")) > tolerance)
+        bad = joined.where(differs)
+        return bad.count(), [r.asDict() for r in bad.limit(5).collect()]
+
+    tables = {s: Path(args.runs_dir) / s / "warehouse" / PIPELINE for s in args.strategies.split(",")}
+    first, second = list(tables)
+    for name, on, exact, approx in (
+            ("state", ["key"], list(STATE_EXACT), "amount_sum"),
+            ("windows", ["key", "window_start"], ["window_end", "event_count"], "amount_sum"),
+            ("window_state", ["key", "window_start"], ["window_end", "event_count"], "amount_sum")):
+        frames = {s: spark.read.format("delta").load(str(t / name)) for s, t in tables.items()}
+        sums = {s: checksum(df, on + exact, approx) for s, df in frames.items()}
+        count, examples = mismatches(frames[first], frames[second], on, exact, approx)
+        a, b = sums[first], sums[second]
+        same = (a["rows"] == b["rows"] and a["exact_checksum"] == b["exact_checksum"] and count == 0
+                and abs((a["amount_sum_total"] or 0) - (b["amount_sum_total"] or 0))
+                <= AMOUNT_TOLERANCE * max(1.0, abs(a["amount_sum_total"] or 0)))
+        report[name] = {"identical": same, "checksums": sums, "mismatched_rows": count, "examples": examples}
+    spark.stop()
+    Path(args.result).write_text(json.dumps(report, indent=2, default=str))
+    return 0 if all(r["identical"] for r in report.values()) else 1
+
+
+# ------------------------------------------------------------------------------------------- orchestration
+
+def _subprocess(argv: list[str], env: dict, log: Path) -> tuple[int, MemorySampler, float]:
+    started = time.monotonic()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=fh, text=True, cwd=REPO)
+        sampler = MemorySampler(proc.pid)
+        sampler.start()
+        for line in proc.stdout:
+            print("   " + line.rstrip(), flush=True)
+        code = proc.wait()
+    sampler.stop_event.set()
+    sampler.join()
+    return code, sampler, time.monotonic() - started
+
+
+def _worker_argv(*extra: str) -> list[str]:
+    return [sys.executable, str(Path(__file__).resolve()), *extra]
+
+
+def run_strategy(args, out_dir: Path, strategy: str) -> dict:
+    run_dir = out_dir / "runs" / strategy
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    (run_dir / "warehouse" / PIPELINE).mkdir(parents=True)
+    # Every run gets fresh tables next to a link to the one archive.
+    os.symlink(out_dir / "warehouse" / PIPELINE / "archive", run_dir / "warehouse" / PIPELINE / "archive")
+    env = {**os.environ, "SWITCHYARD_DRIVER_MEMORY": args.driver_memory, "PYTHONUNBUFFERED": "1"}
+    env.pop("SWITCHYARD_SPARK_PROFILE", None)
+    result_file = run_dir / "result.json"
+    argv = _worker_argv("--worker", "run", "--strategy", strategy, "--run-dir", str(run_dir),
+                        "--result", str(result_file), "--events", str(args.events))
+    if args.shuffle_partitions:
+        argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
+    print(f"\n== {strategy}: fresh JVM, SWITCHYARD_DRIVER_MEMORY={args.driver_memory}", flush=True)
+    code, sampler, process_s = _subprocess(argv, env, run_dir / "stderr.log")
+    result = json.loads(result_file.read_text()) if result_file.exists() else {
+        "strategy": strategy, "events": args.events, "finished": False}
+    result["exit_code"] = code
+    result["process_wall_s"] = round(process_s, 2)
+    if code and "error" not in result:
+        tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-15:]
+        result["error"] = "\n".join(tail)
+    jvm_hwm = max(sampler.peak_of("java"), (result.get("jvm") or {}).get("vm_hwm_bytes", 0))
+    result["peak_jvm_rss_bytes"] = jvm_hwm
+    result["peak_python_rss_bytes"] = max(sampler.peak_of("driver-python"), result.get("python_vm_hwm_bytes", 0))
+    result["python_worker_processes"] = sampler.python_workers
+    spark = result.get("spark") or {}
+    result["spill_bytes"] = sum(s.get("spill_memory_bytes", 0) for s in spark.get("stages", []))
+    result["spill_disk_bytes"] = sum(s.get("spill_disk_bytes", 0) for s in spark.get("stages", []))
+    result["shuffle_write_bytes"] = sum(s.get("shuffle_write_bytes", 0) for s in spark.get("stages", []))
+    result["tiles_breakdown_task_s"] = tiles_breakdown(spark)
+    max_heap = (result.get("jvm") or {}).get("max_heap_bytes", 0)
+    result["under_heap_limit"] = bool(result.get("finished")) and 0 < max_heap <= _bytes(args.driver_memory)
+    return result
+
+
+def _bytes(text: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([kmgt]?)b?", text.strip().lower()).groups()
+    return int(number) * 1024 ** " kmgt".index(unit or " ")
+
+
+def _table(headers: list[str], rows: list[list]) -> str:
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in cells]
+    return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])
+
+
+def _mb(value) -> str:
+    return f"{value / MB:,.0f}" if value else "-"
+
+
+def report(runs: list[dict], comparison: dict | None) -> str:
+    out = []
+    rows = []
+    for r in runs:
+        rows.append([r["strategy"], f"{r['events']:,}", f"{r['wall_s']:.1f}" if r.get("finished") else "FAILED",
+                     f"{r['records_per_s']:,.0f}" if r.get("finished") else "-",
+                     _mb(r.get("peak_jvm_rss_bytes")), _mb(r.get("peak_python_rss_bytes")),
+                     _mb((r.get("spark") or {}).get("peak_jvm_heap_bytes")),
+                     _mb((r.get("jvm") or {}).get("max_heap_bytes")),
+                     f"{r.get('spill_bytes', 0):,}", f"{r.get('spill_disk_bytes', 0):,}",
+                     _mb(r.get("shuffle_write_bytes")), "yes" if r.get("under_heap_limit") else "NO"])
+    out.append(_table(["strategy", "events", "wall s", "records/s", "peak JVM RSS MB", "peak Python RSS MB",
+                       "peak heap used MB", "max heap MB", "spill bytes (mem)", "spill bytes (disk)",
+                       "shuffle write MB", "ok under heap"], rows))
+    by = {r["strategy"]: r for r in runs}
+    if all(by.get(s, {}).get("finished") for s in STRATEGIES):
+        out.append(f"\nratio hash/sort wall time: {by['hash']['wall_s'] / by['sort']['wall_s']:.3f} "
+                   f"(> 1: sort is faster)")
+    steps = sorted({s["step"] for r in runs for s in r.get("steps", [])})
+    if steps:
+        out.append("\nwall seconds per backfill step")
+        out.append(_table(["step", *[r["strategy"] for r in runs]],
+                          [[step, *[next((f"{s['wall_s']:.1f}" for s in r.get("steps", []) if s["step"] == step), "-")
+                                    for r in runs]] for step in steps]))
+    kinds = list(dict.fromkeys(k for r in runs for k in r.get("tiles_breakdown_task_s", {})))
+    if kinds:
+        out.append("\nwhere the tiles step [2/5] goes (task-seconds over all cores, from operator metrics)")
+        out.append(_table(["work", *[r["strategy"] for r in runs]],
+                          [[k, *[f"{r.get('tiles_breakdown_task_s', {}).get(k, 0):.1f}" for r in runs]]
+                           for k in kinds]))
+    for r in runs:
+        tiles = [s for s in (r.get("spark") or {}).get("stages", []) if s["step"].startswith("[2/5]")]
+        if tiles:
+            out.append(f"\n{r['strategy']}: stages of the tiles step")
+            out.append(_table(["stage", "tasks", "wall s", "task s", "cpu s", "gc s", "input rows", "shuffle w MB",
+                               "shuffle r MB", "spill MB", "peak heap MB"],
+                              [[s["stage"], s["tasks"], f"{s['wall_ms'] / 1000:.1f}", f"{s['run_ms'] / 1000:.1f}",
+                                f"{s['cpu_ns'] / 1e9:.1f}", f"{s['gc_ms'] / 1000:.1f}", f"{s['input_records']:,}",
+                                _mb(s["shuffle_write_bytes"]), _mb(s["shuffle_read_bytes"]),
+                                _mb(s["spill_memory_bytes"]), _mb(s["peak_jvm_heap_bytes"])] for s in tiles]))
+        if r.get("error"):
+            out.append(f"\n{r['strategy']} FAILED: {r['error'][:1500]}")
+    if comparison is not None:
+        out.append("\nsort vs hash results: " + ", ".join(
+            f"{name} {'identical' if c['identical'] else 'DIFFERENT'} ({c['checksums'][next(iter(c['checksums']))]['rows']:,} rows"
+            f", {c['mismatched_rows']} mismatched)" for name, c in comparison.items()))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, help="how many archived records (required)")
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--partitions", type=int, default=4, help="Kafka partitions of the synthetic archive")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--malformed-rate", type=float, default=0.01)
+    parser.add_argument("--out-dir", help="benchmark warehouse (default ./bench-out/backfill/<events>)")
+    parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--driver-memory", default="2g", help="SWITCHYARD_DRIVER_MEMORY of each run (default 2g)")
+    parser.add_argument("--shuffle-partitions", type=int, help="override the profile's spark.sql.shuffle.partitions")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--rebuild-archive", action="store_true")
+    parser.add_argument("--worker", choices=["archive", "run", "compare"], help=argparse.SUPPRESS)
+    parser.add_argument("--strategy", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--runs-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--archive", help=argparse.SUPPRESS)
+    parser.add_argument("--params", help=argparse.SUPPRESS)
+    parser.add_argument("--result", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.worker == "run":
+        return run_worker(args)
+    if args.worker == "compare":
+        return compare_worker(args)
+    if args.worker == "archive":
+        info = build_archive(Path(args.archive), json.loads(args.params))
+        Path(args.result).write_text(json.dumps(info))
+        return 0
+
+    if args.events is None:
+        parser.error("--events is required")
+    if args.events < 1 or args.keys < args.partitions or args.days < 1:
+        parser.error("--events and --days must be at least 1 and --keys at least --partitions")
+    strategies = [s for s in args.strategies.split(",") if s]
+    if not set(strategies) <= set(STRATEGIES):
+        parser.error(f"--strategies takes a comma list of {', '.join(STRATEGIES)}")
+    out_dir = Path(args.out_dir or REPO / "bench-out" / "backfill" / str(args.events)).resolve()
+    archive = out_dir / "warehouse" / PIPELINE / "archive"
+    params = archive_params(args)
+    figures: dict = {"params": params, "driver_memory": args.driver_memory, "out_dir": str(out_dir),
+                     "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "host_cpus": os.cpu_count()}
+    if args.rebuild_archive or not archive_is_current(archive, params):
+        print(f"== building the archive: {args.events:,} events, {args.keys:,} keys, {args.days} days -> {archive}",
+              flush=True)
+        archive.parent.mkdir(parents=True, exist_ok=True)
+        info_file = out_dir / "archive-build.json"
+        code, _, seconds = _subprocess(_worker_argv("--worker", "archive", "--archive", str(archive), "--params",
+                                                    json.dumps(params), "--result", str(info_file)),
+                                       {**os.environ, "SWITCHYARD_DRIVER_MEMORY": "4g"}, out_dir / "archive-build.log")
+        if code:
+            print(f"building the archive failed; see {out_dir / 'archive-build.log'}", file=sys.stderr)
+            return 1
+        figures["archive"] = {**json.loads(info_file.read_text()), "reused": False, "process_wall_s": round(seconds, 1)}
+    else:
+        files = glob.glob(str(archive / "event_date=*" / "*.parquet"))
+        figures["archive"] = {"reused": True, "files": len(files), "bytes": sum(os.path.getsize(f) for f in files)}
+    print(f"== archive: {figures['archive']['files']} files, {figures['archive']['bytes'] / MB:,.0f} MB"
+          f"{' (reused)' if figures['archive']['reused'] else ''}", flush=True)
+
+    runs = [run_strategy(args, out_dir, s) for s in strategies]
+    figures["runs"] = runs
+    comparison = None
+    if len(strategies) == 2 and all(r.get("finished") for r in runs):
+        print("\n== comparing the state tables", flush=True)
+        compare_file = out_dir / "runs" / "compare.json"
+        code, _, _ = _subprocess(_worker_argv("--worker", "compare", "--runs-dir", str(out_dir / "runs"),
+                                              "--strategies", ",".join(strategies), "--result", str(compare_file)),
+                                 dict(os.environ), out_dir / "runs" / "compare.log")
+        comparison = json.loads(compare_file.read_text()) if compare_file.exists() else {
+            "state": {"identical": False, "checksums": {"?": {"rows": 0}}, "mismatched_rows": -1, "examples": []}}
+        figures["comparison"] = comparison
+    by = {r["strategy"]: r for r in runs}
+    if all(by.get(s, {}).get("finished") for s in STRATEGIES):
+        figures["ratio_hash_over_sort_wall"] = round(by["hash"]["wall_s"] / by["sort"]["wall_s"], 4)
+    text = report(runs, comparison)
+    print("\n" + text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+        print(f"\nfigures written to {args.json}")
+    if comparison is not None and not all(c["identical"] for c in comparison.values()):
+        print("\nFAIL: the strategies produced different results (see the comparison above)", file=sys.stderr)
+        return 1
+    if not all(r.get("finished") for r in runs):
+        print("\nFAIL: a run did not finish", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

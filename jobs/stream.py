@@ -1,0 +1,475 @@
+"""`switchyard stream` (isBacklog = false): Structured Streaming from the handoff offsets, keyed state seeded once.
+
+Two queries read the topic from the handoff's start offsets, each with its own checkpoint:
+- keyed: the seed (the state snapshot at the handoff's version, as a file stream source) unioned with the
+  parsed events, merged by one streaming aggregation on the RocksDB state store. The seed's files are
+  recorded in the checkpoint, so a restart never seeds again. Each batch upserts the changed keys into
+  `state` and sends them to `<pipeline>.updates`.
+- events: per batch, malformed records to `dead_letter`, records for windows at or before the watermark
+  to `late`, the others merged into `window_state`; windows that the watermark passes move to `windows`.
+  The watermark starts at the backlog watermark and is kept per batch on disk, so a replayed batch
+  classifies its records exactly as the first attempt did.
+Every Delta write of a batch carries (txnAppId, txnVersion = batch id), so a replay writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import tile_start
+from state_handoff import handoff_log
+from state_handoff.aggregates import (WINDOW_PREFIX, event_aggregations, event_as_partial, flatten_last,
+                                      merge_aggregations, partial_columns)
+from state_handoff.errors import UserError
+from state_handoff.handoff import Handoff, current_handoff
+from state_handoff.kafka_io import create_topic, offset_bounds
+from state_handoff.parsing import parse_events
+from state_handoff.spec import Aggregation, Pipeline
+from state_handoff.stream_control import StreamLock, read_json, stream_dir, write_json_atomically
+from state_handoff.tables import Tables
+
+EVENTS_SEEN = "stream_events"
+_TXN_APP = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+@dataclass
+class StreamSettings:
+    until_caught_up: bool = False
+    for_seconds: float | None = None
+    caught_up_lag: int = 0
+    falling_behind_lag: int | None = None  # default: 10 x caught_up_lag, at least 1000
+    max_offsets_per_trigger: int | None = 200_000
+    trigger_seconds: float = 0.0
+    poll_seconds: float = 0.5
+
+    @property
+    def behind_threshold(self) -> int:
+        return self.falling_behind_lag if self.falling_behind_lag is not None else max(10 * self.caught_up_lag, 1000)
+
+
+@dataclass
+class StreamPaths:
+    root: Path
+
+    @property
+    def seed(self) -> Path:
+        return self.root / "seed"
+
+    @property
+    def seed_ready(self) -> Path:
+        return self.root / "seed" / "_SEED_READY"
+
+    @property
+    def keyed_checkpoint(self) -> Path:
+        return self.root / "checkpoints" / "keyed"
+
+    @property
+    def events_checkpoint(self) -> Path:
+        return self.root / "checkpoints" / "events"
+
+    @property
+    def batches(self) -> Path:
+        return self.root / "batches"
+
+    @property
+    def progress(self) -> Path:
+        return self.root / "progress.json"
+
+    def batch_file(self, batch_id: int) -> Path:
+        return self.batches / f"{batch_id:012d}.json"
+
+
+@dataclass
+class StreamResult:
+    handoff_id: str
+    reason: str
+    switched_after_s: float | None = None
+    caught_up_after_s: float | None = None
+    batches: int = 0
+    lag: dict[int, int] = field(default_factory=dict)
+
+    def summary(self, pipeline: str) -> str:
+        parts = [f"stream {pipeline} {self.handoff_id} stopped ({self.reason})", f"{self.batches} event batches"]
+        if self.switched_after_s is not None:
+            parts.append(f"SWITCHED after {self.switched_after_s:.1f}s")
+        if self.caught_up_after_s is not None:
+            parts.append(f"CAUGHT_UP after {self.caught_up_after_s:.1f}s")
+        parts.append(f"offsets behind: {sum(self.lag.values())}")
+        return "; ".join(parts)
+
+
+# ---------------------------------------------------------------- transforms (pure DataFrame -> DataFrame)
+
+def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
+                  settings: StreamSettings) -> DataFrame:
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic)
+              .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
+              .option("failOnDataLoss", "true"))
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                                F.col("timestamp").alias("kafka_timestamp"), "value")
+
+
+def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
+    """Well-formed events as keyed partial rows, marked as stream input."""
+    return parsed.where(F.col("error").isNull()).select(
+        pipeline.key, *event_as_partial(pipeline, pipeline.aggregations, keyed=True),
+        F.lit(1).cast("long").alias(EVENTS_SEEN))
+
+
+def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    """The running keyed state over seed and event partials; EVENTS_SEEN tells seed-only keys apart."""
+    return (partials.groupBy(pipeline.key)
+            .agg(*merge_aggregations(pipeline.aggregations, keyed=True), F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
+            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
+
+
+def window_end(pipeline: Pipeline) -> F.Column:
+    return F.col("window_start") + F.expr(f"INTERVAL {int(pipeline.windows.size.total_seconds())} SECONDS")
+
+
+def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
+    aggs = pipeline.windows.aggregations
+    return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
+            .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
+
+
+def _merge_set(aggs: tuple[Aggregation, ...]) -> dict[str, str]:
+    """How a MERGE folds a source partial row into a target row, column by column."""
+    sets = {}
+    for agg in aggs:
+        if agg.kind in ("count", "sum"):
+            sets[agg.name] = f"t.`{agg.name}` + s.`{agg.name}`"
+        elif agg.kind == "mean":
+            for part in ("__sum", "__count"):
+                sets[agg.name + part] = f"t.`{agg.name}{part}` + s.`{agg.name}{part}`"
+        elif agg.kind in ("min", "max"):
+            fn = "least" if agg.kind == "min" else "greatest"
+            sets[agg.name] = f"{fn}(t.`{agg.name}`, s.`{agg.name}`)"
+    last_cols = [c for c in partial_columns(aggs) if c not in sets]
+    if last_cols:
+        newer = "struct(s.last_by_time, s.last_by_event_id) > struct(t.last_by_time, t.last_by_event_id)"
+        for c in last_cols:
+            sets[c] = f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END"
+    return sets
+
+
+# ---------------------------------------------------------------- batch sinks
+
+class _Txn:
+    """Delta idempotent writes: MERGE reads (txnAppId, txnVersion) from the session, not from writer options."""
+
+    def __init__(self, spark: SparkSession, app_id: str, version: int):
+        self.spark, self.app_id, self.version = spark, app_id, version
+
+    def __enter__(self):
+        self.spark.conf.set(_TXN_APP, self.app_id)
+        self.spark.conf.set(_TXN_VERSION, str(self.version))
+
+    def __exit__(self, *exc):
+        self.spark.conf.unset(_TXN_APP)
+        self.spark.conf.unset(_TXN_VERSION)
+
+
+def _append(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: str | None = None) -> None:
+    writer = df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    writer.save(path)
+
+
+class KeyedSink:
+    def __init__(self, pipeline: Pipeline, tables: Tables, bootstrap: str, app_id: str):
+        self.pipeline, self.tables, self.bootstrap, self.app_id = pipeline, tables, bootstrap, app_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        spark = batch.sparkSession
+        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN).persist()
+        try:
+            key = self.pipeline.key
+            # Updates first: they are what low latency is about; replays may resend, updates are absolute.
+            (changed.select(F.col(key).cast("binary").alias("key"),
+                            F.to_json(F.struct(*[F.col(c) for c in changed.columns])).cast("binary").alias("value"))
+             .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+             .option("topic", self.pipeline.updates_topic).save())
+            with _Txn(spark, f"{self.app_id}-state", batch_id):
+                (DeltaTable.forPath(spark, self.tables.state).alias("t")
+                 .merge(changed.alias("s"), f"t.`{key}` = s.`{key}`")
+                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        finally:
+            changed.unpersist()
+
+
+class EventsSink:
+    def __init__(self, pipeline: Pipeline, tables: Tables, paths: StreamPaths, handoff: Handoff, app_id: str):
+        self.pipeline, self.tables, self.paths, self.handoff, self.app_id = pipeline, tables, paths, handoff, app_id
+
+    def watermark_before(self, batch_id: int) -> datetime | None:
+        previous = read_json(self.paths.batch_file(batch_id - 1)) if batch_id > 0 else None
+        if previous is None:
+            return self.handoff.backlog_watermark
+        return datetime.fromisoformat(previous["watermark_after"]) if previous["watermark_after"] else None
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        pipeline, tables, app = self.pipeline, self.tables, self.app_id
+        watermark = self.watermark_before(batch_id)
+        batch = batch.persist()
+        try:
+            well = F.col("error").isNull()
+            windows = pipeline.windows is not None
+            events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
+            is_late = well & (window_end(pipeline) <= F.lit(watermark)) if windows and watermark else F.lit(False)
+            events = events.withColumn("__late", is_late)
+            stats = events.groupBy("kafka_partition").agg(
+                F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
+                F.count_if(~well).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.max("kafka_offset").alias("last_offset"),
+                F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
+            per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
+                                                      "dead_lettered": r.dead_lettered, "late": r.late,
+                                                      "last_offset": r.last_offset} for r in stats}
+            newest = max((r.newest for r in stats if r.newest is not None), default=None)
+            if any(p["dead_lettered"] for p in per_partition.values()):
+                dead = events.where(~well).select(
+                    "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+                    F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
+                    F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
+                _append(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
+            if any(p["late"] for p in per_partition.values()):
+                late = events.where("__late").select(
+                    "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
+                    F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
+                _append(late, tables.late, f"{app}-late", batch_id)
+            watermark_after = watermark
+            if windows:
+                on_time = events.where(well & ~F.col("__late"))
+                if any(p["well_formed"] - p["late"] for p in per_partition.values()):
+                    self._merge_windows(batch.sparkSession, batch_window_partials(pipeline, on_time), batch_id)
+                if newest is not None:
+                    candidate = newest - pipeline.allowed_lateness
+                    watermark_after = max(watermark, candidate) if watermark else candidate
+                if watermark_after and (watermark is None or _window_index(pipeline, watermark_after)
+                                        > _window_index(pipeline, watermark)):
+                    self._finalize_windows(batch.sparkSession, watermark_after, batch_id)
+        finally:
+            batch.unpersist()
+        write_json_atomically(self.paths.batch_file(batch_id), {
+            "batch_id": batch_id, "watermark_before": watermark, "watermark_after": watermark_after,
+            "partitions": per_partition, "started": started, "finished": time.time()})
+
+    def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        key = self.pipeline.key
+        with _Txn(spark, f"{self.app_id}-windows-merge", batch_id):
+            (DeltaTable.forPath(spark, self.tables.window_state).alias("t")
+             .merge(partials.alias("s"), f"t.`{key}` = s.`{key}` AND t.window_start = s.window_start")
+             .whenMatchedUpdate(set=_merge_set(self.pipeline.windows.aggregations))
+             .whenNotMatchedInsertAll().execute())
+
+    def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        closing = F.col("window_end") <= F.lit(watermark)
+        final = spark.read.format("delta").load(self.tables.window_state).where(closing)
+        _append(final, self.tables.windows, f"{self.app_id}-windows-final", batch_id)
+        with _Txn(spark, f"{self.app_id}-windows-close", batch_id):
+            DeltaTable.forPath(spark, self.tables.window_state).delete(closing)
+
+
+def _window_index(pipeline: Pipeline, t: datetime) -> int:
+    return int(t.timestamp() // pipeline.windows.size.total_seconds())
+
+
+# ---------------------------------------------------------------- the job
+
+def _write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths: StreamPaths) -> None:
+    """The state at the handoff's version, once, as the seed source's files."""
+    if paths.seed_ready.exists():
+        return
+    if paths.keyed_checkpoint.exists():
+        raise UserError(f"the stream checkpoint {paths.keyed_checkpoint} exists but its seed does not: "
+                        f"remove the folder {paths.root} to restart this handoff's stream from scratch")
+    state = spark.read.format("delta").option("versionAsOf", handoff.state_version).load(tables.state)
+    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
+                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(paths.seed))
+    paths.seed_ready.touch()
+
+
+def _ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:
+    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
+        spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY, reason STRING, "
+                                  "phase STRING, recorded_at TIMESTAMP, event_date DATE") \
+            .write.format("delta").partitionBy("event_date").save(tables.dead_letter)
+    if not DeltaTable.isDeltaTable(spark, tables.late):
+        spark.createDataFrame([], f"kafka_partition INT, kafka_offset BIGINT, `{pipeline.key}` STRING, "
+                                  f"`{pipeline.event_time}` TIMESTAMP, window_start TIMESTAMP, watermark TIMESTAMP, "
+                                  "value BINARY, recorded_at TIMESTAMP") \
+            .write.format("delta").save(tables.late)
+
+
+def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
+    progress = query.lastProgress
+    if not progress:
+        return None
+    for source in progress["sources"]:
+        if source["description"].startswith("KafkaV2"):
+            end = source["endOffset"]
+            end = json.loads(end) if isinstance(end, str) else end
+            return {int(p): int(o) for p, o in (end or {}).get(topic, {}).items()}
+    return None
+
+
+def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
+               settings: StreamSettings | None = None, out=print) -> StreamResult:
+    settings = settings or StreamSettings()
+    handoff = current_handoff(spark, tables)
+    if handoff is None:
+        raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
+    lock = StreamLock(tables).acquire()
+    try:
+        return _run(spark, pipeline, tables, bootstrap, settings, handoff, out)
+    finally:
+        lock.release()
+
+
+def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamResult:
+    paths = StreamPaths(stream_dir(tables, handoff.handoff_id))
+    restart = paths.keyed_checkpoint.exists()
+    started = time.monotonic()
+    _write_seed(spark, pipeline, tables, handoff, paths)
+    _ensure_tables(spark, pipeline, tables)
+    create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)), exist_ok=True)
+    handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STREAM_STARTED,
+                       start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
+                       details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic})
+    out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, {'resuming from checkpoint' if restart else 'seeding'}"
+        f" from state version {handoff.state_version}")
+
+    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets, settings))
+    seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
+    app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
+    trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
+    keyed = (merged_state(pipeline, keyed_input(pipeline, parsed).unionByName(seed))
+             .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
+             .foreachBatch(KeyedSink(pipeline, tables, bootstrap, f"{app_id}-keyed"))
+             .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())
+    events = (parsed.writeStream.queryName(f"{pipeline.name}-events")
+              .foreachBatch(EventsSink(pipeline, tables, paths, handoff, f"{app_id}-events"))
+              .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**trigger).start())
+    return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events), started, out)
+
+
+def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queries, started, out) -> StreamResult:
+    keyed, events = queries
+    stop_signal: list[str] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    result = StreamResult(handoff.handoff_id, reason="")
+    log_statuses = {e.status for e in handoff_log.entries(spark, tables) if e.handoff_id == handoff.handoff_id}
+    switched = handoff_log.SWITCHED in log_statuses
+    caught_up = False
+    try:
+        while True:
+            for query in queries:
+                if query.exception() is not None:
+                    raise RuntimeError(f"query {query.name} failed: {str(query.exception()).splitlines()[0]}")
+                if not query.isActive:
+                    raise RuntimeError(f"query {query.name} stopped unexpectedly")
+            if not switched and (paths.keyed_checkpoint / "commits" / "0").exists():
+                switched = True
+                result.switched_after_s = time.monotonic() - started
+                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.SWITCHED,
+                                   start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
+                                   details={"seconds_since_start": round(result.switched_after_s, 3)})
+                out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has committed")
+            lag, snapshot = _lag(bootstrap, handoff, queries, paths)
+            result.lag = lag
+            behind = sum(lag.values())
+            if switched and not caught_up and behind <= settings.caught_up_lag:
+                caught_up = True
+                result.caught_up_after_s = result.caught_up_after_s or time.monotonic() - started
+                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.CAUGHT_UP,
+                                   details={"offsets_behind": lag, **snapshot})
+                out(f"CAUGHT_UP after {time.monotonic() - started:.1f}s: {behind} offsets behind latest")
+            elif caught_up and behind > settings.behind_threshold:
+                caught_up = False
+                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FALLING_BEHIND,
+                                   details={"offsets_behind": lag, **snapshot})
+                out(f"FALLING_BEHIND: {behind} offsets behind latest")
+            write_json_atomically(paths.progress, {"pid": os.getpid(), "updated": time.time(), "handoff_id":
+                                                   handoff.handoff_id, "offsets_behind": lag, **snapshot})
+            if stop_signal:
+                result.reason = stop_signal[0]
+                break
+            if settings.until_caught_up and caught_up:
+                result.reason = "caught up"
+                break
+            if settings.for_seconds is not None and time.monotonic() - started >= settings.for_seconds:
+                result.reason = f"ran {settings.for_seconds:g}s"
+                break
+            time.sleep(settings.poll_seconds)
+    except Exception as err:
+        _stop(queries)
+        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
+                           details={"phase": "stream", "reason": str(err).splitlines()[0][:500]})
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _stop(queries)
+    result.batches = len(list(paths.batches.glob("*.json"))) if paths.batches.exists() else 0
+    handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STOPPED,
+                       details={"reason": result.reason, "offsets_behind": result.lag})
+    return result
+
+
+def _stop(queries) -> None:
+    for query in queries:
+        try:
+            query.stop()
+        except Exception:  # already failed; its error is what gets reported
+            pass
+
+
+def _lag(bootstrap: str, handoff: Handoff, queries, paths: StreamPaths) -> tuple[dict[int, int], dict]:
+    """Offsets behind latest per partition, for the slower of the two queries, plus figures for status."""
+    latest = {p: hi for p, (_, hi) in offset_bounds(bootstrap, handoff.topic).items()}
+    done = dict(handoff.start_offsets)
+    committed = []
+    for query in queries:
+        ends = _kafka_end_offsets(query, handoff.topic)
+        committed.append(ends if ends is not None else {})
+    lag = {}
+    for p, hi in latest.items():
+        position = min(c.get(p, done.get(p, 0)) for c in committed)
+        lag[p] = max(0, hi - position)
+    progress = queries[1].lastProgress or {}
+    last_batch = max(paths.batches.glob("*.json"), default=None) if paths.batches.exists() else None
+    batch_info = read_json(last_batch) if last_batch else None
+    return lag, {
+        "latest_offsets": latest,
+        "input_rows_per_s": progress.get("inputRowsPerSecond"),
+        "processed_rows_per_s": progress.get("processedRowsPerSecond"),
+        "last_batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "stream_watermark": (batch_info or {}).get("watermark_after"),
+        "batch_id": progress.get("batchId"),
+    }

@@ -1,0 +1,109 @@
+"""The pipeline as assets: archive → daily tiles → keyed state and windows (→ handoff → stream)."""
+
+import hashlib
+import json
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from jobs.backfill import backfill_tiles, commit_state
+from orchestration.errors import user_errors_as_failures
+from orchestration.partitions import daily, days_of
+from orchestration.resources import SparkResource, WarehouseResource
+from state_handoff import handoff_log
+from state_handoff.archive_files import archive_meta, list_archive
+
+BACKLOG = "backlog"
+
+
+def _timestamp(value: datetime | None):
+    return dg.MetadataValue.timestamp(value.replace(tzinfo=timezone.utc)) if value else dg.MetadataValue.null()
+
+
+@dg.observable_source_asset(group_name=BACKLOG)
+def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
+    """The topic's history as Parquet day folders, each record with its Kafka partition and offset."""
+    tables = warehouse.tables()
+    with user_errors_as_failures():
+        files = list_archive(tables.archive)
+        meta = archive_meta(tables.archive)
+    days = sorted({f.day for f in files})
+    fingerprint = json.dumps({"meta": meta, "files": [f.path for f in files]}, sort_keys=True)
+    return dg.ObserveResult(
+        data_version=dg.DataVersion(hashlib.sha256(fingerprint.encode()).hexdigest()[:16]),
+        metadata={
+            "topic": meta["topic"],
+            "records": meta["records"],
+            "files": len(files),
+            "days": len(days),
+            "first_day": str(days[0]) if days else "",
+            "last_day": str(days[-1]) if days else "",
+            "first_offsets": dg.MetadataValue.json(meta["first"]),
+            "end_offsets": dg.MetadataValue.json(meta["cut"]),
+            "path": dg.MetadataValue.path(tables.archive),
+        })
+
+
+@dg.asset(partitions_def=daily, backfill_policy=dg.BackfillPolicy.single_run(), deps=["archive"],
+          group_name=BACKLOG, kinds={"spark", "delta"})
+def tiles(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its days."""
+    first, last = days_of(context.partition_time_window)
+    with user_errors_as_failures():
+        run = backfill_tiles(spark.session(), warehouse.spec(), warehouse.tables(), str(first), str(last),
+                             out=context.log.info)
+    if run.handoff_id is None:
+        context.log.info(run.message)
+    return dg.MaterializeResult(metadata={
+        "days": f"{first}..{last}",
+        "handoff_id": run.handoff_id or "",
+        "records_read": run.records_read,
+        "well_formed": run.well_formed,
+        "dead_lettered": run.dead_lettered,
+        "accounting": dg.MetadataValue.json({str(p): a for p, a in run.accounting.items()}),
+        "skipped_files": dg.MetadataValue.json(run.skipped_files),
+        "seconds": round(run.seconds, 3),
+        "records_per_s": round(run.records_read / run.seconds) if run.seconds else 0,
+    })
+
+
+@dg.multi_asset(
+    name="keyed_state",
+    specs=[
+        dg.AssetSpec("state", deps=[tiles], group_name=BACKLOG, kinds={"spark", "delta"},
+                     description="One row per key: the merged aggregates of every tile (the state handed to the stream)."),
+        dg.AssetSpec("windows", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,
+                     description="Final window results: windows ending at or before the backlog watermark."),
+        dg.AssetSpec("window_state", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,
+                     description="Open windows, carried into the stream as state."),
+    ],
+)
+def keyed_state(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: WarehouseResource):
+    """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
+    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+    with user_errors_as_failures():
+        run = commit_state(session, pipeline, tables, out=context.log.info)
+    committed = handoff_log.details(handoff_log.latest(session, tables, handoff_log.BACKFILL_COMMITTED))
+    yield dg.MaterializeResult(asset_key="state", metadata={
+        "handoff_id": run.handoff_id,
+        "state_version": run.state_version,
+        "keys": run.keys,
+        "dagster/row_count": run.keys,
+        "backlog_watermark": _timestamp(run.backlog_watermark),
+        "complete": bool(committed.get("complete")),
+        "records_not_backfilled": dg.MetadataValue.json(committed.get("records_not_backfilled", {})),
+        "boundary_offsets": dg.MetadataValue.json({str(p): o for p, o in run.boundary.items()}),
+        "path": dg.MetadataValue.path(tables.state),
+    })
+    if pipeline.windows is None:
+        return
+    for name in ("windows", "window_state"):
+        path = tables.path(name)
+        yield dg.MaterializeResult(asset_key=name, metadata={
+            "dagster/row_count": session.read.format("delta").load(path).count(),
+            "backlog_watermark": _timestamp(run.backlog_watermark),
+            "path": dg.MetadataValue.path(path),
+        })
+
+
+defs = dg.Definitions(assets=[archive, tiles, keyed_state])

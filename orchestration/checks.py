@@ -1,0 +1,124 @@
+"""Great Expectations gates on the backlog's output: a failing check blocks everything downstream of it."""
+
+from datetime import datetime
+
+import dagster as dg
+import great_expectations as gx
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import TILE_START
+from jobs.backfill import read_archive
+from orchestration.assets import tiles
+from orchestration.expectations import check_result, run_suite
+from orchestration.partitions import daily, days_of
+from orchestration.resources import SparkResource, WarehouseResource
+from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
+from state_handoff.archive_files import list_archive, unreadable
+from state_handoff.parsing import parse_events
+from state_handoff.spec import Aggregation, Pipeline
+from state_handoff.tables import Tables
+
+
+def _counts_at_least_one(aggregations: tuple[Aggregation, ...], prefix: str = "") -> list:
+    return [gx.expectations.ExpectColumnValuesToBeBetween(column=prefix + a.name, min_value=1)
+            for a in aggregations if a.kind == "count"]
+
+
+def _min_not_above_max(aggregations: tuple[Aggregation, ...]) -> list:
+    lows = {a.column: a.name for a in aggregations if a.kind == "min"}
+    return [gx.expectations.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a.name, column_B=lows[a.column],
+                                                                    or_equal=True)
+            for a in aggregations if a.kind == "max" and a.column in lows]
+
+
+def _newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
+    """The greatest well-formed event time in the archive, searched from the newest day folder back."""
+    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    for day in sorted({f.day for f in files}, reverse=True):
+        parsed = parse_events(pipeline, read_archive(spark, tables, [f for f in files if f.day == day]))
+        newest = parsed.where(F.col("error").isNull()).agg(F.max(pipeline.event_time)).first()[0]
+        if newest is not None:
+            return newest
+    return None
+
+
+def state_expectations(pipeline: Pipeline, newest_archived: datetime | None) -> list:
+    last_times = [LAST_BY_TIME] + [a.name for a in pipeline.aggregations
+                                   if a.kind == "last" and a.column == pipeline.event_time]
+    not_after_archive = [] if newest_archived is None else [
+        gx.expectations.ExpectColumnValuesToBeBetween(column=c, max_value=newest_archived) for c in last_times]
+    return [
+        gx.expectations.ExpectColumnValuesToNotBeNull(column=pipeline.key),
+        gx.expectations.ExpectColumnValuesToBeUnique(column=pipeline.key),
+        *_counts_at_least_one(pipeline.aggregations),
+        *_min_not_above_max(pipeline.aggregations),
+        *not_after_archive,
+    ]
+
+
+def window_expectations(pipeline: Pipeline) -> list:
+    size = pipeline.windows.size
+    return [
+        gx.expectations.ExpectColumnValuesToNotBeNull(column="window_start"),
+        gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=[pipeline.key, "window_start"]),
+        gx.expectations.UnexpectedRowsExpectation(
+            unexpected_rows_query=("SELECT * FROM {batch} WHERE window_end IS NULL OR window_end <> "
+                                   f"window_start + INTERVAL {int(size.total_seconds())} SECONDS"),
+            description=f"window_end = window_start + {size}"),
+        *_counts_at_least_one(pipeline.windows.aggregations),
+    ]
+
+
+def tile_expectations(pipeline: Pipeline) -> list:
+    return [
+        gx.expectations.ExpectColumnValuesToNotBeNull(column=pipeline.key),
+        gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=[pipeline.key, TILE_START, "kafka_partition"]),
+        *_counts_at_least_one(pipeline.aggregations),
+        *(_counts_at_least_one(pipeline.windows.aggregations, WINDOW_PREFIX) if pipeline.windows else []),
+    ]
+
+
+def _table(spark: SparkSession, path: str) -> DataFrame:
+    return spark.read.format("delta").load(path)
+
+
+@dg.asset_check(asset=tiles, blocking=True, partitions_def=daily)
+def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource,
+                    warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    """Tiles of the run's days: keys present, one tile per (key, tile, partition), every count at least 1."""
+    from delta.tables import DeltaTable
+
+    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+    first, last = days_of(context.partition_time_window)
+    if not DeltaTable.isDeltaTable(session, tables.tiles):
+        return dg.AssetCheckResult(passed=True, description="no tiles yet: the archive has no days in the range")
+    days = _table(session, tables.tiles).where(F.col("event_date").between(F.lit(first), F.lit(last)))
+    return check_result(run_suite(days, "tiles", tile_expectations(pipeline)), days=f"{first}..{last}")
+
+
+@dg.asset_check(asset="state", blocking=True)
+def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
+    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+    newest = _newest_archived_event_time(session, pipeline, tables)
+    outcomes = run_suite(_table(session, tables.state), "state", state_expectations(pipeline, newest))
+    return check_result(outcomes, newest_archived_event_time=str(newest))
+
+
+def _windows_check(table: str, name: str):
+    @dg.asset_check(asset=table, name=name, blocking=True,
+                    description=f"{table}: one row per (key, window), window_end = window_start + size, counts >= 1.")
+    def windows_are_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+        if pipeline.windows is None:
+            return dg.AssetCheckResult(passed=True, description=f"pipeline {pipeline.name} declares no windows")
+        return check_result(run_suite(_table(session, tables.path(table)), table, window_expectations(pipeline)))
+
+    return windows_are_sound
+
+
+windows_are_sound = _windows_check("windows", "windows_are_sound")
+window_state_is_sound = _windows_check("window_state", "window_state_is_sound")
+
+defs = dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, windows_are_sound, window_state_is_sound])

@@ -1,0 +1,102 @@
+"""`switchyard status`: where a pipeline stands, from the handoff log and the stream's progress files (no JVM)."""
+
+from __future__ import annotations
+
+from state_handoff import handoff_log
+from state_handoff.stream_control import read_json, stream_dir, stream_running
+from state_handoff.tables import Tables
+
+PHASES = {
+    None: "not started",
+    handoff_log.BACKFILL_STARTED: "backlog",
+    handoff_log.BACKFILL_COMMITTED: "backlog",
+    handoff_log.HANDOFF_COMMITTED: "switching",
+    handoff_log.STREAM_STARTED: "switching",
+    handoff_log.SWITCHED: "streaming",
+    handoff_log.CAUGHT_UP: "caught up",
+    handoff_log.FALLING_BEHIND: "falling behind",
+    handoff_log.STOPPED: "stopped",
+    handoff_log.FAILED: "failed",
+}
+_RUNNING = {handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND}
+
+
+def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
+    entries = handoff_log.entries(None, tables)
+    last = entries[-1] if entries else None
+    running = stream_running(tables)
+    phase = PHASES[last.status if last else None]
+    if last is not None and last.status in _RUNNING and not running:
+        phase = "stopped (the stream process is gone without a clean stop)"
+    handoff = next((e for e in reversed(entries) if e.status == handoff_log.HANDOFF_COMMITTED), None)
+    backfill = next((e for e in reversed(entries) if e.status == handoff_log.BACKFILL_COMMITTED), None)
+    status = {
+        "pipeline": tables.pipeline,
+        "phase": phase,
+        "stream_running": running,
+        "latest_status": last.status if last else None,
+        "latest_at": last.at.isoformat() if last else None,
+        "handoff_id": handoff.handoff_id if handoff else None,
+        "start_offsets": handoff_log.offsets(handoff) if handoff else None,
+        "backlog_watermark": (handoff or backfill).backlog_watermark.isoformat()
+        if (handoff or backfill) and (handoff or backfill).backlog_watermark else None,
+        "dead_lettered": 0,
+        "late": 0,
+    }
+    if backfill is not None:
+        status["dead_lettered"] = handoff_log.details(backfill).get("dead_lettered", 0)
+    if handoff is not None:
+        _add_stream_figures(status, tables, handoff.handoff_id, bootstrap)
+    return status
+
+
+def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None) -> None:
+    root = stream_dir(tables, handoff_id)
+    progress = read_json(root / "progress.json") or {}
+    batches = sorted((root / "batches").glob("*.json")) if (root / "batches").exists() else []
+    per_partition: dict[str, dict] = {}
+    for path in batches:
+        for p, counts in (read_json(path) or {}).get("partitions", {}).items():
+            acc = per_partition.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0, "late": 0})
+            for k in acc:
+                acc[k] += counts.get(k, 0)
+    status["dead_lettered"] += sum(a["dead_lettered"] for a in per_partition.values())
+    status["late"] = sum(a["late"] for a in per_partition.values())
+    status["stream_accounting"] = per_partition
+    status["stream_watermark"] = progress.get("stream_watermark")
+    status["input_rows_per_s"] = progress.get("input_rows_per_s")
+    status["processed_rows_per_s"] = progress.get("processed_rows_per_s")
+    status["last_batch_ms"] = progress.get("last_batch_ms")
+    status["offsets_behind"] = progress.get("offsets_behind")
+    status["progress_updated"] = progress.get("updated")
+    if bootstrap and progress.get("latest_offsets") is not None and not status["stream_running"]:
+        status["offsets_behind"] = _behind_now(bootstrap, tables, handoff_id, per_partition, status["start_offsets"])
+
+
+def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
+    """With no stream running: latest offsets minus what the stream's event batches have read."""
+    from state_handoff.archive_files import archive_meta
+    from state_handoff.kafka_io import offset_bounds
+
+    try:
+        topic = archive_meta(tables.archive)["topic"]
+        latest = offset_bounds(bootstrap, topic)
+    except Exception:  # the broker may be down; status still reports the rest
+        return None
+    behind = {}
+    for p, (_, hi) in latest.items():
+        read_to = start.get(p, 0) + per_partition.get(str(p), {}).get("read", 0)
+        behind[str(p)] = max(0, hi - read_to)
+    return behind
+
+
+def format_status(status: dict) -> str:
+    lines = [f"pipeline {status['pipeline']}: {status['phase']} (latest: {status['latest_status']} at {status['latest_at']})"]
+    for label, key in (("handoff", "handoff_id"), ("start offsets", "start_offsets"),
+                       ("backlog watermark", "backlog_watermark"), ("stream watermark", "stream_watermark"),
+                       ("offsets behind latest", "offsets_behind"), ("input rate (rows/s)", "input_rows_per_s"),
+                       ("processed rate (rows/s)", "processed_rows_per_s"), ("last batch (ms)", "last_batch_ms"),
+                       ("dead-lettered", "dead_lettered"), ("late", "late")):
+        if status.get(key) is not None:
+            lines.append(f"  {label}: {status[key]}")
+    return "\n".join(lines)

@@ -1,0 +1,37 @@
+"""Comparisons of switchyard's Delta tables with the oracle's expectations."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from tests import oracle
+
+
+def rows(spark, path):
+    return spark.read.format("delta").load(path).collect()
+
+
+def close(a: float, b: float, scale: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9 * max(scale, 1.0))
+
+
+def assert_state_matches(spark, tables, expected: oracle.Expected):
+    rows = {r.key: r for r in rows(spark, tables.state)}
+    assert set(rows) == set(expected.state)
+    for key, want in expected.state.items():
+        got = rows[key]
+        assert got.event_count == want.event_count, key
+        assert close(got.amount_sum, want.amount_sum, want.amount_abs), (key, got.amount_sum, want.amount_sum)
+        assert (got.amount_min, got.amount_max) == (want.amount_min, want.amount_max), key
+        assert (got.last_event_time, got.last_amount) == (want.last[2], want.last[3]), key
+
+
+def assert_windows_match(spark, path, expected_windows: dict):
+    rows = {(r.key, r.window_start): r for r in rows(spark, path)}
+    assert set(rows) == set(expected_windows)
+    for k, want in expected_windows.items():
+        got = rows[k]
+        assert got.window_end == k[1] + timedelta(hours=1)
+        assert got.event_count == want.event_count, k
+        assert close(got.amount_sum, want.amount_sum, want.amount_abs), k
