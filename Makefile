@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 KAFKA_PORT ?= 9092
 export SWITCHYARD_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: setup demo test kafka-start kafka-stop clean
+.PHONY: setup demo test ui kafka-start kafka-stop clean
 
 setup:
 	@deploy/setup.sh
@@ -21,6 +21,10 @@ demo: kafka-start
 
 test: setup
 	@deploy/run_tests.sh
+
+# The Dagster UI on http://127.0.0.1:3000 (DAGSTER_PORT to change), with the daemon for schedules and sensors.
+ui: setup
+	@deploy/dagster_ui.sh
 
 clean: kafka-stop
 	rm -rf warehouse .switchyard/kafka

@@ -175,15 +175,20 @@ def _descendants(pid: int) -> list[int]:
 
 
 def _comm(pid: int) -> str:
+    """The process's kind: java, python, or pyspark.daemon / pyspark.worker (per-row Python)."""
     try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
         with open(f"/proc/{pid}/comm") as fh:
-            return fh.read().strip()
+            comm = fh.read().strip()
     except OSError:
         return ""
+    return next((kind for kind in ("pyspark.daemon", "pyspark.worker") if kind in cmdline), comm)
 
 
 class MemorySampler(threading.Thread):
-    """Every 0.5 s: the peak RSS (kernel VmHWM) of a process and of its descendants, by kind (java / python)."""
+    """Every 0.5 s: the peak RSS (kernel VmHWM) of a process and of its descendants, by kind; and whether any
+    PySpark Python worker (per-row Python) ever ran."""
 
     def __init__(self, pid: int):
         super().__init__(daemon=True)
@@ -198,8 +203,7 @@ class MemorySampler(threading.Thread):
                 if status:
                     seen = max(status.get("VmHWM", 0), status.get("VmRSS", 0), self.peak.get(pid, ("", 0))[1])
                     self.peak[pid] = (comm, seen)
-            self.python_workers = max(self.python_workers, sum(
-                1 for pid, (comm, _) in self.peak.items() if pid != self.pid and comm.startswith("python")))
+            self.python_workers = sum(1 for comm, _ in self.peak.values() if comm.startswith("pyspark."))
             self.stop_event.wait(0.5)
 
     def peak_of(self, kind: str) -> int:
@@ -253,6 +257,7 @@ def run_worker(args) -> int:
         spark.sparkContext.setJobDescription(line.strip())
         print(f"[{args.strategy} +{now - started:7.2f}s] {line}", flush=True)
 
+    load_before = os.getloadavg()
     out("[0/5] start")
     try:
         backfill = run_backfill(spark, get_pipeline(PIPELINE), Tables(str(run_dir / "warehouse"), PIPELINE),
@@ -273,16 +278,55 @@ def run_worker(args) -> int:
         result["steps"] = [{"step": line.split("]")[0] + "]", "line": line, "wall_s": round(b - a, 3)}
                            for (a, line), b in zip(marks, bounds[1:])]
     spark.sparkContext.setJobDescription(None)
+    result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     result["jvm"] = _jvm_memory(spark)
     result["jvm"]["vm_hwm_bytes"] = _proc_status(result["jvm"]["pid"]).get("VmHWM", 0)
     result["python_vm_hwm_bytes"] = _proc_status(os.getpid()).get("VmHWM", 0)
+    if result["finished"] and args.probes:
+        result["probes"] = run_probes(spark, Tables(str(run_dir / "warehouse"), PIPELINE), args.strategy,
+                                      parse_probes=args.strategy == STRATEGIES[0])
     spark.stop()
-    logs = sorted(p for p in event_dir.iterdir() if p.is_file())
+    logs = sorted(event_dir.iterdir(), key=lambda p: p.stat().st_mtime)
     result["event_log"] = str(logs[-1]) if logs else None
     if logs:
         result["spark"] = event_log_breakdown(logs[-1])
     Path(args.result).write_text(json.dumps(result, indent=2, default=str))
     return 0 if result["finished"] else 1
+
+
+PROBE = "[probe]"
+
+
+def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, float]:
+    """After the timed run, in the same JVM: the tiles query and its parts into Spark's `noop` sink (no write).
+
+    scan / parse / parse+filter isolate the cost of the JSON parse and of the filter on `error`, which the
+    optimizer pushes below the parse (re-parsing); tiles without the Delta write splits aggregate from write.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.aggregation import tiles_from_events
+    from jobs.backfill import read_archive
+    from state_handoff.archive_files import list_archive
+    from state_handoff.parsing import parse_events
+    from state_handoff.pipelines import get_pipeline
+
+    pipeline = get_pipeline(PIPELINE)
+    archive = read_archive(spark, tables, list_archive(tables.archive))
+    parsed = parse_events(pipeline, archive)
+    well_formed = parsed.where(F.col("error").isNull())
+    probes = {"tiles, no write": tiles_from_events(pipeline, well_formed, strategy)}
+    if parse_probes:
+        probes = {"scan": archive, "scan + parse": parsed, "scan + parse + filter": well_formed, **probes}
+    seconds = {}
+    for name, frame in probes.items():
+        spark.sparkContext.setJobDescription(f"{PROBE} {name}")
+        started = time.monotonic()
+        frame.write.format("noop").mode("overwrite").save()
+        seconds[name] = round(time.monotonic() - started, 2)
+        print(f"[{strategy} probe] {name}: {seconds[name]:.1f}s", flush=True)
+    spark.sparkContext.setJobDescription(None)
+    return seconds
 
 
 # ------------------------------------------------------------------------------------- the Spark event log
@@ -299,6 +343,15 @@ def _plan_metrics(plan: dict, into: dict[int, tuple[str, str]]) -> None:
         _plan_metrics(child, into)
 
 
+def _event_lines(path: Path):
+    """A plain event log file, or Spark 4's rolling directory of events_<n>_<app> files."""
+    files = [path] if path.is_file() else sorted(
+        path.glob("events_*"), key=lambda p: int(p.name.split("_")[1]) if p.name.split("_")[1].isdigit() else 0)
+    for file in files:
+        with open(file) as fh:
+            yield from fh
+
+
 def event_log_breakdown(path: Path) -> dict:
     """Stage metrics per backfill step (the job description), plus SQL operator metrics for every stage."""
     accumulators: dict[int, tuple[str, str]] = {}
@@ -311,58 +364,57 @@ def event_log_breakdown(path: Path) -> dict:
     def stage(sid: int) -> dict:
         return stages.setdefault(sid, defaultdict(float))
 
-    with open(path) as fh:
-        for line in fh:
-            event = json.loads(line)
-            kind = event.get("Event", "")
-            if kind.endswith("SparkListenerSQLExecutionStart") or kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
-                _plan_metrics(event.get("sparkPlanInfo", {}), accumulators)
-            elif kind.endswith("SparkListenerSQLAdaptiveSQLMetricUpdates"):
-                for metric in event.get("sqlPlanMetrics", []):
-                    accumulators[int(metric["accumulatorId"])] = ("(adaptive)", metric["name"])
-            elif kind == "SparkListenerJobStart":
-                description = (event.get("Properties") or {}).get("spark.job.description") or "(no step)"
-                job_step[event["Job ID"]] = description
-                for sid in event.get("Stage IDs", []):
-                    stage_step.setdefault(sid, description)
-            elif kind == "SparkListenerTaskEnd":
-                sid, metrics = event["Stage ID"], event.get("Task Metrics") or {}
-                s = stage(sid)
-                s["tasks"] += 1
-                s["run_ms"] += metrics.get("Executor Run Time", 0)
-                s["cpu_ns"] += metrics.get("Executor CPU Time", 0)
-                s["gc_ms"] += metrics.get("JVM GC Time", 0)
-                s["spill_memory_bytes"] += metrics.get("Memory Bytes Spilled", 0)
-                s["spill_disk_bytes"] += metrics.get("Disk Bytes Spilled", 0)
-                s["peak_execution_memory_max"] = max(s["peak_execution_memory_max"],
-                                                     metrics.get("Peak Execution Memory", 0))
-                write = metrics.get("Shuffle Write Metrics") or {}
-                s["shuffle_write_bytes"] += write.get("Shuffle Bytes Written", 0)
-                s["shuffle_write_ns"] += write.get("Shuffle Write Time", 0)
-                s["shuffle_write_records"] += write.get("Shuffle Records Written", 0)
-                read = metrics.get("Shuffle Read Metrics") or {}
-                s["shuffle_read_bytes"] += read.get("Local Bytes Read", 0) + read.get("Remote Bytes Read", 0)
-                s["shuffle_fetch_wait_ms"] += read.get("Fetch Wait Time", 0)
-                s["input_records"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
-                s["input_bytes"] += (metrics.get("Input Metrics") or {}).get("Bytes Read", 0)
-                s["output_records"] += (metrics.get("Output Metrics") or {}).get("Records Written", 0)
-                for acc in (event.get("Task Info") or {}).get("Accumulables", []):
-                    update = acc.get("Update")
-                    if acc.get("Metadata") == "sql" and update is not None:
-                        try:
-                            task_sql[sid][int(acc["ID"])] += int(update)
-                        except (TypeError, ValueError):
-                            pass
-            elif kind == "SparkListenerStageCompleted":
-                info = event["Stage Info"]
-                s = stage(info["Stage ID"])
-                s["name"] = info.get("Stage Name", "")
-                s["wall_ms"] = (info.get("Completion Time") or 0) - (info.get("Submission Time") or 0)
-                s["num_tasks"] = info.get("Number of Tasks", 0)
-                s["accumulable_names"] = {int(a["ID"]): a.get("Name", "") for a in info.get("Accumulables", [])}
-            elif kind == "SparkListenerStageExecutorMetrics":
-                heap = (event.get("Executor Metrics") or {}).get("JVMHeapMemory", 0)
-                peak_heap[event["Stage ID"]] = max(peak_heap.get(event["Stage ID"], 0), heap)
+    for line in _event_lines(path):
+        event = json.loads(line)
+        kind = event.get("Event", "")
+        if kind.endswith("SparkListenerSQLExecutionStart") or kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
+            _plan_metrics(event.get("sparkPlanInfo", {}), accumulators)
+        elif kind.endswith("SparkListenerSQLAdaptiveSQLMetricUpdates"):
+            for metric in event.get("sqlPlanMetrics", []):
+                accumulators[int(metric["accumulatorId"])] = ("(adaptive)", metric["name"])
+        elif kind == "SparkListenerJobStart":
+            description = (event.get("Properties") or {}).get("spark.job.description") or "(no step)"
+            job_step[event["Job ID"]] = description
+            for sid in event.get("Stage IDs", []):
+                stage_step.setdefault(sid, description)
+        elif kind == "SparkListenerTaskEnd":
+            sid, metrics = event["Stage ID"], event.get("Task Metrics") or {}
+            s = stage(sid)
+            s["tasks"] += 1
+            s["run_ms"] += metrics.get("Executor Run Time", 0)
+            s["cpu_ns"] += metrics.get("Executor CPU Time", 0)
+            s["gc_ms"] += metrics.get("JVM GC Time", 0)
+            s["spill_memory_bytes"] += metrics.get("Memory Bytes Spilled", 0)
+            s["spill_disk_bytes"] += metrics.get("Disk Bytes Spilled", 0)
+            s["peak_execution_memory_max"] = max(s["peak_execution_memory_max"],
+                                                 metrics.get("Peak Execution Memory", 0))
+            write = metrics.get("Shuffle Write Metrics") or {}
+            s["shuffle_write_bytes"] += write.get("Shuffle Bytes Written", 0)
+            s["shuffle_write_ns"] += write.get("Shuffle Write Time", 0)
+            s["shuffle_write_records"] += write.get("Shuffle Records Written", 0)
+            read = metrics.get("Shuffle Read Metrics") or {}
+            s["shuffle_read_bytes"] += read.get("Local Bytes Read", 0) + read.get("Remote Bytes Read", 0)
+            s["shuffle_fetch_wait_ms"] += read.get("Fetch Wait Time", 0)
+            s["input_records"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
+            s["input_bytes"] += (metrics.get("Input Metrics") or {}).get("Bytes Read", 0)
+            s["output_records"] += (metrics.get("Output Metrics") or {}).get("Records Written", 0)
+            for acc in (event.get("Task Info") or {}).get("Accumulables", []):
+                update = acc.get("Update")
+                if acc.get("Metadata") == "sql" and update is not None:
+                    try:
+                        task_sql[sid][int(acc["ID"])] += int(update)
+                    except (TypeError, ValueError):
+                        pass
+        elif kind == "SparkListenerStageCompleted":
+            info = event["Stage Info"]
+            s = stage(info["Stage ID"])
+            s["name"] = info.get("Stage Name", "")
+            s["wall_ms"] = (info.get("Completion Time") or 0) - (info.get("Submission Time") or 0)
+            s["num_tasks"] = info.get("Number of Tasks", 0)
+            s["accumulable_names"] = {int(a["ID"]): a.get("Name", "") for a in info.get("Accumulables", [])}
+        elif kind == "SparkListenerStageExecutorMetrics":
+            heap = (event.get("Executor Metrics") or {}).get("JVMHeapMemory", 0)
+            peak_heap[event["Stage ID"]] = max(peak_heap.get(event["Stage ID"], 0), heap)
 
     per_stage = []
     for sid in sorted(stages):
@@ -391,43 +443,67 @@ def event_log_breakdown(path: Path) -> dict:
             "peak_jvm_heap_bytes": max(peak_heap.values(), default=0)}
 
 
-def tiles_breakdown(spark_metrics: dict) -> dict[str, float]:
-    """Task-seconds of the tiles step ([2/5]) by kind of work, from operator metrics.
+def _split(stages: list[dict]) -> dict[str, float]:
+    """Task-seconds of one shuffle-aggregate-write query by kind of work, from task and operator metrics.
 
-    Whole-stage-codegen durations are split by the sorts and aggregations they contain; what a task spends
-    outside generated code and shuffle is the Delta writer (Parquet encoding, statistics, commit of files).
+    Whole-stage-codegen "duration" is a pipeline's wall time (stages nest), so it is not used; the parts are
+    the metrics Spark times directly (sort time, shuffle write time, fetch wait) and what remains of task time.
     """
     work: dict[str, float] = defaultdict(float)
-    for st in spark_metrics.get("stages", []):
-        if not st["step"].startswith("[2/5]"):
-            continue
+    for st in stages:
         sql = st["sql"]
-        codegen_ms = sum(v for k, v in sql.items() if k.startswith("WholeStageCodegen") and k.endswith(": duration"))
-        sort_ms = {k.split(":")[0]: v for k, v in sql.items() if k.startswith("Sort by") and k.endswith("sort time")}
-        writer_sort_ms = sum(v for k, v in sql.items() if k.startswith("(writer) sort time"))
-        aggregate_ms = sum(v for k, v in sql.items() if "time in aggregation build" in k)
-        reads_shuffle = st.get("shuffle_read_bytes", 0) > 0
-        writes_shuffle = st.get("shuffle_write_bytes", 0) > 0
-        inside_sorts = sum(sort_ms.values())
-        if not reads_shuffle:  # the map side: scan, parse, (the hash strategy's partial sort + aggregation)
-            for node, ms in sort_ms.items():
-                work[f"map-side {node.lower()}"] += ms / 1000
-            work["scan + parse (+ map-side aggregate)"] += max(codegen_ms - inside_sorts, 0) / 1000
+        run_s = st.get("run_ms", 0) / 1000
+        sorts = {k.split(":")[0].lower(): v / 1000 for k, v in sql.items()
+                 if k.startswith("Sort by") and k.endswith("sort time")}
+        writer_sort = sum(v for k, v in sql.items() if k == "(writer) sort time") / 1000
+        shuffle_write = st.get("shuffle_write_ns", 0) / 1e9
+        fetch_wait = st.get("shuffle_fetch_wait_ms", 0) / 1000
+        if not st.get("shuffle_read_bytes"):
+            for node, sec in sorts.items():
+                work[f"map-side {node}"] += sec
+            work["scan + parse + filter (+ partial aggregate)"] += max(run_s - sum(sorts.values()) - shuffle_write, 0)
         else:
-            for node, ms in sort_ms.items():
-                work[f"reduce-side {node.lower()}"] += ms / 1000
-            work["aggregate (sort-aggregate pass)" if not aggregate_ms else "aggregate"] += \
-                max(codegen_ms - inside_sorts, 0) / 1000
-            work["shuffle read wait"] += st.get("shuffle_fetch_wait_ms", 0) / 1000
-        if writes_shuffle:
-            work["shuffle write"] += st.get("shuffle_write_ns", 0) / 1e9
-        if writer_sort_ms:
-            work["Delta writer sort by event_date"] += writer_sort_ms / 1000
-        if reads_shuffle and not writes_shuffle:
-            accounted = codegen_ms + writer_sort_ms + st.get("shuffle_fetch_wait_ms", 0)
-            work["Delta write (encode, stats, files)"] += max(st.get("run_ms", 0) - accounted, 0) / 1000
-        work["GC (inside the above)"] += st.get("gc_ms", 0) / 1000
+            for node, sec in sorts.items():
+                work[f"reduce-side {node}"] += sec
+            work["shuffle read (fetch wait)"] += fetch_wait
+            rest = max(run_s - sum(sorts.values()) - writer_sort - fetch_wait - shuffle_write, 0)
+            work["aggregate + Delta write" if "(writer) task commit time" in sql else "aggregate"] += rest
+        if shuffle_write:
+            work["shuffle write"] += shuffle_write
+        if writer_sort:
+            work["Delta writer's sort by event_date"] += writer_sort
+        work["(of which JVM GC)"] += st.get("gc_ms", 0) / 1000
+    return dict(work)
+
+
+def tiles_breakdown(result: dict) -> dict[str, float]:
+    """Where the tiles step [2/5] goes, in task-seconds summed over cores; the `noop` probe of the same query
+    (no Delta write) splits "aggregate + Delta write" into its two parts."""
+    stages = (result.get("spark") or {}).get("stages", [])
+    work = _split([s for s in stages if s["step"].startswith("[2/5]")])
+    probe = _split([s for s in stages if s["step"] == f"{PROBE} tiles, no write"])
+    if "aggregate + Delta write" in work and "aggregate" in probe:
+        both = work.pop("aggregate + Delta write")
+        work["aggregate (from the noop probe)"] = min(probe["aggregate"], both)
+        work["Delta write: encode, stats, files"] = max(both - probe["aggregate"], 0)
+    gc = work.pop("(of which JVM GC)", 0)
+    total = sum(work.values())
+    work["= task-seconds"] = total
+    work["(of which JVM GC)"] = gc
     return {k: round(v, 2) for k, v in work.items()}
+
+
+def parse_breakdown(result: dict) -> dict[str, float]:
+    """Task-seconds of the scan / parse probes: what the JSON parse and the pushed-down filter cost."""
+    stages = (result.get("spark") or {}).get("stages", [])
+    seconds = {name: sum(s["run_ms"] for s in stages if s["step"] == f"{PROBE} {name}") / 1000
+               for name in ("scan", "scan + parse", "scan + parse + filter")}
+    if not all(seconds.values()):
+        return {}
+    return {"scan (read Parquet, value bytes)": round(seconds["scan"], 2),
+            "parse (from_json x2, regex, casts)": round(seconds["scan + parse"] - seconds["scan"], 2),
+            "filter error IS NULL (re-parses below the projection)":
+                round(seconds["scan + parse + filter"] - seconds["scan + parse"], 2)}
 
 
 # --------------------------------------------------------------------------------------------- comparison
@@ -517,6 +593,8 @@ def run_strategy(args, out_dir: Path, strategy: str) -> dict:
                         "--result", str(result_file), "--events", str(args.events))
     if args.shuffle_partitions:
         argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
+    if args.probes:
+        argv += ["--probes"]
     print(f"\n== {strategy}: fresh JVM, SWITCHYARD_DRIVER_MEMORY={args.driver_memory}", flush=True)
     code, sampler, process_s = _subprocess(argv, env, run_dir / "stderr.log")
     result = json.loads(result_file.read_text()) if result_file.exists() else {
@@ -526,17 +604,27 @@ def run_strategy(args, out_dir: Path, strategy: str) -> dict:
     if code and "error" not in result:
         tail = (run_dir / "stderr.log").read_text(errors="replace").strip().splitlines()[-15:]
         result["error"] = "\n".join(tail)
-    jvm_hwm = max(sampler.peak_of("java"), (result.get("jvm") or {}).get("vm_hwm_bytes", 0))
-    result["peak_jvm_rss_bytes"] = jvm_hwm
-    result["peak_python_rss_bytes"] = max(sampler.peak_of("driver-python"), result.get("python_vm_hwm_bytes", 0))
+    # The worker reads the kernel's high-water marks right after the backfill (before the probes); the sampler
+    # stands in when the worker died first.
+    result["peak_jvm_rss_bytes"] = (result.get("jvm") or {}).get("vm_hwm_bytes") or sampler.peak_of("java")
+    result["peak_python_rss_bytes"] = result.get("python_vm_hwm_bytes") or sampler.peak_of("driver-python")
     result["python_worker_processes"] = sampler.python_workers
-    spark = result.get("spark") or {}
-    result["spill_bytes"] = sum(s.get("spill_memory_bytes", 0) for s in spark.get("stages", []))
-    result["spill_disk_bytes"] = sum(s.get("spill_disk_bytes", 0) for s in spark.get("stages", []))
-    result["shuffle_write_bytes"] = sum(s.get("shuffle_write_bytes", 0) for s in spark.get("stages", []))
-    result["tiles_breakdown_task_s"] = tiles_breakdown(spark)
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2, default=str))
+    return derived_figures(result, args.driver_memory)
+
+
+def derived_figures(result: dict, driver_memory: str) -> dict:
+    timed = [s for s in (result.get("spark") or {}).get("stages", []) if not s["step"].startswith(PROBE)]
+    result["spill_bytes"] = sum(s.get("spill_memory_bytes", 0) for s in timed)
+    result["spill_disk_bytes"] = sum(s.get("spill_disk_bytes", 0) for s in timed)
+    result["shuffle_write_bytes"] = sum(s.get("shuffle_write_bytes", 0) for s in timed)
+    result["task_cpu_s"] = round(sum(s.get("cpu_ns", 0) for s in timed) / 1e9, 1)
+    result["task_run_s"] = round(sum(s.get("run_ms", 0) for s in timed) / 1000, 1)
+    result["peak_heap_used_bytes"] = max((s.get("peak_jvm_heap_bytes", 0) for s in timed), default=0)
+    result["tiles_breakdown_task_s"] = tiles_breakdown(result)
+    result["parse_breakdown_task_s"] = parse_breakdown(result)
     max_heap = (result.get("jvm") or {}).get("max_heap_bytes", 0)
-    result["under_heap_limit"] = bool(result.get("finished")) and 0 < max_heap <= _bytes(args.driver_memory)
+    result["under_heap_limit"] = bool(result.get("finished")) and 0 < max_heap <= _bytes(driver_memory)
     return result
 
 
@@ -557,52 +645,75 @@ def _mb(value) -> str:
 
 
 def report(runs: list[dict], comparison: dict | None) -> str:
-    out = []
-    rows = []
-    for r in runs:
-        rows.append([r["strategy"], f"{r['events']:,}", f"{r['wall_s']:.1f}" if r.get("finished") else "FAILED",
-                     f"{r['records_per_s']:,.0f}" if r.get("finished") else "-",
-                     _mb(r.get("peak_jvm_rss_bytes")), _mb(r.get("peak_python_rss_bytes")),
-                     _mb((r.get("spark") or {}).get("peak_jvm_heap_bytes")),
-                     _mb((r.get("jvm") or {}).get("max_heap_bytes")),
-                     f"{r.get('spill_bytes', 0):,}", f"{r.get('spill_disk_bytes', 0):,}",
-                     _mb(r.get("shuffle_write_bytes")), "yes" if r.get("under_heap_limit") else "NO"])
-    out.append(_table(["strategy", "events", "wall s", "records/s", "peak JVM RSS MB", "peak Python RSS MB",
-                       "peak heap used MB", "max heap MB", "spill bytes (mem)", "spill bytes (disk)",
-                       "shuffle write MB", "ok under heap"], rows))
+    lines: list[str] = []
+    out = lines.append
+    out(_table(
+        ["strategy", "events", "wall s", "records/s", "peak JVM RSS MB", "peak Python RSS MB", "peak heap used MB",
+         "max heap MB", "spill bytes (mem)", "spill bytes (disk)", "shuffle write MB", "task cpu s", "task run s",
+         "ok under heap"],
+        [[r["strategy"], f"{r['events']:,}", f"{r['wall_s']:.1f}" if r.get("finished") else "FAILED",
+          f"{r['records_per_s']:,.0f}" if r.get("finished") else "-",
+          _mb(r.get("peak_jvm_rss_bytes")), _mb(r.get("peak_python_rss_bytes")), _mb(r.get("peak_heap_used_bytes")),
+          _mb((r.get("jvm") or {}).get("max_heap_bytes")), f"{r.get('spill_bytes', 0):,}",
+          f"{r.get('spill_disk_bytes', 0):,}", _mb(r.get("shuffle_write_bytes")), r.get("task_cpu_s", "-"),
+          r.get("task_run_s", "-"), "yes" if r.get("under_heap_limit") else "NO"] for r in runs]))
     by = {r["strategy"]: r for r in runs}
     if all(by.get(s, {}).get("finished") for s in STRATEGIES):
-        out.append(f"\nratio hash/sort wall time: {by['hash']['wall_s'] / by['sort']['wall_s']:.3f} "
-                   f"(> 1: sort is faster)")
+        out(f"\nratio hash/sort wall time: {by['hash']['wall_s'] / by['sort']['wall_s']:.3f} (> 1: sort is faster)")
+    for r in runs:
+        load = r.get("load_average")
+        if load:
+            out(f"{r['strategy']}: load average before {load['before'][0]:.1f}, after {load['after'][0]:.1f} "
+                f"on {os.cpu_count()} cpus; PySpark Python workers seen: {r.get('python_worker_processes', 0)}")
     steps = sorted({s["step"] for r in runs for s in r.get("steps", [])})
     if steps:
-        out.append("\nwall seconds per backfill step")
-        out.append(_table(["step", *[r["strategy"] for r in runs]],
-                          [[step, *[next((f"{s['wall_s']:.1f}" for s in r.get("steps", []) if s["step"] == step), "-")
-                                    for r in runs]] for step in steps]))
+        out("\nwall seconds per backfill step")
+        out(_table(["step", *[r["strategy"] for r in runs]],
+                   [[step, *[next((f"{s['wall_s']:.1f}" for s in r.get("steps", []) if s["step"] == step), "-")
+                             for r in runs]] for step in steps]))
     kinds = list(dict.fromkeys(k for r in runs for k in r.get("tiles_breakdown_task_s", {})))
     if kinds:
-        out.append("\nwhere the tiles step [2/5] goes (task-seconds over all cores, from operator metrics)")
-        out.append(_table(["work", *[r["strategy"] for r in runs]],
-                          [[k, *[f"{r.get('tiles_breakdown_task_s', {}).get(k, 0):.1f}" for r in runs]]
-                           for k in kinds]))
+        out("\nwhere the tiles step [2/5] goes (task-seconds summed over cores)")
+        out(_table(["work", *[r["strategy"] for r in runs]],
+                   [[k, *[f"{r.get('tiles_breakdown_task_s', {}).get(k, 0):.1f}" for r in runs]] for k in kinds]))
+    parse = next((r["parse_breakdown_task_s"] for r in runs if r.get("parse_breakdown_task_s")), None)
+    if parse:
+        out("\nthe parse, from the noop probes (task-seconds; the same for both strategies, measured once)")
+        out(_table(["work", "task s"], [[k, f"{v:.1f}"] for k, v in parse.items()]))
+    probes = [r for r in runs if r.get("probes")]
+    if probes:
+        out("\nprobe wall seconds (noop sink, warm JVM): " + "; ".join(
+            f"{r['strategy']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["probes"].items()) for r in probes))
     for r in runs:
         tiles = [s for s in (r.get("spark") or {}).get("stages", []) if s["step"].startswith("[2/5]")]
         if tiles:
-            out.append(f"\n{r['strategy']}: stages of the tiles step")
-            out.append(_table(["stage", "tasks", "wall s", "task s", "cpu s", "gc s", "input rows", "shuffle w MB",
-                               "shuffle r MB", "spill MB", "peak heap MB"],
-                              [[s["stage"], s["tasks"], f"{s['wall_ms'] / 1000:.1f}", f"{s['run_ms'] / 1000:.1f}",
-                                f"{s['cpu_ns'] / 1e9:.1f}", f"{s['gc_ms'] / 1000:.1f}", f"{s['input_records']:,}",
-                                _mb(s["shuffle_write_bytes"]), _mb(s["shuffle_read_bytes"]),
-                                _mb(s["spill_memory_bytes"]), _mb(s["peak_jvm_heap_bytes"])] for s in tiles]))
+            out(f"\n{r['strategy']}: stages of the tiles step")
+            out(_table(["stage", "tasks", "wall s", "task s", "cpu s", "gc s", "input rows", "shuffle w MB",
+                        "shuffle r MB", "spill MB", "peak heap MB"],
+                       [[s["stage"], s["tasks"], f"{s['wall_ms'] / 1000:.1f}", f"{s['run_ms'] / 1000:.1f}",
+                         f"{s['cpu_ns'] / 1e9:.1f}", f"{s['gc_ms'] / 1000:.1f}", f"{s['input_records']:,}",
+                         _mb(s["shuffle_write_bytes"]), _mb(s["shuffle_read_bytes"]), _mb(s["spill_memory_bytes"]),
+                         _mb(s["peak_jvm_heap_bytes"])] for s in tiles]))
         if r.get("error"):
-            out.append(f"\n{r['strategy']} FAILED: {r['error'][:1500]}")
+            out(f"\n{r['strategy']} FAILED: {r['error'][:1500]}")
     if comparison is not None:
-        out.append("\nsort vs hash results: " + ", ".join(
-            f"{name} {'identical' if c['identical'] else 'DIFFERENT'} ({c['checksums'][next(iter(c['checksums']))]['rows']:,} rows"
-            f", {c['mismatched_rows']} mismatched)" for name, c in comparison.items()))
-    return "\n".join(out)
+        out("\nsort vs hash results: " + ", ".join(
+            f"{name} {'identical' if c['identical'] else 'DIFFERENT'} "
+            f"({next(iter(c['checksums'].values()))['rows']:,} rows, {c['mismatched_rows']} mismatched)"
+            for name, c in comparison.items()))
+    return "\n".join(lines)
+
+
+def print_saved_report(args, out_dir: Path, strategies: list[str]) -> int:
+    runs = []
+    for strategy in strategies:
+        result = json.loads((out_dir / "runs" / strategy / "result.json").read_text())
+        if result.get("event_log"):
+            result["spark"] = event_log_breakdown(Path(result["event_log"]))
+        runs.append(derived_figures(result, args.driver_memory))
+    compare_file = out_dir / "runs" / "compare.json"
+    print(report(runs, json.loads(compare_file.read_text()) if compare_file.exists() else None))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -619,6 +730,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle-partitions", type=int, help="override the profile's spark.sql.shuffle.partitions")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--rebuild-archive", action="store_true")
+    parser.add_argument("--no-probes", dest="probes", action="store_false",
+                        help="skip the noop-sink probes run after each timed backfill (they split parse, "
+                             "aggregate and Delta write)")
+    parser.add_argument("--probes", dest="probes", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--report-only", action="store_true",
+                        help="re-read the last runs' results and event logs under --out-dir and print the report")
     parser.add_argument("--worker", choices=["archive", "run", "compare"], help=argparse.SUPPRESS)
     parser.add_argument("--strategy", help=argparse.SUPPRESS)
     parser.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -647,6 +764,8 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out_dir or REPO / "bench-out" / "backfill" / str(args.events)).resolve()
     archive = out_dir / "warehouse" / PIPELINE / "archive"
     params = archive_params(args)
+    if args.report_only:
+        return print_saved_report(args, out_dir, strategies)
     figures: dict = {"params": params, "driver_memory": args.driver_memory, "out_dir": str(out_dir),
                      "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "host_cpus": os.cpu_count()}
     if args.rebuild_archive or not archive_is_current(archive, params):

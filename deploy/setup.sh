@@ -47,7 +47,21 @@ fetch_jars() {
   touch "$stamp"
 }
 
+install_chromium() {
+  [ -x /usr/bin/chromium ] && return
+  local as_root=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || fail "chromium is missing and installing it needs root: run apt-get install -y chromium as root"
+    as_root=(sudo)
+  fi
+  command -v apt-get >/dev/null 2>&1 || fail "chromium is missing and apt-get is not available: install Debian's chromium package"
+  echo "switchyard setup: installing Debian's chromium with apt-get (the UI test loads the Dagster asset graph in it)"
+  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null \
+    || fail "apt-get could not install chromium: run apt-get update && apt-get install -y chromium as root"
+}
+
 check_java
 setup_python
 fetch_jars spark
 fetch_jars kafka
+install_chromium

@@ -9,11 +9,15 @@ import dagster as dg
 from jobs.backfill import backfill_tiles, commit_state
 from orchestration.errors import user_errors_as_failures
 from orchestration.partitions import daily, days_of
-from orchestration.resources import SparkResource, WarehouseResource
+from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from orchestration.stream_launch import StreamConfig, launch_and_watch
 from state_handoff import handoff_log
 from state_handoff.archive_files import archive_meta, list_archive
+from state_handoff.handoff import current_handoff, run_handoff
+from state_handoff.stream_control import stream_running
 
 BACKLOG = "backlog"
+SWITCH = "switch"
 
 
 def _timestamp(value: datetime | None):
@@ -106,4 +110,54 @@ def keyed_state(context: dg.AssetExecutionContext, spark: SparkResource, warehou
         })
 
 
-defs = dg.Definitions(assets=[archive, tiles, keyed_state])
+@dg.asset(deps=["state", "windows", "window_state"], group_name=SWITCH, kinds={"delta", "kafka"})
+def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+            warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
+    tables = warehouse.tables()
+    if stream_running(tables):
+        raise dg.Failure(description=f"the stream of pipeline {tables.pipeline} is running: "
+                                     "stop it before a new handoff", allow_retries=False)
+    with user_errors_as_failures():
+        switch = run_handoff(spark.session(), warehouse.spec(), tables, kafka.bootstrap)
+    context.log.info(switch.summary(tables.pipeline))
+    return dg.MaterializeResult(metadata={
+        "handoff_id": switch.handoff_id,
+        "topic": switch.topic,
+        "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(switch.start_offsets.items())}),
+        "backlog_watermark": _timestamp(switch.backlog_watermark),
+        "state_version": switch.state_version,
+        "reused": switch.reused,
+    })
+
+
+@dg.asset(deps=[handoff], group_name=SWITCH, kinds={"spark", "kafka"})
+def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
+           warehouse: WarehouseResource) -> dg.MaterializeResult:
+    """The stream (isBacklog = false) in its own process, from the handoff's offsets; each transition is observed."""
+    tables = warehouse.tables()
+    if config.until_caught_up and config.for_seconds is not None:
+        raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)
+    if stream_running(tables):
+        raise dg.Failure(description=f"a stream for pipeline {tables.pipeline} is already running: stop it first",
+                         allow_retries=False)
+    switch = current_handoff(None, tables)
+    if switch is None:
+        raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",
+                         allow_retries=False)
+    env = {"SWITCHYARD_SPARK_PROFILE": spark.profile, **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
+    seen = launch_and_watch(context, config, tables, kafka.bootstrap, switch.handoff_id, env)
+    statuses = [e.status for e in seen]
+    final = handoff_log.details(seen[-1]) if seen else {}
+    return dg.MaterializeResult(metadata={
+        "handoff_id": switch.handoff_id,
+        "transitions": " → ".join(statuses),
+        "switched": handoff_log.SWITCHED in statuses,
+        "caught_up": handoff_log.CAUGHT_UP in statuses,
+        "still_running": config.detached,
+        "stopped_because": final.get("reason", ""),
+        "offsets_behind": dg.MetadataValue.json(final.get("offsets_behind", {})),
+    })
+
+
+defs = dg.Definitions(assets=[archive, tiles, keyed_state, handoff, stream])

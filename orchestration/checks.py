@@ -1,5 +1,6 @@
 """Great Expectations gates on the backlog's output: a failing check blocks everything downstream of it."""
 
+import time
 from datetime import datetime
 
 import dagster as dg
@@ -12,9 +13,12 @@ from jobs.backfill import read_archive
 from orchestration.assets import tiles
 from orchestration.expectations import check_result, run_suite
 from orchestration.partitions import daily, days_of
-from orchestration.resources import SparkResource, WarehouseResource
+from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from orchestration.stream_health import Watch, problem, read_progress
 from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
-from state_handoff.archive_files import list_archive, unreadable
+from state_handoff.archive_files import archive_meta, list_archive, unreadable
+from state_handoff.handoff import current_handoff
+from state_handoff.kafka_io import offset_bounds
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Aggregation, Pipeline
 from state_handoff.tables import Tables
@@ -79,6 +83,37 @@ def tile_expectations(pipeline: Pipeline) -> list:
     ]
 
 
+HANDOFF_EXPECTATIONS = [
+    gx.expectations.ExpectColumnValuesToNotBeNull(column="start_offset"),
+    gx.expectations.ExpectColumnPairValuesToBeEqual(column_A="start_offset", column_B="archive_end"),
+    gx.expectations.ExpectColumnPairValuesAToBeGreaterThanB(column_A="start_offset", column_B="retained_earliest",
+                                                            or_equal=True),
+    gx.expectations.ExpectColumnPairValuesAToBeGreaterThanB(column_A="retained_latest", column_B="start_offset",
+                                                            or_equal=True),
+]
+
+
+def handoff_offsets(spark: SparkSession, tables: Tables, start: dict[int, int], bootstrap: str) -> DataFrame:
+    """Per partition of the topic: the handoff's start offset beside where the archive ends and what Kafka retains.
+
+    The archive's end is read from the files themselves (highest archived offset + 1), not from the backfill's
+    log entry; a partition with nothing archived ends where its archive cut does, or where retention begins.
+    """
+    meta = archive_meta(tables.archive)
+    bounds = offset_bounds(bootstrap, meta["topic"])
+    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    archived = {int(p): int(o) for p, o in read_archive(spark, tables, files).groupBy("kafka_partition")
+                .agg(F.max("kafka_offset")).collect()}
+    cut = {int(p): int(o) for p, o in meta["cut"].items()}
+    rows = []
+    for p in sorted(set(bounds) | set(archived) | set(start)):
+        earliest, latest = bounds.get(p, (None, None))
+        end = archived[p] + 1 if p in archived else cut.get(p, earliest)
+        rows.append((p, start.get(p), end, earliest, latest))
+    return spark.createDataFrame(rows, "kafka_partition INT, start_offset BIGINT, archive_end BIGINT, "
+                                       "retained_earliest BIGINT, retained_latest BIGINT")
+
+
 def _table(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
@@ -118,7 +153,36 @@ def _windows_check(table: str, name: str):
     return windows_are_sound
 
 
+@dg.asset_check(asset="handoff", blocking=True)
+def handoff_is_contiguous(spark: SparkResource, kafka: KafkaResource,
+                          warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    """Every partition starts exactly where the archive ends (no gap, no overlap), at an offset Kafka still retains."""
+    session, tables = spark.session(), warehouse.tables()
+    switch = current_handoff(session, tables)
+    if switch is None:
+        return dg.AssetCheckResult(passed=False, description="no committed handoff in the log")
+    offsets = handoff_offsets(session, tables, switch.start_offsets, kafka.bootstrap)
+    table = "\n".join(f"| {r.kafka_partition} | {r.start_offset} | {r.archive_end} | "
+                      f"{r.retained_earliest}..{r.retained_latest} |" for r in offsets.collect())
+    return check_result(run_suite(offsets, "handoff", HANDOFF_EXPECTATIONS), handoff_id=switch.handoff_id,
+                        partitions=dg.MetadataValue.md("| partition | start offset | archive ends | retained |\n"
+                                                       "|---|---|---|---|\n" + table))
+
+
+@dg.asset_check(asset="stream")
+def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResource) -> dg.AssetCheckResult:
+    """The stream stopped cleanly or is making progress within its lag threshold (the sensor re-evaluates it)."""
+    progress = read_progress(warehouse.tables())
+    if progress is None:
+        return dg.AssetCheckResult(passed=False, description="no handoff yet: nothing streams")
+    now = time.time()
+    verdict = problem(progress, Watch(), now, monitor.stall_seconds, monitor.max_offsets_behind)
+    return dg.AssetCheckResult(passed=verdict is None, metadata=progress.metadata(now),
+                               description=verdict or f"stream {progress.status.lower()}")
+
+
 windows_are_sound = _windows_check("windows", "windows_are_sound")
 window_state_is_sound = _windows_check("window_state", "window_state_is_sound")
 
-defs = dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, windows_are_sound, window_state_is_sound])
+defs = dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, windows_are_sound, window_state_is_sound,
+                                    handoff_is_contiguous, stream_is_healthy])

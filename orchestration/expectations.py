@@ -49,8 +49,11 @@ def _outcome(result) -> Outcome:
 
 
 def run_suite(df: DataFrame, name: str, expectations: list) -> list[Outcome]:
-    """Validate the whole DataFrame against the expectations in an ephemeral (in-memory) GX context."""
-    batch = (_context().data_sources.add_spark(name="switchyard").add_dataframe_asset(name=name)
+    """Validate the whole DataFrame against the expectations in an ephemeral (in-memory) GX context.
+
+    The DataFrame is cached for the suite's several passes and released after (GX's own cache never is).
+    """
+    batch = (_context().data_sources.add_spark(name="switchyard", persist=False).add_dataframe_asset(name=name)
              .add_batch_definition_whole_dataframe(name).get_batch(batch_parameters={"dataframe": df}))
     df.persist()
     try:

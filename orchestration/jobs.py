@@ -8,7 +8,7 @@ BACKFILL = ["archive", "tiles", "state", "windows", "window_state"]
 
 backfill_then_stream = dg.define_asset_job(
     "backfill_then_stream",
-    selection=dg.AssetSelection.assets(*BACKFILL),
+    selection=dg.AssetSelection.assets(*BACKFILL, "handoff", "stream"),
     partitions_def=daily,
     description="Observe the archive, backfill the chosen days, commit the state, hand off and stream.",
 )

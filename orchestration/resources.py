@@ -45,6 +45,13 @@ class WarehouseResource(dg.ConfigurableResource):
         return Tables(self.warehouse, self.pipeline)
 
 
+class StreamMonitorResource(dg.ConfigurableResource):
+    """When the watched stream needs attention: no new batch for stall_seconds while behind, or too far behind."""
+
+    stall_seconds: float = 300.0
+    max_offsets_behind: int = 100_000
+
+
 def _env_or(name: str, default: str | None):
     """Read from the environment at run time when the variable is set; the shipped default otherwise."""
     return dg.EnvVar(name) if os.environ.get(name) else default
@@ -63,4 +70,5 @@ def resources_for(environment: str | None = None) -> dict[str, dg.ConfigurableRe
         "kafka": KafkaResource(bootstrap=_env_or("SWITCHYARD_BOOTSTRAP", DEFAULT_BOOTSTRAP)),
         "warehouse": WarehouseResource(warehouse=_env_or("SWITCHYARD_WAREHOUSE", DEFAULT_WAREHOUSE),
                                        pipeline=_env_or("SWITCHYARD_PIPELINE", DEFAULT_PIPELINE)),
+        "monitor": StreamMonitorResource(),
     }

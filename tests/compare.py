@@ -17,10 +17,10 @@ def close(a: float, b: float, scale: float) -> bool:
 
 
 def assert_state_matches(spark, tables, expected: oracle.Expected):
-    rows = {r.key: r for r in rows(spark, tables.state)}
-    assert set(rows) == set(expected.state)
+    by_key = {r.key: r for r in rows(spark, tables.state)}
+    assert set(by_key) == set(expected.state)
     for key, want in expected.state.items():
-        got = rows[key]
+        got = by_key[key]
         assert got.event_count == want.event_count, key
         assert close(got.amount_sum, want.amount_sum, want.amount_abs), (key, got.amount_sum, want.amount_sum)
         assert (got.amount_min, got.amount_max) == (want.amount_min, want.amount_max), key
@@ -28,10 +28,10 @@ def assert_state_matches(spark, tables, expected: oracle.Expected):
 
 
 def assert_windows_match(spark, path, expected_windows: dict):
-    rows = {(r.key, r.window_start): r for r in rows(spark, path)}
-    assert set(rows) == set(expected_windows)
+    by_window = {(r.key, r.window_start): r for r in rows(spark, path)}
+    assert set(by_window) == set(expected_windows)
     for k, want in expected_windows.items():
-        got = rows[k]
+        got = by_window[k]
         assert got.window_end == k[1] + timedelta(hours=1)
         assert got.event_count == want.event_count, k
         assert close(got.amount_sum, want.amount_sum, want.amount_abs), k

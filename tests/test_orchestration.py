@@ -1,29 +1,36 @@
-"""The Dagster definitions: they load, the backlog assets materialize against the real broker, GX gates block."""
-
-from datetime import datetime, timezone
-from typing import NamedTuple
+"""The Dagster definitions: they load, the chain materializes against the real broker, GX gates block."""
 
 import io
+import shutil
+from datetime import datetime, timezone
+from typing import NamedTuple
 
 import dagster as dg
 import pytest
 from pyspark.sql import functions as F
 
 from jobs.archive import archive_cut, run_archive
+from jobs.backfill import run_backfill
 from jobs.generate import run_generate
+from orchestration.assets import handoff, keyed_state
+from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets, state_is_sound
 from orchestration.definitions import build_definitions, defs
-from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from orchestration.expectations import run_suite
+from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from state_handoff import handoff_log
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from tests import oracle
 
 PIPELINE = get_pipeline("demo")
+TOPIC = "orchestration.backlog"
 DAYS = ("2025-12-31", "2026-01-01", "2026-01-02")
+RANGE = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
 
 
 class Backlog(NamedTuple):
     tables: Tables
-    records: int
+    cut: dict[int, tuple[int, int]]
 
 
 def _quiet(*_):
@@ -31,25 +38,45 @@ def _quiet(*_):
 
 
 @pytest.fixture(scope="module")
-def archived(spark, bootstrap, tmp_path_factory):
-    """A small topic, 80% of it archived: events over two days from 2026-01-01, a few malformed."""
-    topic = "orchestration.backlog"
-    run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=11, malformed_rate=0.05,
+def backlog(spark, bootstrap, tmp_path_factory) -> Backlog:
+    """A small topic over two days from 2026-01-01, a few records malformed, its first 80% archived once."""
+    run_generate(bootstrap, TOPIC, events=400, keys=12, partitions=2, days=2, seed=11, malformed_rate=0.05,
                  out=io.StringIO())
-    warehouse = tmp_path_factory.mktemp("orchestration")
-    tables = Tables(str(warehouse), PIPELINE.name)
-    cut = archive_cut(bootstrap, topic, fraction=0.8)
-    run_archive(spark, PIPELINE, tables, bootstrap, topic, cut, out=_quiet)
-    return Backlog(tables, sum(hi - lo for lo, hi in cut.values()))
+    tables = Tables(str(tmp_path_factory.mktemp("orchestration")), PIPELINE.name)
+    cut = archive_cut(bootstrap, TOPIC, fraction=0.8)
+    run_archive(spark, PIPELINE, tables, bootstrap, TOPIC, cut, out=_quiet)
+    return Backlog(tables, cut)
 
 
-def _resources(tables: Tables, bootstrap: str) -> dict:
+@pytest.fixture
+def tables(backlog, tmp_path) -> Tables:
+    """A fresh warehouse holding a copy of the archive."""
+    fresh = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
+    shutil.copytree(backlog.tables.archive, fresh.archive)
+    return fresh
+
+
+def resources(tables: Tables, bootstrap: str) -> dict:
     return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline)}
+            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
+            "monitor": StreamMonitorResource()}
 
 
 def _events(result, event_type: str) -> list:
     return [e for e in result.all_events if e.event_type_value == event_type]
+
+
+def _materializations(result) -> dict[str, list]:
+    found: dict[str, list] = {}
+    for event in _events(result, "ASSET_MATERIALIZATION"):
+        m = event.event_specific_data.materialization
+        found.setdefault(m.asset_key.to_user_string(), []).append(m)
+    return found
+
+
+def _observations(result, key: str) -> list:
+    return [o for o in (e.event_specific_data.asset_observation for e in _events(result, "ASSET_OBSERVATION"))
+            if o.asset_key.to_user_string() == key]
 
 
 def _check_evaluations(result) -> dict:
@@ -59,13 +86,18 @@ def _check_evaluations(result) -> dict:
 
 def test_definitions_load_with_the_asset_graph():
     dg.Definitions.validate_loadable(defs)
-    keys = {k.to_user_string() for k in defs.resolve_all_asset_keys()}
-    assert {"archive", "tiles", "state", "windows", "window_state"} <= keys
-    checks = {k.name for k in defs.resolve_asset_graph().asset_check_keys}
-    assert {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound"} <= checks
-    assert defs.resolve_job_def("backfill_then_stream").partitions_def.get_first_partition_key() == "2025-12-31"
-    tiles = defs.resolve_assets_def("tiles")
-    assert tiles.backfill_policy == dg.BackfillPolicy.single_run()
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in defs.resolve_all_asset_keys()} == {
+        "archive", "tiles", "state", "windows", "window_state", "handoff", "stream"}
+    assert {k.name for k in graph.asset_check_keys} == {
+        "tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound", "handoff_is_contiguous",
+        "stream_is_healthy"}
+    assert graph.get(dg.AssetKey("handoff")).parent_keys >= {dg.AssetKey("state")}
+    assert graph.get(dg.AssetKey("stream")).parent_keys == {dg.AssetKey("handoff")}
+    chain = defs.resolve_job_def("backfill_then_stream")
+    assert chain.partitions_def.get_first_partition_key() == "2025-12-31"
+    assert defs.resolve_assets_def("tiles").backfill_policy == dg.BackfillPolicy.single_run()
+    assert set(defs.resolve_implicit_global_asset_job_def().resource_defs) >= {"spark", "kafka", "warehouse"}
 
 
 def test_schedule_backfills_the_day_that_just_ended():
@@ -73,39 +105,71 @@ def test_schedule_backfills_the_day_that_just_ended():
     context = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 1, 5, 0, 30, tzinfo=timezone.utc),
                                        repository_def=defs.get_repository_def())
     requests = schedule.evaluate_tick(context).run_requests
-    assert [(r.partition_key, r.job_name or schedule.job_name) for r in requests] == [("2026-01-04", "backfill_days")]
+    assert [r.partition_key for r in requests] == ["2026-01-04"]
+    assert schedule.job_name == "backfill_days"
 
 
-def test_backlog_assets_materialize_over_a_range_in_one_run(spark, archived, bootstrap):
-    tables = archived.tables
-    job = build_definitions(_resources(tables, bootstrap)).resolve_job_def("backfill_days")
-    result = job.execute_in_process(tags={"dagster/asset_partition_range_start": DAYS[0],
-                                          "dagster/asset_partition_range_end": DAYS[-1]})
+def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, tables, bootstrap):
+    job = build_definitions(resources(tables, bootstrap)).resolve_job_def("backfill_then_stream")
+    result = job.execute_in_process(tags=RANGE)
     assert result.success
 
-    observed = _events(result, "ASSET_OBSERVATION")[0].event_specific_data.asset_observation
-    assert observed.metadata["topic"].value == "orchestration.backlog"
-    assert observed.metadata["days"].value >= 2
+    archive = _observations(result, "archive")[0].metadata
+    assert archive["topic"].value == TOPIC and archive["days"].value >= 2
+    assert archive["end_offsets"].value == {str(p): hi for p, (_, hi) in backlog.cut.items()}
 
-    materialized = {}
-    for event in _events(result, "ASSET_MATERIALIZATION"):
-        m = event.event_specific_data.materialization
-        materialized.setdefault(m.asset_key.to_user_string(), []).append(m)
-    assert sorted(m.partition for m in materialized["tiles"]) == list(DAYS)
-    tiles_meta = materialized["tiles"][0].metadata
-    read, dead = tiles_meta["records_read"].value, tiles_meta["dead_lettered"].value
-    assert read == archived.records
-    assert dead > 0 and tiles_meta["well_formed"].value == read - dead
+    done = _materializations(result)
+    assert sorted(m.partition for m in done["tiles"]) == list(DAYS), "one run materializes the whole range"
+    tiles = done["tiles"][0].metadata
+    read, dead = tiles["records_read"].value, tiles["dead_lettered"].value
+    assert read == sum(hi - lo for lo, hi in backlog.cut.values())
+    assert 0 < dead < read and tiles["well_formed"].value == read - dead
 
-    state_meta = materialized["state"][0].metadata
-    rows = spark.read.format("delta").load(tables.state)
-    assert state_meta["keys"].value == rows.count() > 0
-    assert state_meta["complete"].value is True
-    assert rows.agg(F.sum("event_count")).first()[0] == read - dead
-    assert state_meta["state_version"].value == handoff_log.latest(spark, tables, "BACKFILL_COMMITTED").state_version
-    assert {"windows", "window_state"} <= set(materialized)
+    state = done["state"][0].metadata
+    assert state["complete"].value is True and state["keys"].value > 0
+    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+    assert state["state_version"].value == committed.state_version
+    assert {"windows", "window_state"} <= set(done)
+
+    switch = done["handoff"][0].metadata
+    assert switch["start_offsets"].value == {str(p): hi for p, (_, hi) in backlog.cut.items()}
+    stream_states = [o.metadata["status"].value for o in _observations(result, "stream")]
+    assert stream_states[:2] == ["STREAM_STARTED", "SWITCHED"] and "CAUGHT_UP" in stream_states
+    caught_up = next(o.metadata for o in _observations(result, "stream") if o.metadata["status"].value == "CAUGHT_UP")
+    assert caught_up["handoff_id"].value == switch["handoff_id"].value and caught_up["offsets_behind"].value == 0
+    assert done["stream"][0].metadata["caught_up"].value is True
 
     checks = _check_evaluations(result)
-    assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound"}
+    assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
+                           "handoff_is_contiguous", "stream_is_healthy"}
     assert all(c.passed for c in checks.values()), {n: c.description for n, c in checks.items()}
-    assert checks["state_is_sound"].metadata["failed_expectations"].value == "none"
+
+    # after the switch the keyed state holds every well-formed record of the topic, backlog and tail alike
+    expected = oracle.backlog(oracle.read_topic(bootstrap, TOPIC)).state
+    state_rows = spark.read.format("delta").load(tables.state).collect()
+    assert {r.key: (r.event_count, r.amount_min, r.amount_max) for r in state_rows} == {
+        k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
+
+    # the handoff gate fails, naming the expectation, when a start offset leaves a gap after the archive
+    start = {p: hi + 1 if p == 0 else hi for p, (_, hi) in backlog.cut.items()}
+    outcomes = run_suite(handoff_offsets(spark, tables, start, bootstrap), "handoff", HANDOFF_EXPECTATIONS)
+    failed = {o.expectation: o.unexpected_rows for o in outcomes if not o.passed}
+    assert failed == {"expect_column_pair_values_to_be_equal(start_offset, archive_end)": 1}
+
+
+def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    bad_tile = (spark.read.format("delta").load(tables.tiles).limit(1)
+                .withColumn("key", F.lit("tampered")).withColumn("amount_min", F.lit(5.0))
+                .withColumn("amount_max", F.lit(1.0)))
+    bad_tile.write.format("delta").mode("append").partitionBy("event_date").save(tables.tiles)
+
+    result = dg.materialize([keyed_state, state_is_sound, handoff], resources=resources(tables, bootstrap),
+                            raise_on_error=False)
+    assert not result.success
+    check = _check_evaluations(result)["state_is_sound"]
+    assert not check.passed
+    assert check.metadata["failed_expectations"].value == "expect_column_pair_values_a_to_be_greater_than_b(amount_max, amount_min)"
+    assert check.metadata["unexpected_rows"].value == 1
+    assert "handoff" not in _materializations(result)
+    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED) is None
