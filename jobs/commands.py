@@ -38,14 +38,18 @@ def run_backfill_command(args) -> int:
 
 
 def run_handoff_command(args) -> int:
-    from state_handoff.handoff import run_handoff
+    from state_handoff.errors import UserError
+    from state_handoff.handoff import parse_boundary_time, run_handoff
     from state_handoff.stream_control import stream_running
 
     pipeline, tables = _pipeline_and_tables(args)
+    at = parse_boundary_time(args.at) if args.at is not None else None
+    if at is not None and args.boundary != "time":
+        raise UserError("--at applies only with --boundary time")
     if stream_running(tables):
-        from state_handoff.errors import UserError
         raise UserError(f"the stream of pipeline {pipeline.name} is running: stop it before a new handoff")
-    print(run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap).summary(pipeline.name))
+    print(run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
+          .summary(pipeline.name))
     return 0
 
 
@@ -101,8 +105,24 @@ def add_pipeline_commands(commands, common) -> None:
     common(backfill)
     backfill.set_defaults(handler=run_backfill_command)
 
-    handoff = commands.add_parser("handoff", help="commit the switch: start offsets, backlog watermark, state version")
+    handoff = commands.add_parser(
+        "handoff", help="commit the switch: start offsets, backlog watermark, state version",
+        description="Commit the switch from the latest backfill: start offsets, backlog watermark, state version.",
+        epilog="Boundary modes. offsets (default): each partition starts right after the highest archived offset; "
+               "exact, and every record counts once even when event_ids repeat; needs archived offsets that are "
+               "positions in this topic. time: for an archive without usable Kafka coordinates (written from a "
+               "mirror or an earlier incarnation of the topic, or by a sink that drops them); each partition "
+               "starts at Kafka's offset for time T (--at, default: newest archived Kafka timestamp minus the "
+               "allowed lateness), and the stream skips records it reads again that the archive already holds "
+               "(same event_id, or for records without one the same Kafka key and raw value, with a Kafka "
+               "timestamp up to the newest archived one). It assumes the archive holds every record before T; "
+               "a new record reusing an archived event_id inside that overlap is skipped too.")
     handoff.add_argument("--pipeline", required=True)
+    handoff.add_argument("--boundary", choices=["offsets", "time"], default=None,
+                         help="where the stream starts: after the archived offsets (default) or at a time T")
+    handoff.add_argument("--at", metavar="ISO_TIME",
+                         help="T for --boundary time, e.g. 2026-01-02T09:30:00Z (default: newest archived Kafka "
+                              "timestamp minus the pipeline's allowed lateness)")
     common(handoff)
     handoff.set_defaults(handler=run_handoff_command)
 
@@ -126,3 +146,52 @@ def add_pipeline_commands(commands, common) -> None:
     status.add_argument("--json", action="store_true")
     common(status)
     status.set_defaults(handler=run_status_command)
+
+    bench = commands.add_parser("bench", help="A streaming-only vs B switchyard vs C batch-only, side by side")
+    bench.add_argument("--events", type=int, default=1_000_000)
+    bench.add_argument("--keys", type=int, default=100_000)
+    bench.add_argument("--partitions", type=int, default=4)
+    bench.add_argument("--archived-fraction", type=float, default=0.99)
+    bench.add_argument("--json", dest="json_file", required=True, metavar="FILE")
+    bench.add_argument("--out-dir", default="bench-out", help="where the three runs keep their tables")
+    bench.add_argument("--max-offsets-per-trigger", type=int, default=1_000_000,
+                       help="the streaming runs' batch cap, tuned for catch-up")
+    bench.add_argument("--latency-seconds", type=float, default=20.0, help="0 skips the latency measurement")
+    common(bench)
+    bench.set_defaults(handler=run_bench_command)
+
+    latency = commands.add_parser("bench-latency", help="stream latency at fixed input rates (a benchmark)")
+    latency.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
+    latency.add_argument("--seconds", type=float, default=30.0, help="seconds of steady input per rate")
+    latency.add_argument("--trigger-seconds", type=float, default=0.0)
+    latency.add_argument("--json", dest="json_file", metavar="FILE")
+    common(latency)
+    latency.set_defaults(handler=run_latency_command)
+
+
+def run_latency_command(args) -> int:
+    import dataclasses
+    import json
+
+    from jobs.latency import run_latency_bench
+    from state_handoff.errors import UserError
+
+    try:
+        rates = [int(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        raise UserError(f"--rates must be comma-separated integers, not {args.rates!r}") from None
+    report = run_latency_bench(args.warehouse, args.bootstrap, rates, args.seconds, args.trigger_seconds)
+    print(report.table())
+    print(f"SWITCHED {report.seconds_to_switched:.1f}s and CAUGHT_UP {report.seconds_to_caught_up:.1f}s after stream start")
+    if args.json_file:
+        with open(args.json_file, "w") as fh:
+            json.dump(dataclasses.asdict(report), fh, indent=2)
+    return 0
+
+
+def run_bench_command(args) -> int:
+    from jobs.bench import run_bench
+
+    run_bench(args.bootstrap, args.events, args.keys, args.partitions, args.archived_fraction, args.json_file,
+              out_dir=args.out_dir, max_offsets=args.max_offsets_per_trigger, latency_seconds=args.latency_seconds)
+    return 0

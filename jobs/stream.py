@@ -10,6 +10,8 @@ Two queries read the topic from the handoff's start offsets, each with its own c
   The watermark starts at the backlog watermark and is kept per batch on disk, so a replayed batch
   classifies its records exactly as the first attempt did.
 Every Delta write of a batch carries (txnAppId, txnVersion = batch id), so a replay writes nothing twice.
+With a handoff in time mode, records the archive already holds (the handoff's overlap) are marked once on the
+parsed input: the keyed query leaves them out, the events query counts them as `skipped_overlap`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from state_handoff import handoff_log
 from state_handoff.aggregates import (WINDOW_PREFIX, event_aggregations, event_as_partial, flatten_last,
                                       merge_aggregations, partial_columns)
 from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff, current_handoff
+from state_handoff.handoff import Handoff, Overlap, current_handoff, record_identity
 from state_handoff.kafka_io import create_topic, offset_bounds
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Aggregation, Pipeline
@@ -38,6 +40,7 @@ from state_handoff.stream_control import StreamLock, read_json, stream_dir, writ
 from state_handoff.tables import Tables
 
 EVENTS_SEEN = "stream_events"
+SKIPPED_OVERLAP = "skipped_overlap"
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -111,15 +114,27 @@ class StreamResult:
 # ---------------------------------------------------------------- transforms (pure DataFrame -> DataFrame)
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
-                  settings: StreamSettings) -> DataFrame:
+                  settings: StreamSettings, with_key: bool = False) -> DataFrame:
     reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", topic)
               .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
               .option("failOnDataLoss", "true"))
     if settings.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    key = [F.col("key").alias("kafka_key")] if with_key else []
     return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
-                                F.col("timestamp").alias("kafka_timestamp"), "value")
+                                F.col("timestamp").alias("kafka_timestamp"), *key, "value")
+
+
+def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, overlap: Overlap) -> DataFrame:
+    """SKIPPED_OVERLAP: the record is in the overlap (Kafka timestamp at or before its end) and its identity is
+    among the archived ones; a left join on the small static identity set, so the stream keeps every row."""
+    identities = archived.select(F.col("identity").alias("__archived_identity")).distinct()
+    in_overlap = F.col("kafka_timestamp") <= F.lit(overlap.until)
+    return (parsed.withColumn("__identity", F.when(in_overlap, record_identity(pipeline)))
+            .join(F.broadcast(identities), F.col("__identity") == F.col("__archived_identity"), "left")
+            .withColumn(SKIPPED_OVERLAP, F.col("__archived_identity").isNotNull())
+            .drop("__identity", "__archived_identity"))
 
 
 def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
@@ -230,22 +245,29 @@ class EventsSink:
         watermark = self.watermark_before(batch_id)
         batch = batch.persist()
         try:
-            well = F.col("error").isNull()
+            skipping = SKIPPED_OVERLAP in batch.columns
+            kept = ~F.col(SKIPPED_OVERLAP) if skipping else F.lit(True)
+            well = F.col("error").isNull() & kept
+            malformed = F.col("error").isNotNull() & kept
             windows = pipeline.windows is not None
             events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
             is_late = well & (window_end(pipeline) <= F.lit(watermark)) if windows and watermark else F.lit(False)
             events = events.withColumn("__late", is_late)
             stats = events.groupBy("kafka_partition").agg(
                 F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
-                F.count_if(~well).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.count_if(malformed).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.count_if(~kept).alias(SKIPPED_OVERLAP),
                 F.max("kafka_offset").alias("last_offset"),
                 F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
             per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
                                                       "dead_lettered": r.dead_lettered, "late": r.late,
                                                       "last_offset": r.last_offset} for r in stats}
+            if skipping:
+                for r in stats:
+                    per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
             if any(p["dead_lettered"] for p in per_partition.values()):
-                dead = events.where(~well).select(
+                dead = events.where(malformed).select(
                     "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
                     F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
                     F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
@@ -364,11 +386,16 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, {'resuming from checkpoint' if restart else 'seeding'}"
         f" from state version {handoff.state_version}")
 
-    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets, settings))
+    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets, settings,
+                                                  with_key=handoff.overlap is not None))
+    keyed_source = parsed
+    if handoff.overlap is not None:
+        parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
+        keyed_source = parsed.where(~F.col(SKIPPED_OVERLAP))
     seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
     app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
     trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
-    keyed = (merged_state(pipeline, keyed_input(pipeline, parsed).unionByName(seed))
+    keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .foreachBatch(KeyedSink(pipeline, tables, bootstrap, f"{app_id}-keyed"))
              .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())

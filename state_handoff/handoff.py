@@ -1,19 +1,43 @@
 """`switchyard handoff`: the switch. From the latest committed backfill, the start offsets per partition,
-checked against what the topic still retains, committed atomically as HANDOFF_COMMITTED."""
+checked against what the topic still retains, committed atomically as HANDOFF_COMMITTED.
+
+Two boundary modes. `offsets` (the default) starts each partition right after the highest archived offset:
+exact, and it needs the archive's Kafka coordinates. `time` starts at Kafka's offsets for a time T and
+hands the stream the identities of the archived records it will read again (the overlap), which it skips.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from state_handoff import handoff_log
-from state_handoff.archive_files import archive_meta
+from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import offset_bounds
+from state_handoff.kafka_io import consumer, offset_bounds
+from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
+from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
+
+OFFSETS = "offsets"
+TIME = "time"
+BOUNDARY_MODES = (OFFSETS, TIME)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Time mode: a tail record whose Kafka timestamp is at or before `until` and whose identity is in the
+    Parquet folder `path` was archived already. The identities are those of every archived record with a
+    Kafka timestamp at or after `since` (T minus the allowed lateness, for producer timestamps out of order)."""
+
+    at: datetime
+    since: datetime
+    until: datetime
+    path: str
 
 
 @dataclass(frozen=True)
@@ -25,17 +49,29 @@ class Handoff:
     state_version: int
     committed_at: datetime
     reused: bool = False
+    overlap: Overlap | None = None
+
+    @property
+    def boundary_mode(self) -> str:
+        return TIME if self.overlap else OFFSETS
 
     def summary(self, pipeline: str) -> str:
         verb = "already committed" if self.reused else "committed"
         offsets = ", ".join(f"p{p}:{o}" for p, o in sorted(self.start_offsets.items()))
-        return (f"handoff {pipeline} {self.handoff_id} {verb}: topic {self.topic} from {offsets}; "
+        boundary = (f"boundary time at {self.overlap.at}, archived records re-read up to {self.overlap.until} "
+                    "are skipped" if self.overlap else "boundary offsets")
+        return (f"handoff {pipeline} {self.handoff_id} {verb}: topic {self.topic} from {offsets}; {boundary}; "
                 f"state version {self.state_version}; backlog watermark {self.backlog_watermark}")
 
 
 def from_entry(entry, reused: bool = False) -> Handoff:
-    return Handoff(entry.handoff_id, handoff_log.details(entry)["topic"], handoff_log.offsets(entry),
-                   entry.backlog_watermark, entry.state_version, entry.at, reused)
+    details = handoff_log.details(entry)
+    overlap = None
+    if details.get("boundary_mode") == TIME:
+        overlap = Overlap(*(datetime.fromisoformat(details[k]) for k in ("at", "overlap_since", "overlap_until")),
+                          details["overlap"])
+    return Handoff(entry.handoff_id, details["topic"], handoff_log.offsets(entry),
+                   entry.backlog_watermark, entry.state_version, entry.at, reused, overlap)
 
 
 def start_offsets(boundary: dict[int, int], bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
@@ -53,18 +89,120 @@ def check_retained(start: dict[int, int], bounds: dict[int, tuple[int, int]], to
                 "extend the archive past it and rerun the backfill before the handoff")
 
 
+def parse_boundary_time(text: str) -> datetime:
+    """An ISO-8601 instant (UTC when it names no offset) as naive UTC, truncated to Kafka's milliseconds."""
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--at must be an ISO-8601 time like 2026-01-02T09:30:00Z, not {text!r}") from None
+    if at.tzinfo:
+        at = at.astimezone(timezone.utc).replace(tzinfo=None)
+    return at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+def _epoch_ms(t: datetime) -> int:
+    return int(t.replace(tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def offsets_for_time(bootstrap: str, topic: str, at: datetime, bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Per partition, Kafka's first offset with a timestamp at or after `at`; its latest offset when it has none."""
+    from kafka import TopicPartition
+
+    with consumer(bootstrap) as client:
+        found = client.offsets_for_times({TopicPartition(topic, p): _epoch_ms(at) for p in bounds})
+    return {tp.partition: (hit.offset if hit is not None else bounds[tp.partition][1])
+            for tp, hit in sorted(found.items(), key=lambda item: item[0].partition)}
+
+
+def check_retained_before(start: dict[int, int], bounds: dict[int, tuple[int, int]], topic: str,
+                          at: datetime) -> None:
+    """Time mode's retention check: where records were deleted and the first one kept is already at or after
+    T, nothing shows that the deleted ones were all before T, so records between the archive and T may be gone."""
+    check_retained(start, bounds, topic)
+    for p, offset in sorted(start.items()):
+        earliest, _ = bounds[p]
+        if 0 < earliest == offset:
+            raise UserError(
+                f"topic {topic} partition {p} no longer retains a record before {at} (its earliest retained offset "
+                f"{earliest} is already at or after it): pass a later --at (at most the newest archived Kafka "
+                "timestamp), or extend the archive and rerun the backfill before the handoff")
+
+
+def record_identity(pipeline: Pipeline) -> Column:
+    """What makes a Kafka record the same in the archive and in the tail, for parsed records with `kafka_key`:
+    `event_id:<id>` for a well-formed record with an event_id; else `raw:<sha-256 of the base64 Kafka key and
+    value>` (malformed records, and well-formed ones without an id), so a byte-identical record is the same one."""
+    raw = F.concat_ws(":", *[F.coalesce(F.base64(c), F.lit("-")) for c in ("kafka_key", "value")])
+    event_id = F.col(pipeline.event_id)
+    return (F.when(F.col("error").isNull() & event_id.isNotNull(), F.concat(F.lit("event_id:"), event_id))
+            .otherwise(F.concat(F.lit("raw:"), F.sha2(raw, 256))))
+
+
+def _archived_records(spark: SparkSession, tables: Tables) -> DataFrame:
+    files = [f.path for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    if not files:
+        raise UserError(f"the archive at {tables.archive} holds no readable files: run `switchyard archive` first")
+    records = spark.read.option("basePath", tables.archive).parquet(*files)
+    missing = [c for c in ("kafka_timestamp", "kafka_key", "value") if c not in records.columns]
+    if missing:
+        raise UserError(f"the archive at {tables.archive} lacks column {missing[0]}, which --boundary time needs: "
+                        "rewrite it with `switchyard archive`, or hand off with --boundary offsets")
+    return records.select("kafka_timestamp", "kafka_key", "value")
+
+
+def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, at: datetime | None,
+                   bootstrap: str, topic: str, bounds: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict]:
+    """Start offsets for T and the overlap's identities, written under the handoff's stream folder."""
+    archived = _archived_records(spark, tables)
+    newest = archived.agg(F.max("kafka_timestamp")).first()[0]
+    if newest is None:
+        raise UserError(f"the archive at {tables.archive} holds no records: archive some before the handoff")
+    at = at if at is not None else newest - pipeline.allowed_lateness
+    if at > newest:
+        raise UserError(f"--at {at} is after the newest archived Kafka timestamp {newest}: records in between "
+                        "would be in neither phase; pass an earlier --at")
+    start = offsets_for_time(bootstrap, topic, at, bounds)
+    check_retained_before(start, bounds, topic, at)
+    since = at - pipeline.allowed_lateness
+    path = str(stream_dir(tables, handoff_id) / "overlap")
+    identities = (parse_events(pipeline, archived).where(F.col("kafka_timestamp") >= F.lit(since))
+                  .select(record_identity(pipeline).alias("identity")).distinct())
+    identities.write.mode("overwrite").parquet(path)
+    return start, {"boundary_mode": TIME, "at": at.isoformat(), "overlap_since": since.isoformat(),
+                   "overlap_until": newest.isoformat(), "overlap": path,
+                   "overlap_identities": spark.read.parquet(path).count(),
+                   "identity": "event_id if well-formed with one, else sha-256 of the Kafka key and raw value"}
+
+
 def current_handoff(spark: SparkSession, tables: Tables) -> Handoff | None:
     entry = handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED)
     return from_entry(entry, reused=True) if entry else None
 
 
-def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str) -> Handoff:
+def _check_same_boundary(existing: Handoff, boundary: str | None, at: datetime | None) -> None:
+    """Asking again for the committed handoff returns it; asking for another boundary is refused."""
+    same_mode = boundary in (None, existing.boundary_mode)
+    same_at = at is None or (existing.overlap is not None and at == existing.overlap.at)
+    if not (same_mode and same_at):
+        committed = f"{existing.boundary_mode}" + (f" at {existing.overlap.at}" if existing.overlap else "")
+        raise UserError(f"handoff {existing.handoff_id} is already committed with boundary {committed}: "
+                        "a backfill has one handoff; rerun the backfill to hand off with another boundary")
+
+
+def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
+                boundary: str | None = None, at: datetime | None = None) -> Handoff:
+    """Commit the handoff of the latest backfill; `boundary` is OFFSETS (when None) or TIME, `at` only with TIME."""
+    if boundary not in (None, *BOUNDARY_MODES):
+        raise UserError(f"--boundary must be one of {', '.join(BOUNDARY_MODES)}, not {boundary!r}")
+    if at is not None and boundary != TIME:
+        raise UserError("--at applies only with --boundary time")
     backfill = handoff_log.latest(spark, tables, handoff_log.BACKFILL_COMMITTED)
     if backfill is None:
         raise UserError(f"pipeline {pipeline.name} has no committed backfill in {tables.root}: "
                         "run `switchyard backfill` first")
     existing = current_handoff(spark, tables)
     if existing and existing.handoff_id == backfill.handoff_id:
+        _check_same_boundary(existing, boundary, at)
         return existing
     details = handoff_log.details(backfill)
     if not details.get("complete", True):
@@ -73,12 +211,16 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
                         "backfill the remaining days, then hand off")
     topic = archive_meta(tables.archive)["topic"]
     bounds = offset_bounds(bootstrap, topic)
-    boundary = {int(p): int(o) for p, o in details.get("boundary", {}).items()}
-    start = start_offsets(boundary, bounds)
-    check_retained(start, bounds, topic)
+    if boundary == TIME:
+        start, boundary_details = _time_boundary(spark, pipeline, tables, backfill.handoff_id, at, bootstrap,
+                                                 topic, bounds)
+    else:
+        archived_to = {int(p): int(o) for p, o in details.get("boundary", {}).items()}
+        start = start_offsets(archived_to, bounds)
+        check_retained(start, bounds, topic)
+        boundary_details = {"boundary_mode": OFFSETS, "boundary": archived_to}
     entry = handoff_log.append(
         spark, tables, backfill.handoff_id, handoff_log.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,
-        details={"topic": topic, "boundary_mode": "offsets", "boundary": boundary,
-                 "retained": {str(p): list(b) for p, b in bounds.items()}})
+        details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()}})
     return from_entry(entry)

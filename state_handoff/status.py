@@ -57,7 +57,8 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
     per_partition: dict[str, dict] = {}
     for path in batches:
         for p, counts in (read_json(path) or {}).get("partitions", {}).items():
-            acc = per_partition.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0, "late": 0})
+            acc = per_partition.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0, "late": 0,
+                                                 "skipped_overlap": 0})
             for k in acc:
                 acc[k] += counts.get(k, 0)
     status["dead_lettered"] += sum(a["dead_lettered"] for a in per_partition.values())

@@ -1,0 +1,325 @@
+"""`switchyard bench`: on one generated dataset, (A) streaming-only from the earliest offsets, (B) switchyard:
+backfill + handoff + stream of the tail, (C) batch-only: one aggregation over everything. Each runs in a fresh
+process (its own JVM) while the parent samples memory; all three must end in identical keyed state."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from state_handoff.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = {"A": "streaming_only", "B": "switchyard", "C": "batch_only"}
+
+
+@dataclass
+class Run:
+    mode: str
+    seconds: float
+    records: int
+    peak_jvm_mb: float
+    peak_python_mb: float
+    stages: dict = field(default_factory=dict)
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds if self.seconds else 0.0
+
+
+# ---------------------------------------------------------------- workers (run in their own process)
+
+def _empty_start(spark, pipeline, tables, topic: str) -> None:
+    """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
+    from jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
+    from state_handoff import handoff_log
+    from state_handoff.archive_files import write_archive_meta
+    from state_handoff.parsing import parse_events
+
+    nothing = spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY")
+    tiles = tiles_from_events(pipeline, parse_events(pipeline, nothing), "hash")
+    state_from_partials(pipeline, tiles).write.format("delta").mode("overwrite").save(tables.state)
+    if pipeline.windows is not None:
+        windows = window_partials_from_tiles(pipeline, tiles)
+        windows.write.format("delta").mode("overwrite").save(tables.windows)
+        windows.write.format("delta").mode("overwrite").save(tables.window_state)
+    os.makedirs(tables.archive, exist_ok=True)
+    write_archive_meta(tables.archive, {"topic": topic, "cut": {}, "first": {}, "records": 0})
+    handoff_id = handoff_log.new_handoff_id()
+    handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_COMMITTED, state_version=0,
+                       details={"boundary": {}, "complete": True, "records_read": 0, "mode": "streaming-only"})
+
+
+def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
+    from deploy.spark import build_spark
+    from jobs.stream import StreamSettings, run_stream
+    from state_handoff.handoff import run_handoff
+    from state_handoff.pipelines import get_pipeline
+    from state_handoff.tables import Tables
+
+    pipeline = get_pipeline("demo")
+    tables = Tables(warehouse, pipeline.name)
+    stages: dict[str, float] = {}
+    started = time.monotonic()
+    mark = started
+
+    def stage(name):
+        nonlocal mark
+        now = time.monotonic()
+        stages[name] = round(now - mark, 3)
+        mark = now
+
+    spark = build_spark(f"switchyard-bench-{mode}")
+    stage("spark_start")
+    settings = StreamSettings(until_caught_up=True, max_offsets_per_trigger=max_offsets)
+    quiet = lambda *_: None  # noqa: E731
+    if mode == "streaming_only":
+        _empty_start(spark, pipeline, tables, topic)
+        run_handoff(spark, pipeline, tables, bootstrap)
+        stage("empty_start")
+        run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
+        stage("stream")
+    elif mode == "switchyard":
+        from jobs.backfill import backfill_tiles, commit_state
+
+        tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet)
+        stage("backfill_tiles")
+        commit_state(spark, pipeline, tables, tiles_run, out=quiet)
+        stage("commit_state")
+        run_handoff(spark, pipeline, tables, bootstrap)
+        stage("handoff")
+        run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
+        stage("stream")
+    elif mode == "backfill_hash":
+        from jobs.backfill import backfill_tiles
+
+        backfill_tiles(spark, pipeline, tables, strategy="hash", out=quiet)
+        stage("backfill_tiles")
+    elif mode == "batch_only":
+        _batch_only(spark, pipeline, tables, bootstrap, topic)
+        stage("aggregate")
+    else:
+        raise ValueError(mode)
+    return {"seconds": round(time.monotonic() - started, 3), "stages": stages}
+
+
+def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str) -> None:
+    """The lower bound: archive files plus the un-archived tail read from Kafka in batch, one hash aggregation."""
+    from pyspark.sql import functions as F
+
+    from state_handoff.aggregates import event_aggregations, flatten_last
+    from state_handoff.archive_files import archive_meta
+    from state_handoff.parsing import parse_events
+
+    cut = archive_meta(tables.archive)["cut"]
+    archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")
+    tail = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {p: o for p, o in cut.items()}}))
+            .option("endingOffsets", "latest").load()
+            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"), "value"))
+    events = parse_events(pipeline, archived.unionByName(tail)).where("error IS NULL")
+    state = (events.groupBy(pipeline.key).agg(*event_aggregations(pipeline, pipeline.aggregations, keyed=True))
+             .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
+    state.write.format("delta").mode("overwrite").save(tables.state)
+
+
+# ---------------------------------------------------------------- the parent
+
+def _tree_rss_mb(pid: int) -> tuple[float, float]:
+    """(JVM RSS, Python RSS) in MB for a worker and its children."""
+    jvm = python = 0.0
+    pids = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                pids.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    for p in pids:
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0) / 1024
+        if b"java" in cmd.split(b"\0")[0]:
+            jvm += rss
+        else:
+            python += rss
+    return jvm, python
+
+
+def _run_worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int, log: Path) -> Run:
+    cmd = [sys.executable, "-m", "jobs.bench", mode, warehouse, bootstrap, topic, str(max_offsets)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "a"), cwd=ROOT, text=True)
+    peaks = [0.0, 0.0]
+
+    def sample():
+        while proc.poll() is None:
+            jvm, python = _tree_rss_mb(proc.pid)
+            peaks[0], peaks[1] = max(peaks[0], jvm), max(peaks[1], python)
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, _ = proc.communicate()
+    sampler.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench worker {mode} failed ({proc.returncode}); see {log}")
+    figures = json.loads(out.strip().splitlines()[-1])
+    return Run(mode, figures["seconds"], 0, round(peaks[0]), round(peaks[1]), figures["stages"])
+
+
+def _state_checksum(spark, warehouse: str) -> tuple:
+    from pyspark.sql import functions as F
+
+    state = spark.read.format("delta").load(f"{warehouse}/demo/state")
+    row = state.agg(F.count("*"), F.sum("event_count"), F.sum(F.hash("key", "event_count", "amount_min", "amount_max",
+                                                                         "last_event_time", "last_amount").cast("long")),
+                    F.sum("amount_sum")).first()
+    return tuple(row)
+
+
+def states_identical(warehouses: list[str]) -> tuple[bool, list]:
+    from deploy.spark import build_spark
+
+    spark = build_spark("switchyard-bench-compare")
+    sums = [_state_checksum(spark, w) for w in warehouses]
+    first = sums[0]
+    same = all(s[:3] == first[:3] and abs(s[3] - first[3]) <= 1e-6 * max(1.0, abs(first[3])) for s in sums)
+    spark.stop()
+    return same, sums
+
+
+def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction: float, json_file: str,
+              out_dir: str = "bench-out", seed: int = 42, days: int = 7, max_offsets: int = 1_000_000,
+              latency_seconds: float = 20.0, out=print) -> dict:
+    from deploy.spark import build_spark
+    from jobs.archive import archive_cut, run_archive
+    from jobs.generate import run_generate
+    from state_handoff.kafka_io import offset_bounds, partitions_of
+    from state_handoff.pipelines import get_pipeline
+    from state_handoff.tables import Tables
+
+    if events < 1000 or not 0 < fraction < 1:
+        raise UserError("--events must be at least 1000 and --archived-fraction strictly between 0 and 1")
+    base = Path(out_dir).resolve() / f"n{events}-k{keys}-p{partitions}-s{seed}"
+    topic = f"bench.n{events}.k{keys}.p{partitions}.s{seed}"
+    log = base / "workers.log"
+    base.mkdir(parents=True, exist_ok=True)
+    try:
+        present = sum(hi - lo for lo, hi in offset_bounds(bootstrap, topic).values())
+    except UserError:
+        present = 0
+    if present != events:
+        if present:
+            raise UserError(f"topic {topic} holds {present} records, not {events}: delete it or pick another --seed")
+        out(f"generating {events:,} events into {topic}")
+        run_generate(bootstrap, topic, events=events, keys=keys, partitions=partitions, days=days, seed=seed,
+                     malformed_rate=0.001)
+    assert len(partitions_of(bootstrap, topic)) == partitions
+
+    pipeline = get_pipeline("demo")
+    fresh = {}
+    for mode in ("streaming_only", "switchyard", "batch_only", "backfill_hash"):
+        shutil.rmtree(base / mode, ignore_errors=True)
+        fresh[mode] = str(base / mode)
+    out("archiving (timed separately: it stands in for a sink that already exists)")
+    spark = build_spark("switchyard-bench-archive")
+    started = time.monotonic()
+    cut = archive_cut(bootstrap, topic, fraction=fraction)
+    run_archive(spark, pipeline, Tables(fresh["switchyard"], "demo"), bootstrap, topic, cut, out=lambda *_: None)
+    archive_s = time.monotonic() - started
+    spark.stop()
+    for mode in ("batch_only", "backfill_hash"):
+        shutil.copytree(Tables(fresh["switchyard"], "demo").archive, Tables(fresh[mode], "demo").archive)
+
+    runs = {}
+    for label, mode in (("C", "batch_only"), ("B", "switchyard"), ("A", "streaming_only"), ("B-hash", "backfill_hash")):
+        out(f"running {label} ({mode})")
+        runs[mode] = _run_worker(mode, fresh[mode], bootstrap, topic, max_offsets, log)
+        runs[mode].records = events
+        out(f"  {mode}: {runs[mode].seconds:.1f}s {runs[mode].stages}")
+    identical, sums = states_identical([fresh["streaming_only"], fresh["switchyard"], fresh["batch_only"]])
+
+    latency = None
+    if latency_seconds > 0:
+        from jobs.latency import run_latency_bench
+
+        out("measuring steady-state stream latency at 1000 events/s")
+        report = run_latency_bench(str(base / "latency"), bootstrap, [1000], latency_seconds, out=lambda *_: None)
+        latency = asdict(report)
+    a, b, c = runs["streaming_only"], runs["switchyard"], runs["batch_only"]
+    result = {
+        "events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
+        "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB",
+        "archive_s": round(archive_s, 3),
+        "streaming_only_s": a.seconds, "switchyard_s": b.seconds, "batch_only_s": c.seconds,
+        "ratio_streaming_over_switchyard": round(a.seconds / b.seconds, 3),
+        "ratio_switchyard_over_batch": round(b.seconds / c.seconds, 3),
+        "states_identical": identical, "state_checksums": [list(map(str, s)) for s in sums],
+        "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()},
+        "backfill_sort_s": b.stages.get("backfill_tiles"),
+        "backfill_hash_s": runs["backfill_hash"].stages.get("backfill_tiles"),
+        "latency": latency,
+    }
+    Path(json_file).write_text(json.dumps(result, indent=2))
+    _chart(result, Path(json_file).with_suffix(".png"))
+    out(_table(result))
+    if not identical:
+        raise RuntimeError(f"A, B and C ended in different keyed state: {sums}")
+    return result
+
+
+def _mem_gb() -> float:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def _table(result: dict) -> str:
+    lines = [f"switchyard bench: {result['events']:,} events, {result['keys']:,} keys, {result['partitions']} partitions, "
+             f"{result['archived_fraction']:.0%} archived ({result['machine']}); archive {result['archive_s']:.1f}s",
+             f"{'run':<22} {'wall s':>8} {'records/s':>11} {'JVM MB':>8} {'Python MB':>10}"]
+    for mode, label in (("streaming_only", "A streaming-only"), ("switchyard", "B switchyard"),
+                        ("batch_only", "C batch-only"), ("backfill_hash", "B's backfill, hash")):
+        r = result["runs"][mode]
+        lines.append(f"{label:<22} {r['seconds']:>8.1f} {r['records_per_s']:>11,} {r['peak_jvm_mb']:>8.0f} "
+                     f"{r['peak_python_mb']:>10.0f}")
+    lines.append(f"A/B = {result['ratio_streaming_over_switchyard']:.2f}   B/C = {result['ratio_switchyard_over_batch']:.2f}"
+                 f"   states identical: {result['states_identical']}")
+    lines.append(f"B's backfill tiles: sort {result['backfill_sort_s']}s vs hash {result['backfill_hash_s']}s")
+    if result["latency"]:
+        r = result["latency"]["results"][0]
+        lines.append(f"stream latency at {r['rate']}/s: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms")
+    return "\n".join(lines)
+
+
+def _chart(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = ["A streaming-only", "B switchyard", "C batch-only"]
+    values = [result["streaming_only_s"], result["switchyard_s"], result["batch_only_s"]]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    bars = ax.barh(labels, values, color=["#b0b0b0", "#2a7ab9", "#6fbf73"])
+    ax.bar_label(bars, labels=[f"{v:.0f} s" for v in values], padding=4)
+    ax.invert_yaxis()
+    ax.set_xlabel("wall time to an up-to-date keyed state (s)")
+    ax.set_title(f"{result['events']:,} events: A/B = {result['ratio_streaming_over_switchyard']:.2f}, "
+                 f"B/C = {result['ratio_switchyard_over_batch']:.2f}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    mode, warehouse, bootstrap, topic, max_offsets = sys.argv[1:6]
+    print(json.dumps(_worker(mode, warehouse, bootstrap, topic, int(max_offsets))))

@@ -1,0 +1,191 @@
+"""`switchyard bench-latency`: steady input at fixed rates into a running, switched stream; the time from an
+input record's Kafka timestamp to the Kafka timestamp of the update it caused on `<pipeline>.updates`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from state_handoff import handoff_log
+from state_handoff.kafka_io import create_topic, offset_bounds, produce
+from state_handoff.tables import Tables
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class RateResult:
+    rate: int
+    seconds: float
+    sent: int
+    matched: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass
+class LatencyReport:
+    trigger: str
+    results: list[RateResult] = field(default_factory=list)
+    seconds_to_switched: float | None = None
+    seconds_to_caught_up: float | None = None
+
+    def table(self) -> str:
+        lines = [f"stream latency, Kafka timestamp in -> update out ({self.trigger})",
+                 f"{'rate/s':>8} {'sent':>8} {'matched':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}"]
+        for r in self.results:
+            lines.append(f"{r.rate:>8} {r.sent:>8} {r.matched:>8} {r.p50_ms:>8.0f} {r.p95_ms:>8.0f} "
+                         f"{r.p99_ms:>8.0f} {r.max_ms:>8.0f}")
+        return "\n".join(lines)
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def _event(key: str, event_id: str, when: datetime, amount: float) -> bytes:
+    return json.dumps({"event_id": event_id, "key": key, "event_time": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                       "amount": amount, "kind": "latency"}).encode()
+
+
+def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: str, sent_at: dict) -> int:
+    """Send `rate` events per second, each to a fresh key so that one update answers exactly one input."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
+    started = time.monotonic()
+    n = 0
+    while time.monotonic() - started < seconds:
+        due = started + n / rate
+        pause = due - time.monotonic()
+        if pause > 0:
+            time.sleep(pause)
+        now = datetime.now(timezone.utc)
+        event_id = f"{tag}-{n}"
+        producer.send(topic, key=event_id.encode(), value=_event(event_id, event_id, now, 1.0))
+        sent_at[event_id] = None
+        n += 1
+    producer.flush()
+    producer.close()
+    return n
+
+
+def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.assign(parts)
+    consumer.seek_to_end()
+    while not stop.is_set():
+        for batch in consumer.poll(timeout_ms=200).values():
+            for message in batch:
+                update = json.loads(message.value)
+                seen.setdefault(update.get("last_by_event_id"), message.timestamp)
+    consumer.close()
+
+
+def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict[str, int]:
+    """The broker-side Kafka timestamp of every latency input, read back from the topic."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    parts = [TopicPartition(topic, p) for p in sorted(start)]
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, start[tp.partition])
+    stamps = {}
+    for message in consumer:
+        stamps[json.loads(message.value)["event_id"]] = message.timestamp
+    consumer.close()
+    return stamps
+
+
+def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
+                      trigger_seconds: float = 0.0, out=print) -> LatencyReport:
+    """Set up a small switched pipeline, then measure at each rate in turn."""
+    from deploy.spark import build_spark
+    from jobs.archive import archive_cut, run_archive
+    from jobs.backfill import run_backfill
+    from state_handoff.handoff import run_handoff
+    from state_handoff.pipelines import get_pipeline
+
+    pipeline = get_pipeline("demo")
+    tables = Tables(warehouse, pipeline.name)
+    topic = f"latency.{int(time.time())}"
+    create_topic(bootstrap, topic, partitions=2)
+    now = datetime.now(timezone.utc)
+    backlog = [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"seed-{i}", now - timedelta(hours=2) +
+                                                     timedelta(seconds=i), float(i % 50)), i % 2, None)
+               for i in range(4000)]
+    produce(bootstrap, topic, backlog)
+    spark = build_spark("switchyard-latency-setup")
+    run_archive(spark, pipeline, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0), out=out)
+    run_backfill(spark, pipeline, tables, out=out)
+    handoff = run_handoff(spark, pipeline, tables, bootstrap)
+    spark.stop()
+
+    log = Path(warehouse) / "latency-stream.log"
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", pipeline.name, "--warehouse", warehouse,
+         "--bootstrap", bootstrap, "--caught-up-lag", "0", "--trigger-seconds", str(trigger_seconds)],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    report = LatencyReport(trigger=f"processingTime={trigger_seconds:g}s, two queries, RocksDB state store")
+    try:
+        report.seconds_to_switched = _wait_for(tables, handoff_log.SWITCHED, handoff.handoff_id, proc, started)
+        report.seconds_to_caught_up = _wait_for(tables, handoff_log.CAUGHT_UP, handoff.handoff_id, proc, started)
+        for rate in rates:
+            report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds))
+            out(report.table().splitlines()[-1])
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return report
+
+
+def _wait_for(tables: Tables, status: str, handoff_id: str, proc: subprocess.Popen, started: float,
+              timeout: float = 600) -> float:
+    while time.monotonic() - started < timeout:
+        if handoff_log.latest(None, tables, status, handoff_id) is not None:
+            return time.monotonic() - started
+        if proc.poll() is not None:
+            raise RuntimeError(f"the stream exited with {proc.returncode} before {status}")
+        time.sleep(0.5)
+    raise RuntimeError(f"no {status} within {timeout}s")
+
+
+def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds: float) -> RateResult:
+    start = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic).items()}
+    seen: dict[str, int] = {}
+    stop = threading.Event()
+    collector = threading.Thread(target=_collect_updates, args=(bootstrap, updates_topic, stop, seen), daemon=True)
+    collector.start()
+    time.sleep(1.0)  # the collector is positioned at the end of the updates topic
+    sent_at: dict[str, None] = {}
+    sent = _steady_input(bootstrap, topic, rate, seconds, f"r{rate}-{int(time.time())}", sent_at)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not all(k in seen for k in sent_at):
+        time.sleep(0.5)
+    stop.set()
+    collector.join(timeout=10)
+    stamps = _input_timestamps(bootstrap, topic, start)
+    latencies = sorted(seen[k] - stamps[k] for k in sent_at if k in seen and k in stamps)
+    return RateResult(rate, seconds, sent, len(latencies), _percentile(latencies, 0.50),
+                      _percentile(latencies, 0.95), _percentile(latencies, 0.99), latencies[-1] if latencies else float("nan"))
