@@ -149,7 +149,10 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     log = tmp_path / "stream.log"
     proc = _start_stream(tables, bootstrap, log)
     try:
-        produce(bootstrap, topic_name, _records("b", datetime(2026, 1, 2, 10, 30), 200) + _late_records("b"))
+        produce(bootstrap, topic_name, _records("b", datetime(2026, 1, 2, 10, 30), 200))
+        batches = stream_dir(tables, handoff.handoff_id) / "batches"
+        _wait_until(lambda: any(batches.glob("*.json")), proc, log, what="a first event batch")
+        produce(bootstrap, topic_name, _records("c", datetime(2026, 1, 2, 12, 30), 100) + _late_records("c"))
         latest = offset_bounds(bootstrap, topic_name)
         total = sum(hi - handoff.start_offsets[p] for p, (_, hi) in latest.items())
         _wait_until(lambda: sum(a["read"] for a in _stream_accounting(tables).values()) >= total, proc, log,
@@ -183,6 +186,7 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     assert_windows_match(spark, tables.window_state, expected.open_windows())
     late = {(r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late)}
     assert late == expected.late and len(late) >= 6
+    assert len(list((stream_dir(tables, handoff.handoff_id) / "batches").glob("*.json"))) >= 2
 
 
 def test_time_boundary_refuses_when_records_before_t_are_gone(spark, bootstrap, topic_name, tmp_path):
