@@ -393,6 +393,10 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
         parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
         keyed_source = parsed.where(~F.col(SKIPPED_OVERLAP))
     seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
+    # Small micro-batches on few cores: one state-store partition per core (fixed by the first checkpoint),
+    # RocksDB changelog commits instead of full snapshots each batch.
+    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
     trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
     keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
