@@ -4,6 +4,5 @@ import warnings
 
 import dagster as dg
 
-# Observable source assets, single-run backfill policies and partitioned checks are beta/preview in Dagster 1.13.
+# Observable source assets and single-run backfill policies are beta in Dagster 1.13: used knowingly.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
-warnings.filterwarnings("ignore", category=dg.PreviewWarning)

@@ -146,7 +146,7 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
         raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",
                          allow_retries=False)
     env = {"SWITCHYARD_SPARK_PROFILE": spark.profile, **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
-    seen = launch_and_watch(context, config, tables, kafka.bootstrap, switch.handoff_id, env)
+    seen = launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
     statuses = [e.status for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     return dg.MaterializeResult(metadata={

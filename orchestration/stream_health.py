@@ -124,8 +124,8 @@ def health_evaluation(progress: Progress, verdict: str | None, now: float) -> dg
         metadata=progress.metadata(now), description=verdict or f"stream {progress.status.lower()}, no stall")
 
 
-def transition_metadata(entry, tables: Tables) -> dict:
-    """An observation of `stream` for one handoff log entry (SWITCHED, CAUGHT_UP, ...)."""
+def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int]) -> dict:
+    """An observation of `stream` for one handoff log entry (SWITCHED, CAUGHT_UP, ...) of a handoff."""
     details = handoff_log.details(entry)
     progress = read_json(stream_dir(tables, entry.handoff_id) / "progress.json") or {}
     behind = details.get("offsets_behind", progress.get("offsets_behind"))
@@ -134,11 +134,11 @@ def transition_metadata(entry, tables: Tables) -> dict:
         "status": entry.status,
         "handoff_id": entry.handoff_id,
         "at": dg.MetadataValue.timestamp(_utc(entry.at)),
-        "start_offsets": dg.MetadataValue.json(json.loads(entry.start_offsets or "{}")),
+        "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(start_offsets.items())}),
         "backlog_watermark": (dg.MetadataValue.timestamp(_utc(entry.backlog_watermark))
                               if entry.backlog_watermark else dg.MetadataValue.null()),
+        "stream_watermark": details.get("stream_watermark", progress.get("stream_watermark")) or "",
         "offsets_behind": _number(_behind(behind)),
         "records_per_s": _number(rate),
         "details": dg.MetadataValue.json(details),
     }
-

@@ -13,6 +13,7 @@ from pydantic import Field
 
 from orchestration.stream_health import transition_metadata
 from state_handoff import handoff_log
+from state_handoff.handoff import Handoff
 from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 
@@ -60,12 +61,13 @@ def _tail(log: Path, lines: int = 20) -> str:
 
 
 def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, tables: Tables, bootstrap: str,
-                     handoff_id: str, env: dict[str, str], poll_seconds: float = 1.0) -> list:
+                     switch: Handoff, env: dict[str, str], poll_seconds: float = 1.0) -> list:
     """Start the stream process and relay each new transition of the handoff as an observation of `stream`.
 
     Returns the transitions seen. Waits for the process to end, or only until SWITCHED when detached; a run
     that is stopped stops the stream cleanly with it (SIGTERM), unless the stream was meant to outlive the run.
     """
+    handoff_id = switch.handoff_id
     log = stream_dir(tables, handoff_id) / "process.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     before = {(e.status, e.at) for e in _transitions(tables, handoff_id)}
@@ -83,7 +85,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
                     seen.append(entry)
                     context.log.info(f"stream {entry.status} at {entry.at}")
                     context.log_event(dg.AssetObservation(asset_key="stream",
-                                                          metadata=transition_metadata(entry, tables)))
+                                                          metadata=transition_metadata(entry, tables, switch.start_offsets)))
             if exited:
                 break
             if config.detached and any(e.status == handoff_log.SWITCHED for e in seen):

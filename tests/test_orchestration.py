@@ -137,6 +137,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
     assert stream_states[:2] == ["STREAM_STARTED", "SWITCHED"] and "CAUGHT_UP" in stream_states
     caught_up = next(o.metadata for o in _observations(result, "stream") if o.metadata["status"].value == "CAUGHT_UP")
     assert caught_up["handoff_id"].value == switch["handoff_id"].value and caught_up["offsets_behind"].value == 0
+    assert caught_up["start_offsets"].value == switch["start_offsets"].value
     assert done["stream"][0].metadata["caught_up"].value is True
 
     checks = _check_evaluations(result)
