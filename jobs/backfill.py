@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
 
 from pyspark.sql import DataFrame, SparkSession
@@ -17,6 +18,7 @@ from state_handoff.archive_files import ArchiveFile, list_archive, missing_colum
 from state_handoff.errors import UserError
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
+from state_handoff.stream_control import read_json, write_json_atomically
 from state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")
@@ -138,7 +140,27 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
         out("[4/5] checking the accounting identity per partition")
         _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
     result.seconds = time.monotonic() - started
+    write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
     return result
+
+
+def _tiles_run_file(tables: Tables, handoff_id: str) -> Path:
+    return Path(tables.root) / "_backfill" / f"{handoff_id}.json"
+
+
+def pending_tiles_run(tables: Tables) -> BackfillResult | None:
+    """The latest tiles run not yet committed into state (Dagster runs tiles and state as separate steps)."""
+    entries = handoff_log.entries(None, tables)
+    started = next((e for e in reversed(entries) if e.status == handoff_log.BACKFILL_STARTED), None)
+    if started is None or any(e.handoff_id == started.handoff_id and e.status != handoff_log.BACKFILL_STARTED
+                              for e in entries):
+        return None
+    saved = read_json(_tiles_run_file(tables, started.handoff_id))
+    if saved is None:
+        return None
+    saved["first_day"], saved["last_day"] = date.fromisoformat(saved["first_day"]), date.fromisoformat(saved["last_day"])
+    saved["accounting"] = {int(p): a for p, a in saved["accounting"].items()}
+    return BackfillResult(**saved)
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
@@ -147,7 +169,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     started = time.monotonic()
     first, last, files, _ = _resolve_range(tables, None, None)
     readable = [f for f in files if unreadable(f.path) is None]
-    run = tiles_run or BackfillResult(handoff_log.new_handoff_id(), first, last)
+    run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
     with _failure_logged(spark, tables, run.handoff_id):
         out("[5/5] merging all tiles into keyed state and windows")
         tiles = spark.read.format("delta").load(tables.tiles)
