@@ -40,6 +40,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind the driver to loopback only
+    # Python workers run this interpreter (the project's .venv); PySpark reads the variable, not only the conf.
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
     os.environ["TZ"] = "UTC"
     time.tzset()
