@@ -11,7 +11,7 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials,
+from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_partials_from_tiles)
 from state_handoff import handoff_log
 from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, unreadable

@@ -21,7 +21,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -29,7 +29,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start
 from state_handoff import handoff_log
-from state_handoff.aggregates import (WINDOW_PREFIX, event_aggregations, event_as_partial, flatten_last,
+from state_handoff.aggregates import (event_aggregations, event_as_partial, flatten_last,
                                       merge_aggregations, partial_columns)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, Overlap, current_handoff, record_identity

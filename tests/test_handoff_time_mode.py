@@ -6,9 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from state_handoff.status import pipeline_status
 from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
+from tests.stream_process import start_stream, wait_until
 from tests.compare import assert_state_matches, assert_windows_match, rows
 
 PIPELINE = get_pipeline("demo")
@@ -91,25 +89,6 @@ def _prepare(spark, bootstrap, topic, warehouse) -> tuple[Tables, dict[int, int]
     return tables, {p: end for p, (_, end) in cut.items()}, _timestamps_by_offset(backlog)
 
 
-def _start_stream(tables: Tables, bootstrap: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", PIPELINE.name, "--warehouse", tables.warehouse,
-         "--bootstrap", bootstrap, "--caught-up-lag", "0"],
-        stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
-
-
-def _wait_until(condition, proc: subprocess.Popen, log: Path, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"stream exited with {proc.returncode} while waiting for {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
-
-
 def _stream_accounting(tables: Tables) -> dict[int, dict]:
     return {int(p): a for p, a in (pipeline_status(tables).get("stream_accounting") or {}).items()}
 
@@ -147,15 +126,15 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
         run_handoff(spark, PIPELINE, tables, bootstrap, boundary="offsets")
 
     log = tmp_path / "stream.log"
-    proc = _start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log)
     try:
         produce(bootstrap, topic_name, _records("b", datetime(2026, 1, 2, 10, 30), 200))
         batches = stream_dir(tables, handoff.handoff_id) / "batches"
-        _wait_until(lambda: any(batches.glob("*.json")), proc, log, what="a first event batch")
+        wait_until(lambda: any(batches.glob("*.json")), proc, log, what="a first event batch")
         produce(bootstrap, topic_name, _records("c", datetime(2026, 1, 2, 12, 30), 100) + _late_records("c"))
         latest = offset_bounds(bootstrap, topic_name)
         total = sum(hi - handoff.start_offsets[p] for p, (_, hi) in latest.items())
-        _wait_until(lambda: sum(a["read"] for a in _stream_accounting(tables).values()) >= total, proc, log,
+        wait_until(lambda: sum(a["read"] for a in _stream_accounting(tables).values()) >= total, proc, log,
                     what=f"{total} records read from the start offsets")
     finally:
         os.kill(proc.pid, signal.SIGTERM)

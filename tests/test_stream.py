@@ -19,12 +19,13 @@ from jobs.generate import run_generate
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import admin_client, create_topic, produce
+from state_handoff.kafka_io import admin_client, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
+from tests.stream_process import start_stream, wait_until
 from tests.compare import assert_state_matches, assert_windows_match, rows
 
 PIPELINE = get_pipeline("demo")
@@ -68,25 +69,6 @@ def _tail_events(topic_partitions: int, start: datetime, count: int, seed: int) 
            b'{"key": "k", "event_time": "2026-01-02T00:00:00Z", "amount": "7"}']
     records += [(b"bad", v, i % topic_partitions, None) for i, v in enumerate(bad)]
     return records
-
-
-def _start_stream(tables: Tables, bootstrap: str, log: Path) -> subprocess.Popen:
-    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", PIPELINE.name, "--warehouse", tables.warehouse,
-         "--bootstrap", bootstrap, "--caught-up-lag", "0"],
-        stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
-
-
-def _wait_until(condition, proc: subprocess.Popen, log: Path, timeout: float = 300, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if proc.poll() is not None:
-            pytest.fail(f"stream exited with {proc.returncode} while waiting for {what}:\n{log.read_text()[-3000:]}")
-        time.sleep(1)
-    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
 
 
 def _stream_read(tables: Tables) -> int:
@@ -143,18 +125,18 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", add_partition=True)
     handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
     log = tmp_path / "stream.log"
-    proc = _start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log)
     try:
         produce(bootstrap, topic_name, _tail_events(4, datetime(2026, 1, 2, 20), 300, seed=1))
-        _wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
                     what="SWITCHED")
         second = subprocess.run([sys.executable, "-m", "jobs.cli", "stream", "--pipeline", "demo", "--warehouse",
                                  tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT)
         assert second.returncode == 2 and "already running" in second.stderr and "Traceback" not in second.stderr
         produce(bootstrap, topic_name, _tail_events(4, datetime(2026, 1, 3, 4), 200, seed=2))
         total = _latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
-        _wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
-        _wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
                     what="CAUGHT_UP")
     finally:
         _stop(proc, log)
@@ -172,10 +154,10 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     log = tmp_path / "stream.log"
-    proc = _start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log)
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
     batches = stream_dir(tables, handoff.handoff_id) / "batches"
-    _wait_until(lambda: len(list(batches.glob("*.json"))) >= 1, proc, log, what="a first event batch")
+    wait_until(lambda: len(list(batches.glob("*.json"))) >= 1, proc, log, what="a first event batch")
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -183,10 +165,10 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     assert "gone without a clean stop" in pipeline_status(tables)["phase"]
 
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 3, 6), 150, seed=5))
-    proc = _start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log)
     try:
         total = _latest_total(bootstrap, topic_name, start)
-        _wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
+        wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
     finally:
         _stop(proc, log)
     entries = [e for e in handoff_log.entries(None, tables) if e.status == "STREAM_STARTED"]
