@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -128,15 +129,21 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
     with _failure_logged(spark, tables, handoff_id):
-        parsed = parse_events(pipeline, read_archive(spark, tables, in_range))
-        out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
-        _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
-                      tables.tiles, first, last)
-        out("[3/5] dead-lettering malformed records")
-        dead = parsed.where(F.col("error").isNotNull()).select(
-            "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
-            F.lit("backfill").alias("phase"), F.current_timestamp().alias("recorded_at"), "event_date")
-        _replace_days(dead, tables.dead_letter, first, last, "phase = 'backfill'")
+        # Parsing is the costly part of the scan: parse once, keep the narrow result on local disk (not the
+        # heap) for the dead-letter pass, which then needs no second parse of the archive.
+        parsed = parse_events(pipeline, read_archive(spark, tables, in_range)).withColumn(
+            "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist(StorageLevel.DISK_ONLY)
+        try:
+            out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
+            _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
+                          tables.tiles, first, last)
+            out("[3/5] dead-lettering malformed records")
+            dead = parsed.where(F.col("error").isNotNull()).select(
+                "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+                F.lit("backfill").alias("phase"), F.current_timestamp().alias("recorded_at"), "event_date")
+            _replace_days(dead, tables.dead_letter, first, last, "phase = 'backfill'")
+        finally:
+            parsed.unpersist()
         out("[4/5] checking the accounting identity per partition")
         _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
     result.seconds = time.monotonic() - started
