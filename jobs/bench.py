@@ -311,6 +311,7 @@ def _chart(result: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     bars = ax.barh(labels, values, color=["#b0b0b0", "#2a7ab9", "#6fbf73"])
     ax.bar_label(bars, labels=[f"{v:.0f} s" for v in values], padding=4)
+    ax.set_xlim(0, max(values) * 1.2)
     ax.invert_yaxis()
     ax.set_xlabel("wall time to an up-to-date keyed state (s)")
     ax.set_title(f"{result['events']:,} events: A/B = {result['ratio_streaming_over_switchyard']:.2f}, "
