@@ -4,9 +4,14 @@
 
 Builds a synthetic archive straight to Parquet (the columns `switchyard archive` writes; no Kafka), then runs
 `run_backfill` once per strategy, each in a fresh Python + JVM under SWITCHYARD_DRIVER_MEMORY (2g), over its own
-tables. Per run: wall time per backfill step, records/s, peak RSS of the JVM and of Python, the JVM heap, and a
-per-stage breakdown from the Spark event log (scan+parse, shuffle, sort, aggregate, Delta write). Last, the two
-`state` tables (and `windows`) must agree key for key, or the script exits 1.
+tables next to the one archive. Per run: wall time and task CPU per backfill step, records/s, peak RSS of the JVM
+and of Python, the JVM heap, spill, and a breakdown of the tiles step from the Spark event log (scan+parse,
+shuffle, sort, aggregate, Delta write); `noop`-sink probes after the timed run split parse from filter and
+aggregate from write. Last, the runs' `state`, `windows` and `window_state` must agree row for row, or exit 1.
+
+Both strategies run Spark's SortAggregate: the `last` partial is a max over a struct, a buffer Spark's hash
+aggregation cannot hold, so "hash" means Spark's own plan (sort + partial aggregate before the shuffle) and
+"sort" means repartition by key, one sort, one pass per group.
 """
 
 from __future__ import annotations
@@ -174,6 +179,17 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process, all its threads (JIT, GC and task threads for a JVM)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _comm(pid: int) -> str:
     """The process's kind: java, python, or pyspark.daemon / pyspark.worker (per-row Python)."""
     try:
@@ -258,6 +274,7 @@ def run_worker(args) -> int:
         print(f"[{args.strategy} +{now - started:7.2f}s] {line}", flush=True)
 
     load_before = os.getloadavg()
+    jvm_cpu_before = _cpu_seconds(spark._jvm.java.lang.ProcessHandle.current().pid())
     out("[0/5] start")
     try:
         backfill = run_backfill(spark, get_pipeline(PIPELINE), Tables(str(run_dir / "warehouse"), PIPELINE),
@@ -281,6 +298,7 @@ def run_worker(args) -> int:
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     result["jvm"] = _jvm_memory(spark)
     result["jvm"]["vm_hwm_bytes"] = _proc_status(result["jvm"]["pid"]).get("VmHWM", 0)
+    result["jvm"]["cpu_s"] = round(_cpu_seconds(result["jvm"]["pid"]) - jvm_cpu_before, 1)
     result["python_vm_hwm_bytes"] = _proc_status(os.getpid()).get("VmHWM", 0)
     if result["finished"] and args.probes:
         result["probes"] = run_probes(spark, Tables(str(run_dir / "warehouse"), PIPELINE), args.strategy,
@@ -443,67 +461,100 @@ def event_log_breakdown(path: Path) -> dict:
             "peak_jvm_heap_bytes": max(peak_heap.values(), default=0)}
 
 
-def _split(stages: list[dict]) -> dict[str, float]:
-    """Task-seconds of one shuffle-aggregate-write query by kind of work, from task and operator metrics.
+def _step(stage: dict) -> str:
+    """The backfill step of a stage; Delta prefixes the descriptions of its own jobs with "Delta: "."""
+    step = stage["step"]
+    while step.startswith("Delta: "):
+        step = step[len("Delta: "):]
+    return step
 
-    Whole-stage-codegen "duration" is a pipeline's wall time (stages nest), so it is not used; the parts are
-    the metrics Spark times directly (sort time, shuffle write time, fetch wait) and what remains of task time.
+
+def _split(stages: list[dict]) -> dict[str, float]:
+    """CPU-seconds of one scan-shuffle-aggregate(-write) query by kind of work.
+
+    Spark times some work directly (sort time, shuffle write time, fetch wait: wall clock inside a task); the
+    rest of a task's run time is the scan/parse side or the aggregate/write side. Each part is then scaled
+    by its stage's CPU/run-time ratio, so time spent waiting for a core on a busy machine drops out.
+    Whole-stage-codegen "duration" is not used: it is a pipeline's wall time and nested pipelines overlap.
     """
     work: dict[str, float] = defaultdict(float)
     for st in stages:
         sql = st["sql"]
         run_s = st.get("run_ms", 0) / 1000
+        cpu_share = min(1.0, st.get("cpu_ns", 0) / 1e9 / run_s) if run_s else 0.0
         sorts = {k.split(":")[0].lower(): v / 1000 for k, v in sql.items()
                  if k.startswith("Sort by") and k.endswith("sort time")}
         writer_sort = sum(v for k, v in sql.items() if k == "(writer) sort time") / 1000
         shuffle_write = st.get("shuffle_write_ns", 0) / 1e9
         fetch_wait = st.get("shuffle_fetch_wait_ms", 0) / 1000
+        part: dict[str, float] = defaultdict(float)
         if not st.get("shuffle_read_bytes"):
             for node, sec in sorts.items():
-                work[f"map-side {node}"] += sec
-            work["scan + parse + filter (+ partial aggregate)"] += max(run_s - sum(sorts.values()) - shuffle_write, 0)
+                part[f"map-side {node}"] += sec
+            part["map side: scan, parse, filter (+ partial aggregate)"] += max(run_s - sum(sorts.values()) - shuffle_write, 0)
         else:
             for node, sec in sorts.items():
-                work[f"reduce-side {node}"] += sec
-            work["shuffle read (fetch wait)"] += fetch_wait
+                part[f"reduce-side {node}"] += sec
+            part["shuffle read (fetch wait)"] += fetch_wait
             rest = max(run_s - sum(sorts.values()) - writer_sort - fetch_wait - shuffle_write, 0)
-            work["aggregate + Delta write" if "(writer) task commit time" in sql else "aggregate"] += rest
+            part["aggregate + Delta write" if "(writer) task commit time" in sql else "aggregate"] += rest
         if shuffle_write:
-            work["shuffle write"] += shuffle_write
+            part["shuffle write"] += shuffle_write
         if writer_sort:
-            work["Delta writer's sort by event_date"] += writer_sort
-        work["(of which JVM GC)"] += st.get("gc_ms", 0) / 1000
+            part["Delta writer's sort by event_date"] += writer_sort
+        for name, sec in part.items():
+            work[name] += sec * cpu_share
+        work["(task run time, wall)"] += run_s
+        work["(JVM GC, wall)"] += st.get("gc_ms", 0) / 1000
     return dict(work)
 
 
 def tiles_breakdown(result: dict) -> dict[str, float]:
-    """Where the tiles step [2/5] goes, in task-seconds summed over cores; the `noop` probe of the same query
+    """Where the tiles step [2/5] goes, in CPU-seconds summed over cores; the `noop` probe of the same query
     (no Delta write) splits "aggregate + Delta write" into its two parts."""
     stages = (result.get("spark") or {}).get("stages", [])
-    work = _split([s for s in stages if s["step"].startswith("[2/5]")])
-    probe = _split([s for s in stages if s["step"] == f"{PROBE} tiles, no write"])
+    work = _split([s for s in stages if _step(s).startswith("[2/5]")])
+    probe = _split([s for s in stages if _step(s) == f"{PROBE} tiles, no write"])
     if "aggregate + Delta write" in work and "aggregate" in probe:
         both = work.pop("aggregate + Delta write")
         work["aggregate (from the noop probe)"] = min(probe["aggregate"], both)
         work["Delta write: encode, stats, files"] = max(both - probe["aggregate"], 0)
-    gc = work.pop("(of which JVM GC)", 0)
-    total = sum(work.values())
-    work["= task-seconds"] = total
-    work["(of which JVM GC)"] = gc
+    notes = {k: work.pop(k) for k in ("(task run time, wall)", "(JVM GC, wall)") if k in work}
+    work["= CPU-seconds"] = sum(work.values())
+    work.update(notes)
     return {k: round(v, 2) for k, v in work.items()}
 
 
+def partial_aggregation(result: dict) -> dict[str, int]:
+    """Rows into and out of the map-side partial aggregate of the tiles step (the hash strategy's)."""
+    stages = [s for s in (result.get("spark") or {}).get("stages", [])
+              if _step(s).startswith("[2/5]") and not s.get("shuffle_read_bytes")]
+    rows_in = sum(v for s in stages for k, v in s["sql"].items() if k == "Filter: number of output rows")
+    rows_out = sum(s.get("shuffle_write_records", 0) for s in stages)
+    return {"rows_in": rows_in, "rows_shuffled": rows_out}
+
+
 def parse_breakdown(result: dict) -> dict[str, float]:
-    """Task-seconds of the scan / parse probes: what the JSON parse and the pushed-down filter cost."""
+    """CPU-seconds of the scan / parse probes: what the JSON parse and the pushed-down filter cost."""
     stages = (result.get("spark") or {}).get("stages", [])
-    seconds = {name: sum(s["run_ms"] for s in stages if s["step"] == f"{PROBE} {name}") / 1000
+    seconds = {name: sum(s["cpu_ns"] for s in stages if _step(s) == f"{PROBE} {name}") / 1e9
                for name in ("scan", "scan + parse", "scan + parse + filter")}
     if not all(seconds.values()):
         return {}
     return {"scan (read Parquet, value bytes)": round(seconds["scan"], 2),
             "parse (from_json x2, regex, casts)": round(seconds["scan + parse"] - seconds["scan"], 2),
-            "filter error IS NULL (re-parses below the projection)":
+            "filter error IS NULL, pushed into the parse (parses again)":
                 round(seconds["scan + parse + filter"] - seconds["scan + parse"], 2)}
+
+
+def step_cpu(result: dict) -> dict[str, float]:
+    """Task CPU-seconds per backfill step (probes excluded)."""
+    cpu: dict[str, float] = defaultdict(float)
+    for s in (result.get("spark") or {}).get("stages", []):
+        step = _step(s)
+        if step.startswith("[") and not step.startswith(PROBE):
+            cpu[step.split("]")[0] + "]"] += s.get("cpu_ns", 0) / 1e9
+    return {k: round(v, 1) for k, v in sorted(cpu.items())}
 
 
 # --------------------------------------------------------------------------------------------- comparison
@@ -593,7 +644,7 @@ def run_strategy(args, out_dir: Path, strategy: str) -> dict:
                         "--result", str(result_file), "--events", str(args.events))
     if args.shuffle_partitions:
         argv += ["--shuffle-partitions", str(args.shuffle_partitions)]
-    if args.probes:
+    if not args.no_probes:
         argv += ["--probes"]
     print(f"\n== {strategy}: fresh JVM, SWITCHYARD_DRIVER_MEMORY={args.driver_memory}", flush=True)
     code, sampler, process_s = _subprocess(argv, env, run_dir / "stderr.log")
@@ -614,15 +665,17 @@ def run_strategy(args, out_dir: Path, strategy: str) -> dict:
 
 
 def derived_figures(result: dict, driver_memory: str) -> dict:
-    timed = [s for s in (result.get("spark") or {}).get("stages", []) if not s["step"].startswith(PROBE)]
+    timed = [s for s in (result.get("spark") or {}).get("stages", []) if not _step(s).startswith(PROBE)]
     result["spill_bytes"] = sum(s.get("spill_memory_bytes", 0) for s in timed)
     result["spill_disk_bytes"] = sum(s.get("spill_disk_bytes", 0) for s in timed)
     result["shuffle_write_bytes"] = sum(s.get("shuffle_write_bytes", 0) for s in timed)
     result["task_cpu_s"] = round(sum(s.get("cpu_ns", 0) for s in timed) / 1e9, 1)
     result["task_run_s"] = round(sum(s.get("run_ms", 0) for s in timed) / 1000, 1)
     result["peak_heap_used_bytes"] = max((s.get("peak_jvm_heap_bytes", 0) for s in timed), default=0)
-    result["tiles_breakdown_task_s"] = tiles_breakdown(result)
-    result["parse_breakdown_task_s"] = parse_breakdown(result)
+    result["tiles_breakdown_cpu_s"] = tiles_breakdown(result)
+    result["parse_breakdown_cpu_s"] = parse_breakdown(result)
+    result["partial_aggregation"] = partial_aggregation(result)
+    result["step_task_cpu_s"] = step_cpu(result)
     max_heap = (result.get("jvm") or {}).get("max_heap_bytes", 0)
     result["under_heap_limit"] = bool(result.get("finished")) and 0 < max_heap <= _bytes(driver_memory)
     return result
@@ -649,17 +702,21 @@ def report(runs: list[dict], comparison: dict | None) -> str:
     out = lines.append
     out(_table(
         ["strategy", "events", "wall s", "records/s", "peak JVM RSS MB", "peak Python RSS MB", "peak heap used MB",
-         "max heap MB", "spill bytes (mem)", "spill bytes (disk)", "shuffle write MB", "task cpu s", "task run s",
-         "ok under heap"],
+         "max heap MB", "spill bytes (mem)", "spill bytes (disk)", "shuffle write MB", "JVM cpu s", "task cpu s",
+         "task run s", "ok under heap"],
         [[r["strategy"], f"{r['events']:,}", f"{r['wall_s']:.1f}" if r.get("finished") else "FAILED",
           f"{r['records_per_s']:,.0f}" if r.get("finished") else "-",
           _mb(r.get("peak_jvm_rss_bytes")), _mb(r.get("peak_python_rss_bytes")), _mb(r.get("peak_heap_used_bytes")),
           _mb((r.get("jvm") or {}).get("max_heap_bytes")), f"{r.get('spill_bytes', 0):,}",
-          f"{r.get('spill_disk_bytes', 0):,}", _mb(r.get("shuffle_write_bytes")), r.get("task_cpu_s", "-"),
+          f"{r.get('spill_disk_bytes', 0):,}", _mb(r.get("shuffle_write_bytes")),
+          (r.get("jvm") or {}).get("cpu_s", "-"), r.get("task_cpu_s", "-"),
           r.get("task_run_s", "-"), "yes" if r.get("under_heap_limit") else "NO"] for r in runs]))
     by = {r["strategy"]: r for r in runs}
     if all(by.get(s, {}).get("finished") for s in STRATEGIES):
         out(f"\nratio hash/sort wall time: {by['hash']['wall_s'] / by['sort']['wall_s']:.3f} (> 1: sort is faster)")
+        cpu = [(by[s].get("jvm") or {}).get("cpu_s") for s in ("hash", "sort")]
+        if all(cpu):
+            out(f"ratio hash/sort JVM CPU seconds: {cpu[0] / cpu[1]:.3f} (steadier than wall time on a busy machine)")
     for r in runs:
         load = r.get("load_average")
         if load:
@@ -667,25 +724,32 @@ def report(runs: list[dict], comparison: dict | None) -> str:
                 f"on {os.cpu_count()} cpus; PySpark Python workers seen: {r.get('python_worker_processes', 0)}")
     steps = sorted({s["step"] for r in runs for s in r.get("steps", [])})
     if steps:
-        out("\nwall seconds per backfill step")
+        out("\nper backfill step: wall seconds / task CPU-seconds")
         out(_table(["step", *[r["strategy"] for r in runs]],
-                   [[step, *[next((f"{s['wall_s']:.1f}" for s in r.get("steps", []) if s["step"] == step), "-")
-                             for r in runs]] for step in steps]))
-    kinds = list(dict.fromkeys(k for r in runs for k in r.get("tiles_breakdown_task_s", {})))
+                   [[step, *[next((f"{s['wall_s']:.1f} / {r.get('step_task_cpu_s', {}).get(step, 0):.1f}"
+                                   for s in r.get("steps", []) if s["step"] == step), "-") for r in runs]]
+                    for step in steps if step != "[0/5]"]))
+    kinds = list(dict.fromkeys(k for r in runs for k in r.get("tiles_breakdown_cpu_s", {})))
     if kinds:
-        out("\nwhere the tiles step [2/5] goes (task-seconds summed over cores)")
+        out("\nwhere the tiles step [2/5] goes (CPU-seconds summed over cores; timed parts scaled by CPU/run)")
         out(_table(["work", *[r["strategy"] for r in runs]],
-                   [[k, *[f"{r.get('tiles_breakdown_task_s', {}).get(k, 0):.1f}" for r in runs]] for k in kinds]))
-    parse = next((r["parse_breakdown_task_s"] for r in runs if r.get("parse_breakdown_task_s")), None)
+                   [[k, *[f"{r.get('tiles_breakdown_cpu_s', {}).get(k, 0):.1f}" for r in runs]] for k in kinds]))
+        for r in runs:
+            partial = r.get("partial_aggregation") or {}
+            if partial.get("rows_in"):
+                out(f"{r['strategy']}: {partial['rows_in']:,} well-formed rows into the map side, "
+                    f"{partial['rows_shuffled']:,} rows shuffled "
+                    f"({partial['rows_in'] / max(partial['rows_shuffled'], 1):.2f}x reduction)")
+    parse = next((r["parse_breakdown_cpu_s"] for r in runs if r.get("parse_breakdown_cpu_s")), None)
     if parse:
-        out("\nthe parse, from the noop probes (task-seconds; the same for both strategies, measured once)")
-        out(_table(["work", "task s"], [[k, f"{v:.1f}"] for k, v in parse.items()]))
+        out("\nthe parse, from the noop probes (CPU-seconds; the same for both strategies, measured once)")
+        out(_table(["work", "cpu s"], [[k, f"{v:.1f}"] for k, v in parse.items()]))
     probes = [r for r in runs if r.get("probes")]
     if probes:
         out("\nprobe wall seconds (noop sink, warm JVM): " + "; ".join(
             f"{r['strategy']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["probes"].items()) for r in probes))
     for r in runs:
-        tiles = [s for s in (r.get("spark") or {}).get("stages", []) if s["step"].startswith("[2/5]")]
+        tiles = [s for s in (r.get("spark") or {}).get("stages", []) if _step(s).startswith("[2/5]")]
         if tiles:
             out(f"\n{r['strategy']}: stages of the tiles step")
             out(_table(["stage", "tasks", "wall s", "task s", "cpu s", "gc s", "input rows", "shuffle w MB",
@@ -730,10 +794,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shuffle-partitions", type=int, help="override the profile's spark.sql.shuffle.partitions")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--rebuild-archive", action="store_true")
-    parser.add_argument("--no-probes", dest="probes", action="store_false",
+    parser.add_argument("--no-probes", action="store_true",
                         help="skip the noop-sink probes run after each timed backfill (they split parse, "
                              "aggregate and Delta write)")
-    parser.add_argument("--probes", dest="probes", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--probes", action="store_true", help=argparse.SUPPRESS)  # a worker's switch
     parser.add_argument("--report-only", action="store_true",
                         help="re-read the last runs' results and event logs under --out-dir and print the report")
     parser.add_argument("--worker", choices=["archive", "run", "compare"], help=argparse.SUPPRESS)
@@ -801,6 +865,9 @@ def main(argv: list[str] | None = None) -> int:
     by = {r["strategy"]: r for r in runs}
     if all(by.get(s, {}).get("finished") for s in STRATEGIES):
         figures["ratio_hash_over_sort_wall"] = round(by["hash"]["wall_s"] / by["sort"]["wall_s"], 4)
+        cpu = [(by[s].get("jvm") or {}).get("cpu_s") for s in ("hash", "sort")]
+        if all(cpu):
+            figures["ratio_hash_over_sort_jvm_cpu"] = round(cpu[0] / cpu[1], 4)
     text = report(runs, comparison)
     print("\n" + text)
     if args.json:
