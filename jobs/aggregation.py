@@ -30,7 +30,9 @@ def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SOR
     """Partial aggregates per (key, tile, kafka_partition) from well-formed parsed events.
 
     SORT: repartition by key, sort within partitions by (key, tile, partition, event_time), then one pass per
-    group (SortAggregate; no hash map of all keys, spills through the sort). HASH: Spark's hash aggregation.
+    group (SortAggregate; no hash map of all keys, spills through the sort). HASH: a plain groupBy left to
+    Spark's planner; with a `last` aggregation (a max over a struct holding a string) Spark cannot use its
+    hash aggregate and plans a partial aggregation before the shuffle plus a sort-based final one.
     """
     grain = [pipeline.key, TILE_START, "kafka_partition"]
     events = events.withColumn(TILE_START, tile_start(pipeline))
