@@ -373,7 +373,6 @@ def _event_lines(path: Path):
 def event_log_breakdown(path: Path) -> dict:
     """Stage metrics per backfill step (the job description), plus SQL operator metrics for every stage."""
     accumulators: dict[int, tuple[str, str]] = {}
-    job_step: dict[int, str] = {}
     stage_step: dict[int, str] = {}
     stages: dict[int, dict] = {}
     task_sql: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -392,7 +391,6 @@ def event_log_breakdown(path: Path) -> dict:
                 accumulators[int(metric["accumulatorId"])] = ("(adaptive)", metric["name"])
         elif kind == "SparkListenerJobStart":
             description = (event.get("Properties") or {}).get("spark.job.description") or "(no step)"
-            job_step[event["Job ID"]] = description
             for sid in event.get("Stage IDs", []):
                 stage_step.setdefault(sid, description)
         elif kind == "SparkListenerTaskEnd":
@@ -716,7 +714,7 @@ def report(runs: list[dict], comparison: dict | None) -> str:
         out(f"\nratio hash/sort wall time: {by['hash']['wall_s'] / by['sort']['wall_s']:.3f} (> 1: sort is faster)")
         cpu = [(by[s].get("jvm") or {}).get("cpu_s") for s in ("hash", "sort")]
         if all(cpu):
-            out(f"ratio hash/sort JVM CPU seconds: {cpu[0] / cpu[1]:.3f} (steadier than wall time on a busy machine)")
+            out(f"ratio hash/sort JVM CPU seconds: {cpu[0] / cpu[1]:.3f} (user + system time of the JVM process)")
     for r in runs:
         load = r.get("load_average")
         if load:
