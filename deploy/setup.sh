@@ -39,7 +39,8 @@ fetch_jars() {
   if ! mvn -B -q -s deploy/maven-settings.xml -f "$POM" -P "$profile" \
         dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$dest" >"$log" 2>&1; then
     local missing
-    missing=$(grep -oE '(Could not find artifact|Could not transfer artifact|Failed to read artifact descriptor for) [^ ]+' "$log" | head -1)
+    # Maven words it differently once a miss is cached in ~/.m2 ("Failure to find ..."); never let grep end the script.
+    missing=$(grep -oE '(Could not find artifact|Could not transfer artifact|Failed to read artifact descriptor for|Failure to find) [^ ,]+|([A-Za-z0-9_.-]+:){3,4}[A-Za-z0-9_.-]+ was not found' "$log" | head -1 || true)
     rm -rf "$dest"
     fail "mvn could not fetch the $profile jars: ${missing:-see mvn -f deploy/pom.xml -P $profile dependency:copy-dependencies}"
   fi
