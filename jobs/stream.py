@@ -399,13 +399,17 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
     trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
+    context = spark.sparkContext
+    context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's thread
     keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .foreachBatch(KeyedSink(pipeline, tables, bootstrap, f"{app_id}-keyed"))
              .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())
+    context.setLocalProperty("spark.scheduler.pool", "events")
     events = (parsed.writeStream.queryName(f"{pipeline.name}-events")
               .foreachBatch(EventsSink(pipeline, tables, paths, handoff, f"{app_id}-events"))
               .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**trigger).start())
+    context.setLocalProperty("spark.scheduler.pool", None)
     return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events), started, out)
 
 
@@ -466,11 +470,19 @@ def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queri
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    _keep_recent_progress(queries, paths)
     _stop(queries)
     result.batches = len(list(paths.batches.glob("*.json"))) if paths.batches.exists() else 0
     handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STOPPED,
                        details={"reason": result.reason, "offsets_behind": result.lag})
     return result
+
+
+def _keep_recent_progress(queries, paths: StreamPaths) -> None:
+    """Each query's last batches (rows, per-phase durations) beside the checkpoints, for where the time goes."""
+    history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"]}
+                        for p in q.recentProgress] for q in queries}
+    write_json_atomically(paths.root / "recent_progress.json", history)
 
 
 def _stop(queries) -> None:

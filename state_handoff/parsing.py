@@ -30,7 +30,11 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """
     raw = F.col("value").cast("string")
     as_text = ", ".join(f"`{f.name}` STRING" for f in pipeline.fields) + ", `_corrupt_record` STRING"
-    parsed = records.withColumn("__json", F.from_json(raw, as_text, {"columnNameOfCorruptRecord": "_corrupt_record"}))
+    # Numbers get a parse of their own, so a non-number in one field cannot blank the others.
+    numbers = {f"__number_{f.name}": F.from_json(raw, f"`{f.name}` DOUBLE")[f.name]
+               for f in pipeline.fields if f.type not in ("string", "timestamp")}
+    parsed = records.withColumns({
+        "__json": F.from_json(raw, as_text, {"columnNameOfCorruptRecord": "_corrupt_record"}), **numbers})
     is_object = (F.col("__json").isNotNull() & F.col("__json._corrupt_record").isNull()
                  & F.ltrim(raw).startswith("{"))
     typed: dict[str, Column] = {}
@@ -45,8 +49,8 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
             typed[f.name] = F.when(text.rlike(ISO_TIMESTAMP), F.expr(f"try_to_timestamp(`__json`.`{f.name}`)"))
             bad = typed[f.name].isNull()
             reason = invalid(f.name)
-        else:  # number: a separate parse so a non-number here cannot blank the other fields
-            number = F.from_json(raw, f"`{f.name}` DOUBLE")[f.name]
+        else:
+            number = F.col(f"__number_{f.name}")
             typed[f.name] = F.when(~F.isnan(number) & (F.abs(number) != F.lit(float("inf"))), number)
             bad = typed[f.name].isNull()
             reason = invalid(f.name)
@@ -55,5 +59,9 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     error = F.lit(None).cast("string")
     for condition, reason in reversed(checks):
         error = F.when(condition, F.lit(reason)).otherwise(error)
-    fields = [typed[f.name].alias(f.name) for f in pipeline.fields]
-    return parsed.select(*[c for c in records.columns if c not in typed], *fields, error.alias("error"))
+    kept = [c for c in records.columns if c not in typed]
+    names = [f.name for f in pipeline.fields] + ["error"]
+    typed_rows = parsed.select(*kept, *[typed[f.name].alias(f.name) for f in pipeline.fields], error.alias("error"))
+    # One parse per record: a generator is a barrier the optimizer cannot push `error IS NULL` through,
+    # whereas over plain projections the filter moves below the parse and evaluates from_json again.
+    return typed_rows.select(*kept, F.inline(F.array(F.struct(*names))))
