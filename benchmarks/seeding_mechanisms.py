@@ -136,11 +136,12 @@ def _comparable(rows: list) -> list:
 
 
 def _state_schema():
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType, TimestampType
 
-    return StructType.fromDDL(
-        "event_count BIGINT, amount_sum DOUBLE, amount_min DOUBLE, amount_max DOUBLE, last_by_time TIMESTAMP, "
-        "last_by_event_id STRING, last_event_time TIMESTAMP, last_amount DOUBLE")
+    types = {"event_count": LongType(), "amount_sum": DoubleType(), "amount_min": DoubleType(),
+             "amount_max": DoubleType(), "last_by_time": TimestampType(), "last_by_event_id": StringType(),
+             "last_event_time": TimestampType(), "last_amount": DoubleType()}
+    return StructType([StructField(name, kind) for name, kind in types.items()])
 
 
 def run_transform_with_state(spark, seed: Path, events: Path, work: Path) -> tuple[float, list]:

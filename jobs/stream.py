@@ -1,10 +1,13 @@
 """`switchyard stream` (isBacklog = false): Structured Streaming from the handoff offsets, keyed state seeded once.
 
-Two queries read the topic from the handoff's start offsets, each with its own checkpoint:
+Three queries, each with its own checkpoint; the first two read the topic from the handoff's start offsets:
 - keyed: the seed (the state snapshot at the handoff's version, as a file stream source) unioned with the
   parsed events, merged by one streaming aggregation on the RocksDB state store. The seed's files are
-  recorded in the checkpoint, so a restart never seeds again. Each batch upserts the changed keys into
-  `state` and sends them to `<pipeline>.updates`.
+  recorded in the checkpoint, so a restart never seeds again. Each batch sends the changed keys' new state to
+  `<pipeline>.updates` and does nothing else: no Delta write sits between an input record and its update.
+- state: reads this handoff's updates back from `<pipeline>.updates` and upserts the newest per key into
+  `state`. An update is the key's whole state, so applying one twice (a replayed keyed batch resends it) or
+  late changes nothing; a stop drains it, so `state` holds every update when the stream stops.
 - events: per batch, malformed records to `dead_letter`, records for windows at or before the watermark
   to `late`, the others merged into `window_state`; windows that the watermark passes move to `windows`.
   The watermark starts at the backlog watermark and is kept per batch on disk, so a replayed batch
@@ -41,6 +44,9 @@ from state_handoff.tables import Tables
 
 EVENTS_SEEN = "stream_events"
 SKIPPED_OVERLAP = "skipped_overlap"
+HANDOFF_HEADER = "switchyard.handoff"
+# Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
 _TXN_VERSION = "spark.databricks.delta.write.txnVersion"
 
@@ -79,6 +85,14 @@ class StreamPaths:
     @property
     def events_checkpoint(self) -> Path:
         return self.root / "checkpoints" / "events"
+
+    @property
+    def state_checkpoint(self) -> Path:
+        return self.root / "checkpoints" / "state"
+
+    @property
+    def updates_start(self) -> Path:
+        return self.root / "updates_start.json"
 
     @property
     def batches(self) -> Path:
@@ -205,28 +219,52 @@ def _append(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: 
     writer.save(path)
 
 
+def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
+    """Changed keys as `<pipeline>.updates` records: key, the whole state as JSON, the handoff as a header."""
+    return changed.select(
+        F.col(pipeline.key).cast("binary").alias("key"),
+        F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
+        F.array(F.struct(F.lit(HANDOFF_HEADER).alias("key"), F.lit(handoff_id).cast("binary").alias("value")))
+        .alias("headers"))
+
+
+def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:
+    """This handoff's update records, newest per key (a key's updates share a partition), as state rows."""
+    ours = F.exists("headers", lambda h: (h["key"] == HANDOFF_HEADER) & (h["value"] == F.lit(handoff_id).cast("binary")))
+    rows = messages.where(ours).select("offset", F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
+                                       .alias("s"))
+    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", "offset").alias("s"))
+            .select("s.*"))
+
+
 class KeyedSink:
-    def __init__(self, pipeline: Pipeline, tables: Tables, bootstrap: str, app_id: str):
-        self.pipeline, self.tables, self.bootstrap, self.app_id = pipeline, tables, bootstrap, app_id
+    def __init__(self, pipeline: Pipeline, bootstrap: str, handoff_id: str):
+        self.pipeline, self.bootstrap, self.handoff_id = pipeline, bootstrap, handoff_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Replays may resend: an update is the key's whole state, so a second copy changes nothing.
+        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN)
+        (update_messages(self.pipeline, changed, self.handoff_id)
+         .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+         .option("topic", self.pipeline.updates_topic).save())
+
+
+class StateSink:
+    """Upserts the updates of a batch into `state`, once per batch id."""
+
+    def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app_id: str):
+        self.pipeline, self.tables, self.schema, self.handoff_id, self.app_id = (
+            pipeline, tables, schema, handoff_id, app_id)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
-        spark = batch.sparkSession
-        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN).persist()
-        try:
-            key = self.pipeline.key
-            # Updates first: they are what low latency is about; replays may resend, updates are absolute.
-            (changed.select(F.col(key).cast("binary").alias("key"),
-                            F.to_json(F.struct(*[F.col(c) for c in changed.columns])).cast("binary").alias("value"))
-             .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
-             .option("topic", self.pipeline.updates_topic).save())
-            with _Txn(spark, f"{self.app_id}-state", batch_id):
-                (DeltaTable.forPath(spark, self.tables.state).alias("t")
-                 .merge(changed.alias("s"), f"t.`{key}` = s.`{key}`")
-                 .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-        finally:
-            changed.unpersist()
+        key = self.pipeline.key
+        newest = newest_updates(self.pipeline, batch, self.schema, self.handoff_id)
+        with _Txn(batch.sparkSession, self.app_id, batch_id):
+            (DeltaTable.forPath(batch.sparkSession, self.tables.state).alias("t")
+             .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
 
 
 class EventsSink:
@@ -348,6 +386,15 @@ def _ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> N
             .write.format("delta").save(tables.late)
 
 
+def _updates_start(bootstrap: str, pipeline: Pipeline, paths: StreamPaths) -> dict[str, int]:
+    """Where this handoff's updates begin on `<pipeline>.updates`: its end when the stream first started."""
+    recorded = read_json(paths.updates_start)
+    if recorded is None:
+        recorded = {str(p): hi for p, (_, hi) in offset_bounds(bootstrap, pipeline.updates_topic).items()}
+        write_json_atomically(paths.updates_start, recorded)
+    return recorded
+
+
 def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
     progress = query.lastProgress
     if not progress:
@@ -400,21 +447,30 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
     trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
     context = spark.sparkContext
-    context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's thread
+    context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
+    updates_from = _updates_start(bootstrap, pipeline, paths)  # before the first update of this handoff
     keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
-             .foreachBatch(KeyedSink(pipeline, tables, bootstrap, f"{app_id}-keyed"))
+             .foreachBatch(KeyedSink(pipeline, bootstrap, handoff.handoff_id))
              .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())
     context.setLocalProperty("spark.scheduler.pool", "events")
     events = (parsed.writeStream.queryName(f"{pipeline.name}-events")
               .foreachBatch(EventsSink(pipeline, tables, paths, handoff, f"{app_id}-events"))
               .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**trigger).start())
+    updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
+               .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
+               .option("failOnDataLoss", "true").load())
+    state_schema = spark.read.format("delta").load(tables.state).schema
+    state = (updates.writeStream.queryName(f"{pipeline.name}-state")
+             .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id, f"{app_id}-state"))
+             .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**trigger).start())
     context.setLocalProperty("spark.scheduler.pool", None)
-    return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events), started, out)
+    return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events, state), started,
+                    out)
 
 
 def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queries, started, out) -> StreamResult:
-    keyed, events = queries
     stop_signal: list[str] = []
     previous = {sig: signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
                 for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -436,10 +492,11 @@ def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queri
                                    start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
                                    details={"seconds_since_start": round(result.switched_after_s, 3)})
                 out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has committed")
-            lag, snapshot = _lag(bootstrap, handoff, queries, paths)
+            lag, snapshot = _lag(bootstrap, pipeline, handoff, queries, paths)
             result.lag = lag
             behind = sum(lag.values())
-            if switched and not caught_up and behind <= settings.caught_up_lag:
+            state_current = snapshot["state_updates_behind"] <= settings.caught_up_lag
+            if switched and not caught_up and behind <= settings.caught_up_lag and state_current:
                 caught_up = True
                 result.caught_up_after_s = result.caught_up_after_s or time.monotonic() - started
                 handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.CAUGHT_UP,
@@ -471,7 +528,13 @@ def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queri
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     _keep_recent_progress(queries, paths)
-    _stop(queries)
+    try:
+        _stop_draining_state(queries)
+    except Exception as err:
+        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
+                           details={"phase": "stream", "reason": f"applying the last updates to state: "
+                                                                 f"{str(err).splitlines()[0][:400]}"})
+        raise
     result.batches = len(list(paths.batches.glob("*.json"))) if paths.batches.exists() else 0
     handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STOPPED,
                        details={"reason": result.reason, "offsets_behind": result.lag})
@@ -485,6 +548,14 @@ def _keep_recent_progress(queries, paths: StreamPaths) -> None:
     write_json_atomically(paths.root / "recent_progress.json", history)
 
 
+def _stop_draining_state(queries) -> None:
+    """Stop reading input, then let the state query apply every update already sent, then stop it."""
+    *readers, state = queries
+    _stop(readers)
+    state.processAllAvailable()
+    state.stop()
+
+
 def _stop(queries) -> None:
     for query in queries:
         try:
@@ -493,19 +564,26 @@ def _stop(queries) -> None:
             pass
 
 
-def _lag(bootstrap: str, handoff: Handoff, queries, paths: StreamPaths) -> tuple[dict[int, int], dict]:
-    """Offsets behind latest per partition, for the slower of the two queries, plus figures for status."""
+def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: StreamPaths
+         ) -> tuple[dict[int, int], dict]:
+    """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
+    among them the updates the state query has yet to apply."""
+    keyed, events, state = queries
     latest = {p: hi for p, (_, hi) in offset_bounds(bootstrap, handoff.topic).items()}
     done = dict(handoff.start_offsets)
     committed = []
-    for query in queries:
+    for query in (keyed, events):
         ends = _kafka_end_offsets(query, handoff.topic)
         committed.append(ends if ends is not None else {})
     lag = {}
     for p, hi in latest.items():
         position = min(c.get(p, done.get(p, 0)) for c in committed)
         lag[p] = max(0, hi - position)
-    progress = queries[1].lastProgress or {}
+    progress = events.lastProgress or {}
+    updates_latest = {p: hi for p, (_, hi) in offset_bounds(bootstrap, pipeline.updates_topic).items()}
+    applied = _kafka_end_offsets(state, pipeline.updates_topic) or {
+        int(p): o for p, o in (read_json(paths.updates_start) or {}).items()}
+    state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
     last_batch = max(paths.batches.glob("*.json"), default=None) if paths.batches.exists() else None
     batch_info = read_json(last_batch) if last_batch else None
     return lag, {
@@ -515,4 +593,6 @@ def _lag(bootstrap: str, handoff: Handoff, queries, paths: StreamPaths) -> tuple
         "last_batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
         "stream_watermark": (batch_info or {}).get("watermark_after"),
         "batch_id": progress.get("batchId"),
+        "keyed_batch_ms": ((keyed.lastProgress or {}).get("durationMs") or {}).get("triggerExecution"),
+        "state_updates_behind": state_behind,
     }
