@@ -64,7 +64,8 @@ def run_stream_command(args) -> int:
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
-                              trigger_seconds=args.trigger_seconds)
+                              trigger_seconds=args.trigger_seconds,
+                              tables_trigger_seconds=args.tables_trigger_seconds)
     print(run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings).summary(pipeline.name))
     return 0
 
@@ -138,6 +139,8 @@ def add_pipeline_commands(commands, common) -> None:
                              "(default 10 x --caught-up-lag, at least 1000)")
     stream.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
     stream.add_argument("--trigger-seconds", type=float, default=0.0, help="micro-batch interval (0: back to back)")
+    stream.add_argument("--tables-trigger-seconds", type=float, default=5.0,
+                        help="interval of the Delta-writing queries (dead letters, late, windows, state)")
     common(stream)
     stream.set_defaults(handler=run_stream_command)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from jobs.stream import StreamSettings
 from state_handoff import handoff_log
 from state_handoff.kafka_io import create_topic, offset_bounds, produce
 from state_handoff.tables import Tables
@@ -144,7 +145,9 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
         [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", pipeline.name, "--warehouse", warehouse,
          "--bootstrap", bootstrap, "--caught-up-lag", "0", "--trigger-seconds", str(trigger_seconds)],
         stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
-    report = LatencyReport(trigger=f"processingTime={trigger_seconds:g}s, two queries, RocksDB state store")
+    report = LatencyReport(trigger=f"update query processingTime={trigger_seconds:g}s, Delta-writing queries every "
+                                   f"{max(trigger_seconds, StreamSettings.tables_trigger_seconds):g}s, "
+                                   "RocksDB state store")
     try:
         report.seconds_to_switched = _wait_for(tables, handoff_log.SWITCHED, handoff.handoff_id, proc, started)
         report.seconds_to_caught_up = _wait_for(tables, handoff_log.CAUGHT_UP, handoff.handoff_id, proc, started)

@@ -59,6 +59,9 @@ class StreamSettings:
     falling_behind_lag: int | None = None  # default: 10 x caught_up_lag, at least 1000
     max_offsets_per_trigger: int | None = 200_000
     trigger_seconds: float = 0.0
+    # The Delta side (dead letters, late, windows, state from the updates topic) at most this often: fewer,
+    # larger Delta commits leave the cores to the update path; a backlog still runs batches back to back.
+    tables_trigger_seconds: float = 5.0
     poll_seconds: float = 0.5
 
     @property
@@ -259,6 +262,8 @@ class StateSink:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
+        if batch.isEmpty():  # a Delta MERGE of nothing still costs a snapshot, a join and a commit
+            return
         key = self.pipeline.key
         newest = newest_updates(self.pipeline, batch, self.schema, self.handoff_id)
         with _Txn(batch.sparkSession, self.app_id, batch_id):
@@ -446,6 +451,7 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
     app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
     trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
+    tables_trigger = {"processingTime": f"{max(settings.trigger_seconds, settings.tables_trigger_seconds)} seconds"}
     context = spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
     updates_from = _updates_start(bootstrap, pipeline, paths)  # before the first update of this handoff
@@ -456,7 +462,7 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     context.setLocalProperty("spark.scheduler.pool", "events")
     events = (parsed.writeStream.queryName(f"{pipeline.name}-events")
               .foreachBatch(EventsSink(pipeline, tables, paths, handoff, f"{app_id}-events"))
-              .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**trigger).start())
+              .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**tables_trigger).start())
     updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
                .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
@@ -464,7 +470,7 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     state_schema = spark.read.format("delta").load(tables.state).schema
     state = (updates.writeStream.queryName(f"{pipeline.name}-state")
              .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id, f"{app_id}-state"))
-             .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**trigger).start())
+             .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**tables_trigger).start())
     context.setLocalProperty("spark.scheduler.pool", None)
     return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events, state), started,
                     out)
