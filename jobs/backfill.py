@@ -87,6 +87,17 @@ def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) 
             .select(*ARCHIVE_COLUMNS, F.col("event_date").cast("date")))
 
 
+def newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
+    """The greatest well-formed event time in the archive, searched from the newest day folder back."""
+    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    for day in sorted({f.day for f in files}, reverse=True):
+        parsed = parse_events(pipeline, read_archive(spark, tables, [f for f in files if f.day == day]))
+        newest = parsed.where(F.col("error").isNull()).agg(F.max(pipeline.event_time)).first()[0]
+        if newest is not None:
+            return newest
+    return None
+
+
 def _delta_version(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 

@@ -276,7 +276,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         runs[mode] = _run_worker(mode, fresh[mode], bootstrap, topic, max_offsets, log)
         runs[mode].records = events
         out(f"  {mode}: {runs[mode].seconds:.1f}s {runs[mode].stages}")
-    identical, sums = states_identical([fresh["streaming_only"], fresh["switchyard"], fresh["batch_only"]])
+    identical, sums = states_identical([fresh[m] for m in ("streaming_only", "switchyard", "batch_only", "batch_full")])
 
     latency = None
     if latency_seconds > 0:

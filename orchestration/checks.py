@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import TILE_START
-from jobs.backfill import read_archive
+from jobs.backfill import newest_archived_event_time, read_archive
 from orchestration.assets import tiles
 from orchestration.expectations import check_result, run_suite
 from orchestration.partitions import days_of
@@ -19,7 +19,6 @@ from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
 from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.handoff import current_handoff
 from state_handoff.kafka_io import offset_bounds
-from state_handoff.parsing import parse_events
 from state_handoff.spec import Aggregation, Pipeline
 from state_handoff.tables import Tables
 
@@ -34,17 +33,6 @@ def _min_not_above_max(aggregations: tuple[Aggregation, ...]) -> list:
     return [gx.expectations.ExpectColumnPairValuesAToBeGreaterThanB(column_A=a.name, column_B=lows[a.column],
                                                                     or_equal=True)
             for a in aggregations if a.kind == "max" and a.column in lows]
-
-
-def _newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
-    """The greatest well-formed event time in the archive, searched from the newest day folder back."""
-    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
-    for day in sorted({f.day for f in files}, reverse=True):
-        parsed = parse_events(pipeline, read_archive(spark, tables, [f for f in files if f.day == day]))
-        newest = parsed.where(F.col("error").isNull()).agg(F.max(pipeline.event_time)).first()[0]
-        if newest is not None:
-            return newest
-    return None
 
 
 def state_expectations(pipeline: Pipeline, newest_archived: datetime | None) -> list:
@@ -140,7 +128,7 @@ def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource
 def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
     session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
-    newest = _newest_archived_event_time(session, pipeline, tables)
+    newest = newest_archived_event_time(session, pipeline, tables)
     outcomes = run_suite(_table(session, tables.state), "state", state_expectations(pipeline, newest))
     return check_result(outcomes, newest_archived_event_time=str(newest))
 
