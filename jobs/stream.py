@@ -468,6 +468,7 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
                .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
                .option("failOnDataLoss", "true").load())
     state_schema = spark.read.format("delta").load(tables.state).schema
+    context.setLocalProperty("spark.scheduler.pool", "state")
     state = (updates.writeStream.queryName(f"{pipeline.name}-state")
              .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id, f"{app_id}-state"))
              .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**tables_trigger).start())
