@@ -123,7 +123,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     from pyspark.sql import functions as F
 
     from jobs.aggregation import backlog_watermark, tile_start
-    from jobs.stream import window_end
+    from jobs.stream import batch_window_partials
     from state_handoff.aggregates import event_aggregations, flatten_last
     from state_handoff.archive_files import archive_meta
     from state_handoff.parsing import parse_events
@@ -147,11 +147,8 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     parsed.where("error IS NOT NULL").select("kafka_partition", "kafka_offset", "value", F.col("error").alias("reason")) \
         .write.format("delta").mode("overwrite").save(tables.dead_letter)
     if pipeline.windows is not None:
-        aggs = pipeline.windows.aggregations
         watermark = backlog_watermark(pipeline, events.agg(F.max(pipeline.event_time)).first()[0])
-        windows = (events.withColumn("window_start", tile_start(pipeline))
-                   .groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
-                   .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
+        windows = batch_window_partials(pipeline, events.withColumn("window_start", tile_start(pipeline)))
         closed = F.col("window_end") <= F.lit(watermark)
         for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
             windows.where(part).write.format("delta").mode("overwrite").save(path)

@@ -36,7 +36,7 @@ from state_handoff.aggregates import (event_aggregations, event_as_partial, flat
                                       merge_aggregations, partial_columns)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, Overlap, current_handoff, record_identity
-from state_handoff.kafka_io import create_topic, offset_bounds
+from state_handoff.kafka_io import create_topic, latest_offsets
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Aggregation, Pipeline
 from state_handoff.stream_control import StreamLock, read_json, stream_dir, write_json_atomically
@@ -395,7 +395,8 @@ def _updates_start(bootstrap: str, pipeline: Pipeline, paths: StreamPaths) -> di
     """Where this handoff's updates begin on `<pipeline>.updates`: its end when the stream first started."""
     recorded = read_json(paths.updates_start)
     if recorded is None:
-        recorded = {str(p): hi for p, (_, hi) in offset_bounds(bootstrap, pipeline.updates_topic).items()}
+        ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
+        recorded = {str(p): hi for p, hi in ends.items()}
         write_json_atomically(paths.updates_start, recorded)
     return recorded
 
@@ -576,7 +577,8 @@ def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: S
     """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
     among them the updates the state query has yet to apply."""
     keyed, events, state = queries
-    latest = {p: hi for p, (_, hi) in offset_bounds(bootstrap, handoff.topic).items()}
+    newest = latest_offsets(bootstrap, [handoff.topic, pipeline.updates_topic])
+    latest, updates_latest = newest[handoff.topic], newest[pipeline.updates_topic]
     done = dict(handoff.start_offsets)
     committed = []
     for query in (keyed, events):
@@ -587,7 +589,6 @@ def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: S
         position = min(c.get(p, done.get(p, 0)) for c in committed)
         lag[p] = max(0, hi - position)
     progress = events.lastProgress or {}
-    updates_latest = {p: hi for p, (_, hi) in offset_bounds(bootstrap, pipeline.updates_topic).items()}
     applied = _kafka_end_offsets(state, pipeline.updates_topic) or {
         int(p): o for p, o in (read_json(paths.updates_start) or {}).items()}
     state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
@@ -600,6 +601,6 @@ def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: S
         "last_batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
         "stream_watermark": (batch_info or {}).get("watermark_after"),
         "batch_id": progress.get("batchId"),
-        "keyed_batch_ms": ((keyed.lastProgress or {}).get("durationMs") or {}).get("triggerExecution"),
+        "update_batch_ms": ((keyed.lastProgress or {}).get("durationMs") or {}).get("triggerExecution"),
         "state_updates_behind": state_behind,
     }

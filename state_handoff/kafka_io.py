@@ -77,6 +77,25 @@ def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
     return {tp.partition: (earliest[tp], latest[tp]) for tp in tps}
 
 
+def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+    """Per topic and partition, the next offset to be written; one client for all of them (a monitor polls this)."""
+    from kafka import TopicPartition
+
+    topics = list(topics)
+    with consumer(bootstrap) as client:
+        tps = []
+        for topic in topics:
+            parts = client.partitions_for_topic(topic)
+            if not parts:
+                raise UserError(f"topic {topic} does not exist on {bootstrap}: check --topic")
+            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+        ends = client.end_offsets(tps)
+    latest: dict[str, dict[int, int]] = {topic: {} for topic in topics}
+    for tp in tps:
+        latest[tp.topic][tp.partition] = ends[tp]
+    return latest
+
+
 def produce(bootstrap: str, topic: str, records: Iterable[tuple],
             on_progress=None, progress_every: int = 100_000) -> int:
     """Send records in large batches and wait for every acknowledgement; return how many were sent.

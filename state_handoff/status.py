@@ -68,7 +68,7 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
     status["input_rows_per_s"] = progress.get("input_rows_per_s")
     status["processed_rows_per_s"] = progress.get("processed_rows_per_s")
     status["last_batch_ms"] = progress.get("last_batch_ms")
-    status["last_update_batch_ms"] = progress.get("keyed_batch_ms")
+    status["update_batch_ms"] = progress.get("update_batch_ms")
     status["state_updates_behind"] = progress.get("state_updates_behind")
     status["offsets_behind"] = progress.get("offsets_behind")
     status["progress_updated"] = progress.get("updated")
@@ -99,7 +99,7 @@ def format_status(status: dict) -> str:
                        ("backlog watermark", "backlog_watermark"), ("stream watermark", "stream_watermark"),
                        ("offsets behind latest", "offsets_behind"), ("input rate (rows/s)", "input_rows_per_s"),
                        ("processed rate (rows/s)", "processed_rows_per_s"), ("last batch (ms)", "last_batch_ms"),
-                       ("last update batch (ms)", "last_update_batch_ms"),
+                       ("last update batch (ms)", "update_batch_ms"),
                        ("updates not yet in state", "state_updates_behind"),
                        ("dead-lettered", "dead_lettered"), ("late", "late")):
         if status.get(key) is not None:
