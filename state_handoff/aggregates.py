@@ -2,7 +2,8 @@
 
 Every aggregation is a mergeable partial, so day tiles merge into state and state merges with a
 micro-batch through the same expressions. All `last` aggregations share one ordering,
-(event_time, event_id), carried as `last_by_time` / `last_by_event_id`.
+(event_time, event_id), carried as `last_by_time` / `last_by_event_id`; a tie on that pair goes to
+the greatest values, the way a max over the whole struct breaks it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,15 @@ _LAST = "__last"
 WINDOW_PREFIX = "window_"
 
 
+# How partials combine, declared once per kind. Each rule has two forms that agree: the aggregate over
+# many partial rows (a groupBy merge) and the fold of a source row into a target row (a MERGE). They
+# agree because Spark's Sum, Min and Max update by exactly these folds: a NULL-skipping +, least,
+# greatest. The `last` fields combine as one struct (time, id, values...) under max.
+_KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max"}
+_OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max}
+_FOLD = {"sum": lambda t, s: F.coalesce(t + s, t, s), "min": F.least, "max": F.greatest}
+
+
 def _partial_names(agg: Aggregation) -> list[str]:
     return [f"{agg.name}__sum", f"{agg.name}__count"] if agg.kind == "mean" else [agg.name]
 
@@ -27,10 +37,19 @@ def _ordered(aggs: tuple[Aggregation, ...], keyed: bool) -> bool:
     return keyed or any(agg.kind == "last" for agg in aggs)
 
 
-def partial_columns(aggs: tuple[Aggregation, ...], keyed: bool = False) -> list[str]:
-    names = [n for agg in aggs if agg.kind != "last" for n in _partial_names(agg)]
+def _combined(aggs: tuple[Aggregation, ...]) -> list[tuple[str, str]]:
+    """(partial column, rule) for every partial outside the `last` struct."""
+    return [(name, _KIND_COMBINES[agg.kind]) for agg in aggs if agg.kind != "last" for name in _partial_names(agg)]
+
+
+def _ordered_fields(aggs: tuple[Aggregation, ...], keyed: bool) -> list[str]:
+    """The partial columns that combine as one struct, compared field by field in this order."""
     lasts = [agg.name for agg in aggs if agg.kind == "last"]
-    return names + ([LAST_BY_TIME, LAST_BY_ID, *lasts] if _ordered(aggs, keyed) else [])
+    return [LAST_BY_TIME, LAST_BY_ID, *lasts] if _ordered(aggs, keyed) else []
+
+
+def partial_columns(aggs: tuple[Aggregation, ...], keyed: bool = False) -> list[str]:
+    return [name for name, _ in _combined(aggs)] + _ordered_fields(aggs, keyed)
 
 
 def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
@@ -43,17 +62,6 @@ def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
         "max": lambda: [F.max(col).alias(name)],
         "mean": lambda: [F.sum(col).alias(f"{name}__sum"), F.count(col).alias(f"{name}__count")],
     }[agg.kind]()
-
-
-def _merge(agg: Aggregation, prefix: str) -> list[Column]:
-    def merged(name, fn):
-        return fn(F.col(prefix + name)).alias(prefix + name)
-
-    if agg.kind in ("count", "sum"):
-        return [merged(agg.name, F.sum)]
-    if agg.kind == "mean":
-        return [merged(f"{agg.name}__sum", F.sum), merged(f"{agg.name}__count", F.sum)]
-    return [merged(agg.name, {"min": F.min, "max": F.max}[agg.kind])]
 
 
 def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix: str = "",
@@ -70,12 +78,32 @@ def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix
 
 def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
     """Aggregate expressions over partial rows, producing the same partial columns."""
-    exprs = [e for agg in aggs if agg.kind != "last" for e in _merge(agg, prefix)]
-    lasts = [agg for agg in aggs if agg.kind == "last"]
-    if _ordered(aggs, keyed):
-        order = F.struct(*[F.col(prefix + n) for n in (LAST_BY_TIME, LAST_BY_ID, *[a.name for a in lasts])])
-        exprs.append(F.max(order).alias(prefix + _LAST))
+    exprs = [_OVER_ROWS[rule](F.col(prefix + name)).alias(prefix + name) for name, rule in _combined(aggs)]
+    ordered = _ordered_fields(aggs, keyed)
+    if ordered:
+        order = F.struct(*[F.col(prefix + name).alias(name) for name in ordered])
+        exprs.append(_OVER_ROWS[_KIND_COMBINES["last"]](order).alias(prefix + _LAST))
     return exprs
+
+
+def merge_into(aggs: tuple[Aggregation, ...], target: str = "t", source: str = "s",
+               keyed: bool = False) -> dict[str, Column]:
+    """For a MERGE's whenMatchedUpdate(set=...): each partial column, the source row folded into the target row.
+
+    Pairwise the same combination as merge_aggregations, so folding partials in one batch at a time ends
+    where one groupBy over all of them does: NULL + 5 = 5, and a tie on (event_time, event_id) goes to
+    the greatest values.
+    """
+    def side(alias: str):
+        return lambda name: F.col(f"{alias}.`{name}`")
+
+    t, s = side(target), side(source)
+    sets = {name: _FOLD[rule](t(name), s(name)) for name, rule in _combined(aggs)}
+    ordered = _ordered_fields(aggs, keyed)
+    if ordered:
+        newest = _FOLD[_KIND_COMBINES["last"]](*[F.struct(*[row(n).alias(n) for n in ordered]) for row in (t, s)])
+        sets.update({name: newest[name] for name in ordered})
+    return sets
 
 
 def flatten_last(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
