@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from state_handoff.errors import UserError
+from state_handoff import faults
+from state_handoff.errors import Failed, UserError
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -61,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handlers = {"kafka": run_kafka, "smoke": run_smoke}
     try:
+        faults.check_setting()
         handler = handlers.get(args.command) or args.handler
         return handler(args)
-    except UserError as err:
+    except (UserError, Failed) as err:
         print(f"switchyard {args.command}: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:

@@ -10,9 +10,11 @@ Three queries, each with its own checkpoint; the first two read the topic from t
   late changes nothing; a stop drains it, so `state` holds every update when the stream stops.
 - events: per batch, malformed records to `dead_letter`, records for windows at or before the watermark
   to `late`, the others merged into `window_state`; windows that the watermark passes move to `windows`.
-  The watermark starts at the backlog watermark and is kept per batch on disk, so a replayed batch
-  classifies its records exactly as the first attempt did.
-Every Delta write of a batch carries (txnAppId, txnVersion = batch id), so a replay writes nothing twice.
+  The watermark starts at the backlog watermark and each batch records the one it leaves in Delta
+  (`stream_batches`), so a replayed batch classifies its records exactly as the first attempt did.
+Every Delta write of a batch carries (txnAppId, txnVersion = batch id), the app id naming the handoff and the
+incarnation of the query's checkpoint, so a replay writes nothing twice and a new checkpoint is never taken
+for an old one. What a restart needs is in the checkpoints or in Delta; files beside them are caches.
 With a handoff in time mode, records the archive already holds (the handoff's overlap) are marked once on the
 parsed input: the keyed query leaves them out, the events query counts them as `skipped_overlap`.
 """
@@ -21,25 +23,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start
-from state_handoff import handoff_log
+from state_handoff import faults, handoff_log, stream_progress
 from state_handoff.aggregates import (event_aggregations, event_as_partial, flatten_last,
-                                      merge_aggregations, partial_columns)
-from state_handoff.errors import UserError
+                                      merge_aggregations, merge_into, partial_columns)
+from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, Overlap, current_handoff, record_identity
 from state_handoff.kafka_io import create_topic, latest_offsets
 from state_handoff.parsing import parse_events
-from state_handoff.spec import Aggregation, Pipeline
-from state_handoff.stream_control import StreamLock, read_json, stream_dir, write_json_atomically
+from state_handoff.spec import Pipeline
+from state_handoff.stream_control import StreamLock, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 EVENTS_SEEN = "stream_events"
@@ -71,6 +74,8 @@ class StreamSettings:
 
 @dataclass
 class StreamPaths:
+    """The handoff's stream folder: the seed's files, one checkpoint per query, and caches for `status`."""
+
     root: Path
 
     @property
@@ -78,8 +83,9 @@ class StreamPaths:
         return self.root / "seed"
 
     @property
-    def seed_ready(self) -> Path:
-        return self.root / "seed" / "_SEED_READY"
+    def seed_written(self) -> Path:
+        """Spark's job commit writes `_SUCCESS` last: present means every seed file is in place."""
+        return self.root / "seed" / "_SUCCESS"
 
     @property
     def keyed_checkpoint(self) -> Path:
@@ -94,19 +100,26 @@ class StreamPaths:
         return self.root / "checkpoints" / "state"
 
     @property
-    def updates_start(self) -> Path:
-        return self.root / "updates_start.json"
-
-    @property
-    def batches(self) -> Path:
-        return self.root / "batches"
+    def checkpoints(self) -> dict[str, Path]:
+        return {KEYED: self.keyed_checkpoint, stream_progress.EVENTS: self.events_checkpoint,
+                stream_progress.STATE: self.state_checkpoint}
 
     @property
     def progress(self) -> Path:
         return self.root / "progress.json"
 
-    def batch_file(self, batch_id: int) -> Path:
-        return self.batches / f"{batch_id:012d}.json"
+
+def checkpoint_incarnation(checkpoint: Path) -> str | None:
+    """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
+    new with a new one. None when the checkpoint has none yet."""
+    try:
+        return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UserError(f"the stream checkpoint's metadata file {checkpoint / 'metadata'} is corrupt: restore the "
+                        "checkpoint from a backup, or start over with `switchyard backfill` and "
+                        "`switchyard handoff`") from None
 
 
 @dataclass
@@ -178,26 +191,6 @@ def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
             .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
 
 
-def _merge_set(aggs: tuple[Aggregation, ...]) -> dict[str, str]:
-    """How a MERGE folds a source partial row into a target row, column by column."""
-    sets = {}
-    for agg in aggs:
-        if agg.kind in ("count", "sum"):
-            sets[agg.name] = f"t.`{agg.name}` + s.`{agg.name}`"
-        elif agg.kind == "mean":
-            for part in ("__sum", "__count"):
-                sets[agg.name + part] = f"t.`{agg.name}{part}` + s.`{agg.name}{part}`"
-        elif agg.kind in ("min", "max"):
-            fn = "least" if agg.kind == "min" else "greatest"
-            sets[agg.name] = f"{fn}(t.`{agg.name}`, s.`{agg.name}`)"
-    last_cols = [c for c in partial_columns(aggs) if c not in sets]
-    if last_cols:
-        newer = "struct(s.last_by_time, s.last_by_event_id) > struct(t.last_by_time, t.last_by_event_id)"
-        for c in last_cols:
-            sets[c] = f"CASE WHEN {newer} THEN s.`{c}` ELSE t.`{c}` END"
-    return sets
-
-
 # ---------------------------------------------------------------- batch sinks
 
 class _Txn:
@@ -240,6 +233,22 @@ def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: 
             .select("s.*"))
 
 
+class _TxnApp:
+    """A query's Delta transaction app id: the handoff and the incarnation of the query's checkpoint (which
+    Spark writes as the query starts, before its first batch), so a fresh checkpoint's batch ids can never
+    be mistaken for an old one's."""
+
+    def __init__(self, base: str, checkpoint: Path):
+        self.base, self.checkpoint, self.incarnation = base, checkpoint, None
+
+    def __str__(self) -> str:
+        if self.incarnation is None:
+            self.incarnation = checkpoint_incarnation(self.checkpoint)
+            if self.incarnation is None:
+                raise RuntimeError(f"the stream checkpoint {self.checkpoint} has no metadata file")
+        return f"{self.base}-{self.incarnation}"
+
+
 class KeyedSink:
     def __init__(self, pipeline: Pipeline, bootstrap: str, handoff_id: str):
         self.pipeline, self.bootstrap, self.handoff_id = pipeline, bootstrap, handoff_id
@@ -250,41 +259,57 @@ class KeyedSink:
         (update_messages(self.pipeline, changed, self.handoff_id)
          .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
          .option("topic", self.pipeline.updates_topic).save())
+        faults.reach("stream.keyed.after_send")
 
 
 class StateSink:
     """Upserts the updates of a batch into `state`, once per batch id."""
 
-    def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app_id: str):
-        self.pipeline, self.tables, self.schema, self.handoff_id, self.app_id = (
-            pipeline, tables, schema, handoff_id, app_id)
+    def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app: _TxnApp):
+        self.pipeline, self.tables, self.schema, self.handoff_id, self.app = (
+            pipeline, tables, schema, handoff_id, app)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
         if batch.isEmpty():  # a Delta MERGE of nothing still costs a snapshot, a join and a commit
             return
+        started = datetime.now(timezone.utc)
         key = self.pipeline.key
         newest = newest_updates(self.pipeline, batch, self.schema, self.handoff_id)
-        with _Txn(batch.sparkSession, self.app_id, batch_id):
+        with _Txn(batch.sparkSession, str(self.app), batch_id):
             (DeltaTable.forPath(batch.sparkSession, self.tables.state).alias("t")
              .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
              .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        faults.reach("stream.state.after_merge")
+        stream_progress.record(self.tables, stream_progress.BatchRow(
+            self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
+            datetime.now(timezone.utc)))
 
 
 class EventsSink:
-    def __init__(self, pipeline: Pipeline, tables: Tables, paths: StreamPaths, handoff: Handoff, app_id: str):
-        self.pipeline, self.tables, self.paths, self.handoff, self.app_id = pipeline, tables, paths, handoff, app_id
+    def __init__(self, pipeline: Pipeline, tables: Tables, handoff: Handoff, app: _TxnApp):
+        self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
+        self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
 
     def watermark_before(self, batch_id: int) -> datetime | None:
-        previous = read_json(self.paths.batch_file(batch_id - 1)) if batch_id > 0 else None
-        if previous is None:
+        """The backlog watermark for batch 0; else the watermark the previous batch recorded in Delta."""
+        if batch_id == 0:
             return self.handoff.backlog_watermark
-        return datetime.fromisoformat(previous["watermark_after"]) if previous["watermark_after"] else None
+        previous = self.last if self.last is not None and self.last.batch_id == batch_id - 1 else \
+            stream_progress.batch(self.tables, self.handoff.handoff_id, stream_progress.EVENTS,
+                                  self.app.incarnation, batch_id - 1)
+        if previous is None:
+            raise RuntimeError(
+                f"events batch {batch_id - 1} of handoff {self.handoff.handoff_id} (checkpoint "
+                f"{self.app.incarnation}) is committed in its checkpoint but missing from "
+                f"{self.tables.stream_batches}: its watermark is lost; restore that table, or start over with "
+                "`switchyard backfill` and `switchyard handoff`")
+        return previous.watermark_after
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = time.time()
-        pipeline, tables, app = self.pipeline, self.tables, self.app_id
+        started = datetime.now(timezone.utc)
+        pipeline, tables, app = self.pipeline, self.tables, str(self.app)
         watermark = self.watermark_before(batch_id)
         batch = batch.persist()
         try:
@@ -315,6 +340,7 @@ class EventsSink:
                     F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
                     F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
                 _append(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
+                faults.reach("stream.events.after_dead_letter")
             if any(p["late"] for p in per_partition.values()):
                 late = events.where("__late").select(
                     "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
@@ -325,6 +351,7 @@ class EventsSink:
                 on_time = events.where(well & ~F.col("__late"))
                 if any(p["well_formed"] - p["late"] for p in per_partition.values()):
                     self._merge_windows(batch.sparkSession, batch_window_partials(pipeline, on_time), batch_id)
+                    faults.reach("stream.events.after_window_merge")
                 if newest is not None:
                     candidate = newest - pipeline.allowed_lateness
                     watermark_after = max(watermark, candidate) if watermark else candidate
@@ -333,18 +360,22 @@ class EventsSink:
                     self._finalize_windows(batch.sparkSession, watermark_after, batch_id)
         finally:
             batch.unpersist()
-        write_json_atomically(self.paths.batch_file(batch_id), {
-            "batch_id": batch_id, "watermark_before": watermark, "watermark_after": watermark_after,
-            "partitions": per_partition, "started": started, "finished": time.time()})
+        row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
+                                       batch_id, watermark, watermark_after,
+                                       {str(p): counts for p, counts in per_partition.items()}, started,
+                                       datetime.now(timezone.utc))
+        stream_progress.record(tables, row)
+        self.last = row
+        faults.reach("stream.events.after_progress")
 
     def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
         from delta.tables import DeltaTable
 
         key = self.pipeline.key
-        with _Txn(spark, f"{self.app_id}-windows-merge", batch_id):
+        with _Txn(spark, f"{self.app}-windows-merge", batch_id):
             (DeltaTable.forPath(spark, self.tables.window_state).alias("t")
              .merge(partials.alias("s"), f"t.`{key}` = s.`{key}` AND t.window_start = s.window_start")
-             .whenMatchedUpdate(set=_merge_set(self.pipeline.windows.aggregations))
+             .whenMatchedUpdate(set=merge_into(self.pipeline.windows.aggregations))
              .whenNotMatchedInsertAll().execute())
 
     def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
@@ -352,8 +383,9 @@ class EventsSink:
 
         closing = F.col("window_end") <= F.lit(watermark)
         final = spark.read.format("delta").load(self.tables.window_state).where(closing)
-        _append(final, self.tables.windows, f"{self.app_id}-windows-final", batch_id)
-        with _Txn(spark, f"{self.app_id}-windows-close", batch_id):
+        _append(final, self.tables.windows, f"{self.app}-windows-final", batch_id)
+        faults.reach("stream.events.after_finalize_append")
+        with _Txn(spark, f"{self.app}-windows-close", batch_id):
             DeltaTable.forPath(spark, self.tables.window_state).delete(closing)
 
 
@@ -363,17 +395,38 @@ def _window_index(pipeline: Pipeline, t: datetime) -> int:
 
 # ---------------------------------------------------------------- the job
 
+KEYED = "keyed"
+
+
 def _write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths: StreamPaths) -> None:
     """The state at the handoff's version, once, as the seed source's files."""
-    if paths.seed_ready.exists():
+    if paths.seed_written.exists():
         return
     if paths.keyed_checkpoint.exists():
-        raise UserError(f"the stream checkpoint {paths.keyed_checkpoint} exists but its seed does not: "
-                        f"remove the folder {paths.root} to restart this handoff's stream from scratch")
+        raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream checkpoint "
+                        "refers to it: restore the folder from a backup, or start over with `switchyard backfill` "
+                        "and `switchyard handoff`")
     state = spark.read.format("delta").option("versionAsOf", handoff.state_version).load(tables.state)
     state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
                  F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(paths.seed))
-    paths.seed_ready.touch()
+    faults.reach("stream.after_seed")
+
+
+def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:
+    """Refuse a checkpoint that is not the one whose writes Delta holds for this handoff: a lost or replaced
+    checkpoint restarts batch ids, and replaying the handoff from its start would apply records twice."""
+    recorded = stream_progress.incarnations(tables, handoff.handoff_id)
+    switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED]
+    if switched:  # the keyed query writes no Delta table; its first committed batch is in the log
+        recorded[KEYED] = {handoff_log.details(e).get("keyed_incarnation") for e in switched}
+    for query, incarnations in recorded.items():
+        current = checkpoint_incarnation(paths.checkpoints[query])
+        if current not in incarnations:
+            state = "missing" if current is None else f"a new one ({current[:8]})"
+            raise UserError(
+                f"the {query} checkpoint of handoff {handoff.handoff_id} ({paths.checkpoints[query]}) is {state}, but "
+                f"Delta already holds that handoff's stream writes: a stream cannot resume without the checkpoint "
+                "that made them; restore it, or start over with `switchyard backfill` and `switchyard handoff`")
 
 
 def _ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:
@@ -391,14 +444,21 @@ def _ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> N
             .write.format("delta").save(tables.late)
 
 
-def _updates_start(bootstrap: str, pipeline: Pipeline, paths: StreamPaths) -> dict[str, int]:
-    """Where this handoff's updates begin on `<pipeline>.updates`: its end when the stream first started."""
-    recorded = read_json(paths.updates_start)
-    if recorded is None:
-        ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
-        recorded = {str(p): hi for p, hi in ends.items()}
-        write_json_atomically(paths.updates_start, recorded)
-    return recorded
+def _updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,
+                   entries: list) -> dict[str, int]:
+    """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
+    kept in the log's STREAM_STARTED entry before any update is sent."""
+    for entry in entries:
+        if entry.handoff_id == handoff.handoff_id and entry.status == handoff_log.STREAM_STARTED:
+            recorded = handoff_log.details(entry).get("updates_from")
+            if recorded is not None:
+                return recorded
+    if paths.keyed_checkpoint.exists():
+        raise UserError(f"the stream of handoff {handoff.handoff_id} has a checkpoint ({paths.keyed_checkpoint}) but "
+                        f"the handoff log ({paths.root.parent.parent / 'handoffs'}) records no start of its updates: "
+                        "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
+    ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
+    return {str(p): hi for p, hi in ends.items()}
 
 
 def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
@@ -428,14 +488,19 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
 
 def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamResult:
     paths = StreamPaths(stream_dir(tables, handoff.handoff_id))
+    entries = handoff_log.entries(None, tables)
+    check_resumable(tables, handoff, paths, entries)
     restart = paths.keyed_checkpoint.exists()
     started = time.monotonic()
     _write_seed(spark, pipeline, tables, handoff, paths)
     _ensure_tables(spark, pipeline, tables)
-    create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)), exist_ok=True)
+    create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)), exist_ok=True,
+                 compacted=True)
+    updates_from = _updates_start(bootstrap, pipeline, handoff, paths, entries)
     handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STREAM_STARTED,
                        start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
-                       details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic})
+                       details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
+                                "updates_from": updates_from})
     out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, {'resuming from checkpoint' if restart else 'seeding'}"
         f" from state version {handoff.state_version}")
 
@@ -455,105 +520,181 @@ def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamRe
     tables_trigger = {"processingTime": f"{max(settings.trigger_seconds, settings.tables_trigger_seconds)} seconds"}
     context = spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
-    updates_from = _updates_start(bootstrap, pipeline, paths)  # before the first update of this handoff
     keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .foreachBatch(KeyedSink(pipeline, bootstrap, handoff.handoff_id))
              .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())
     context.setLocalProperty("spark.scheduler.pool", "events")
-    events = (parsed.writeStream.queryName(f"{pipeline.name}-events")
-              .foreachBatch(EventsSink(pipeline, tables, paths, handoff, f"{app_id}-events"))
+    events_sink = EventsSink(pipeline, tables, handoff, _TxnApp(f"{app_id}-events", paths.events_checkpoint))
+    events = (parsed.writeStream.queryName(f"{pipeline.name}-events").foreachBatch(events_sink)
               .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**tables_trigger).start())
+    # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
     updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
                .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
-               .option("failOnDataLoss", "true").load())
+               .option("failOnDataLoss", "false").load())
     state_schema = spark.read.format("delta").load(tables.state).schema
     context.setLocalProperty("spark.scheduler.pool", "state")
     state = (updates.writeStream.queryName(f"{pipeline.name}-state")
-             .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id, f"{app_id}-state"))
+             .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id,
+                                     _TxnApp(f"{app_id}-state", paths.state_checkpoint)))
              .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**tables_trigger).start())
     context.setLocalProperty("spark.scheduler.pool", None)
-    return _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events, state), started,
-                    out)
+    monitor = _Monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events, state),
+                       events_sink, updates_from, started, out)
+    return monitor.run()
 
 
-def _monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, queries, started, out) -> StreamResult:
-    stop_signal: list[str] = []
-    previous = {sig: signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
-                for sig in (signal.SIGTERM, signal.SIGINT)}
-    result = StreamResult(handoff.handoff_id, reason="")
-    log_statuses = {e.status for e in handoff_log.entries(spark, tables) if e.handoff_id == handoff.handoff_id}
-    switched = handoff_log.SWITCHED in log_statuses
-    caught_up = False
-    try:
-        while True:
-            for query in queries:
-                if query.exception() is not None:
-                    raise RuntimeError(f"query {query.name} failed: {str(query.exception()).splitlines()[0]}")
-                if not query.isActive:
-                    raise RuntimeError(f"query {query.name} stopped unexpectedly")
-            if not switched and (paths.keyed_checkpoint / "commits" / "0").exists():
-                switched = True
-                result.switched_after_s = time.monotonic() - started
-                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.SWITCHED,
-                                   start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
-                                   details={"seconds_since_start": round(result.switched_after_s, 3)})
-                out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has committed")
-            lag, snapshot = _lag(bootstrap, pipeline, handoff, queries, paths)
-            result.lag = lag
-            behind = sum(lag.values())
-            state_current = snapshot["state_updates_behind"] <= settings.caught_up_lag
-            if switched and not caught_up and behind <= settings.caught_up_lag and state_current:
-                caught_up = True
-                result.caught_up_after_s = result.caught_up_after_s or time.monotonic() - started
-                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.CAUGHT_UP,
-                                   details={"offsets_behind": lag, **snapshot})
-                out(f"CAUGHT_UP after {time.monotonic() - started:.1f}s: {behind} offsets behind latest")
-            elif caught_up and behind > settings.behind_threshold:
-                caught_up = False
-                handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FALLING_BEHIND,
-                                   details={"offsets_behind": lag, **snapshot})
-                out(f"FALLING_BEHIND: {behind} offsets behind latest")
-            write_json_atomically(paths.progress, {"pid": os.getpid(), "updated": time.time(), "handoff_id":
-                                                   handoff.handoff_id, "offsets_behind": lag, **snapshot})
-            if stop_signal:
-                result.reason = stop_signal[0]
-                break
-            if settings.until_caught_up and caught_up:
-                result.reason = "caught up"
-                break
-            if settings.for_seconds is not None and time.monotonic() - started >= settings.for_seconds:
-                result.reason = f"ran {settings.for_seconds:g}s"
-                break
-            time.sleep(settings.poll_seconds)
-    except Exception as err:
-        _stop(queries)
-        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
-                           details={"phase": "stream", "reason": str(err).splitlines()[0][:500]})
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    _keep_recent_progress(queries, paths)
-    try:
-        _stop_draining_state(queries)
-    except Exception as err:
-        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
-                           details={"phase": "stream", "reason": f"applying the last updates to state: "
-                                                                 f"{str(err).splitlines()[0][:400]}"})
-        raise
-    result.batches = len(list(paths.batches.glob("*.json"))) if paths.batches.exists() else 0
-    handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STOPPED,
-                       details={"reason": result.reason, "offsets_behind": result.lag})
-    return result
+class _Monitor:
+    """Watches the three queries and the input's lag, logs the transitions, stops on a signal or a condition.
+
+    Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the progress
+    cache) fails soft: retried with backoff while the lag is reported as unknown."""
+
+    def __init__(self, spark, pipeline, tables, bootstrap, settings, handoff, paths, queries, events_sink,
+                 updates_from, started, out):
+        self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
+        self.settings, self.handoff, self.paths, self.queries = settings, handoff, paths, queries
+        self.events_sink, self.started, self.out = events_sink, started, out
+        self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
+        self.result = StreamResult(handoff.handoff_id, reason="")
+        self.lag_error: str | None = None
+        self.lag_unknown_since: float | None = None
+        self.next_lag_at = 0.0
+        self.backoff = settings.poll_seconds
+
+    def log(self, status: str, **fields) -> None:
+        handoff_log.append(self.spark, self.tables, self.handoff.handoff_id, status, **fields)
+
+    def run(self) -> StreamResult:
+        stop_signal: list[str] = []
+        previous = {sig: signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        settings, result, handoff = self.settings, self.result, self.handoff
+        log_statuses = {e.status for e in handoff_log.entries(None, self.tables)
+                        if e.handoff_id == handoff.handoff_id}
+        switched = handoff_log.SWITCHED in log_statuses
+        caught_up = False
+        lag, snapshot = {}, {}
+        try:
+            while True:
+                self._raise_if_a_query_failed()
+                if not switched and (self.paths.keyed_checkpoint / "commits" / "0").exists():
+                    switched = True
+                    result.switched_after_s = time.monotonic() - self.started
+                    self.log(handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
+                             backlog_watermark=handoff.backlog_watermark,
+                             details={"seconds_since_start": round(result.switched_after_s, 3),
+                                      "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint)})
+                    self.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
+                             "committed")
+                if time.monotonic() >= self.next_lag_at:
+                    measured = self._measure_lag()
+                    if measured is not None:
+                        lag, snapshot = measured
+                        result.lag = lag
+                known = self.lag_error is None
+                behind = sum(lag.values())
+                state_current = snapshot.get("state_updates_behind", 0) <= settings.caught_up_lag
+                if known and switched and not caught_up and behind <= settings.caught_up_lag and state_current:
+                    caught_up = True
+                    result.caught_up_after_s = result.caught_up_after_s or time.monotonic() - self.started
+                    self.log(handoff_log.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
+                    self.out(f"CAUGHT_UP after {time.monotonic() - self.started:.1f}s: {behind} offsets behind latest")
+                elif known and caught_up and behind > settings.behind_threshold:
+                    caught_up = False
+                    self.log(handoff_log.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
+                    self.out(f"FALLING_BEHIND: {behind} offsets behind latest")
+                self._write_progress(lag if known else None, snapshot)
+                if stop_signal:
+                    result.reason = stop_signal[0]
+                    break
+                if settings.until_caught_up and caught_up:
+                    result.reason = "caught up"
+                    break
+                if settings.for_seconds is not None and time.monotonic() - self.started >= settings.for_seconds:
+                    result.reason = f"ran {settings.for_seconds:g}s"
+                    break
+                time.sleep(settings.poll_seconds)
+        except Exception as err:
+            _stop(self.queries)
+            self.log(handoff_log.FAILED, details={"phase": "stream", "reason": _first_line(err)})
+            if isinstance(err, StreamFailed):
+                raise
+            raise StreamFailed(f"the stream's monitor failed: {_first_line(err)}") from err
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        _keep_recent_progress(self.queries, self.paths)
+        try:
+            _stop_draining_state(self.queries)
+        except Exception as err:
+            reason = f"applying the last updates to state: {str(err).splitlines()[0][:400]}"
+            self.log(handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            raise StreamFailed(reason) from None
+        result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
+        self.log(handoff_log.STOPPED, details={"reason": result.reason, "offsets_behind": result.lag})
+        return result
+
+    def _raise_if_a_query_failed(self) -> None:
+        for query in self.queries:
+            if query.exception() is not None:
+                raise StreamFailed(f"query {query.name} failed: {_query_error(query.exception())}")
+            if not query.isActive:
+                raise StreamFailed(f"query {query.name} stopped unexpectedly")
+
+    def _measure_lag(self) -> tuple[dict[int, int], dict] | None:
+        try:
+            measured = _lag(self.bootstrap, self.pipeline, self.handoff, self.queries, self.events_sink,
+                            self.updates_from)
+        except Exception as err:  # a broker restarting, a network blip: the queries ride it out or fail themselves
+            now = time.monotonic()
+            if self.lag_error is None:
+                self.lag_unknown_since = time.time()
+                self.out(f"lag unknown: {_first_line(err)}; retrying with backoff")
+            self.lag_error = _first_line(err)
+            self.next_lag_at = now + self.backoff
+            self.backoff = min(self.backoff * 2, 30.0)
+            return None
+        if self.lag_error is not None:
+            self.out(f"lag known again after {time.time() - self.lag_unknown_since:.0f}s")
+        self.lag_error, self.lag_unknown_since, self.backoff = None, None, self.settings.poll_seconds
+        return measured
+
+    def _write_progress(self, lag: dict[int, int] | None, snapshot: dict) -> None:
+        try:
+            write_json_atomically(self.paths.progress, {
+                "pid": os.getpid(), "updated": time.time(), "handoff_id": self.handoff.handoff_id,
+                **snapshot, "offsets_behind": lag, "lag_error": self.lag_error,
+                "lag_unknown_since": self.lag_unknown_since})
+        except OSError as err:  # a cache for status: the stream goes on without it
+            self.lag_error = self.lag_error or f"progress file not written: {_first_line(err)}"
+
+
+class StreamFailed(Failed):
+    """A query of the stream failed, or the monitor could not go on: FAILED is in the log."""
+
+
+def _first_line(err) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+
+
+def _query_error(err) -> str:
+    """The cause, when a foreachBatch function raised it: the last `SomeError: message` line of the Python
+    traceback Spark wraps; else the exception's first line."""
+    causes = [line.strip() for line in str(err).splitlines()
+              if re.match(r"^\s*[A-Za-z_.]*(Error|Exception|Failed): ", line)]
+    return causes[-1][:300] if causes else _first_line(err)
 
 
 def _keep_recent_progress(queries, paths: StreamPaths) -> None:
     """Each query's last batches (rows, per-phase durations) beside the checkpoints, for where the time goes."""
     history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"]}
                         for p in q.recentProgress] for q in queries}
-    write_json_atomically(paths.root / "recent_progress.json", history)
+    try:
+        write_json_atomically(paths.root / "recent_progress.json", history)
+    except OSError:
+        pass
 
 
 def _stop_draining_state(queries) -> None:
@@ -572,8 +713,8 @@ def _stop(queries) -> None:
             pass
 
 
-def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: StreamPaths
-         ) -> tuple[dict[int, int], dict]:
+def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, events_sink: EventsSink,
+         updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
     """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
     among them the updates the state query has yet to apply."""
     keyed, events, state = queries
@@ -589,17 +730,15 @@ def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, paths: S
         position = min(c.get(p, done.get(p, 0)) for c in committed)
         lag[p] = max(0, hi - position)
     progress = events.lastProgress or {}
-    applied = _kafka_end_offsets(state, pipeline.updates_topic) or {
-        int(p): o for p, o in (read_json(paths.updates_start) or {}).items()}
+    applied = _kafka_end_offsets(state, pipeline.updates_topic) or updates_from
     state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
-    last_batch = max(paths.batches.glob("*.json"), default=None) if paths.batches.exists() else None
-    batch_info = read_json(last_batch) if last_batch else None
+    last = events_sink.last
     return lag, {
         "latest_offsets": latest,
         "input_rows_per_s": progress.get("inputRowsPerSecond"),
         "processed_rows_per_s": progress.get("processedRowsPerSecond"),
         "last_batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-        "stream_watermark": (batch_info or {}).get("watermark_after"),
+        "stream_watermark": last.watermark_after.isoformat() if last and last.watermark_after else None,
         "batch_id": progress.get("batchId"),
         "update_batch_ms": ((keyed.lastProgress or {}).get("durationMs") or {}).get("triggerExecution"),
         "state_updates_behind": state_behind,

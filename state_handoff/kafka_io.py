@@ -42,19 +42,53 @@ def consumer(bootstrap: str) -> Iterator:
         client.close()
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = False) -> bool:
-    """Create `topic`; return False when it already existed (and exist_ok)."""
-    from kafka.admin import NewTopic
+def replication_factor(admin) -> int:
+    """Replicas for a topic the project creates: min(3, brokers in the cluster)."""
+    return max(1, min(3, len(admin.describe_cluster()["brokers"])))
+
+
+def topic_configs(replicas: int, compacted: bool = False) -> dict[str, str]:
+    configs = {"min.insync.replicas": "2"} if replicas >= 3 else {}
+    if compacted:
+        configs["cleanup.policy"] = "compact"
+    return configs
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = False,
+                 compacted: bool = False) -> bool:
+    """Create `topic` with min(3, brokers) replicas; return False when it already existed (and exist_ok).
+
+    `compacted`: Kafka keeps the newest record per key (an existing topic is switched to compaction)."""
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     with admin_client(bootstrap) as admin:
+        replicas = replication_factor(admin)
+        configs = topic_configs(replicas, compacted)
         try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replicas,
+                                          topic_configs=configs)])
         except TopicAlreadyExistsError:
             if not exist_ok:
                 raise UserError(f"topic {topic} already exists: pick another --topic or delete it") from None
+            if compacted:
+                resource = ConfigResource(ConfigResourceType.TOPIC, topic)
+                described = admin.describe_configs([resource])[0].resources[0][4]
+                current = {entry[0]: entry[1] for entry in described}
+                if current.get("cleanup.policy") != "compact":
+                    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
+                                                        configs={**configs, "cleanup.policy": "compact"})])
             return False
     return True
+
+
+def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
+    """The topic's effective configuration."""
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    with admin_client(bootstrap) as admin:
+        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])[0].resources[0][4]
+    return {entry[0]: entry[1] for entry in described}
 
 
 def partitions_of(bootstrap: str, topic: str) -> list[int]:

@@ -1,8 +1,9 @@
-"""`switchyard status`: where a pipeline stands, from the handoff log and the stream's progress files (no JVM)."""
+"""`switchyard status`: where a pipeline stands, from the handoff log, the stream's batches (both Delta, read
+through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from state_handoff import handoff_log
+from state_handoff import handoff_log, stream_progress
 from state_handoff.stream_control import read_json, stream_dir, stream_running
 from state_handoff.tables import Tables
 
@@ -51,28 +52,24 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
 
 
 def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None) -> None:
-    root = stream_dir(tables, handoff_id)
-    progress = read_json(root / "progress.json") or {}
-    batches = sorted((root / "batches").glob("*.json")) if (root / "batches").exists() else []
-    per_partition: dict[str, dict] = {}
-    for path in batches:
-        for p, counts in (read_json(path) or {}).get("partitions", {}).items():
-            acc = per_partition.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0, "late": 0,
-                                                 "skipped_overlap": 0})
-            for k in acc:
-                acc[k] += counts.get(k, 0)
+    progress = read_json(stream_dir(tables, handoff_id) / "progress.json") or {}
+    batches = stream_progress.batches(tables, handoff_id)
+    per_partition = stream_progress.accounting(batches)
     status["dead_lettered"] += sum(a["dead_lettered"] for a in per_partition.values())
     status["late"] = sum(a["late"] for a in per_partition.values())
     status["stream_accounting"] = per_partition
-    status["stream_watermark"] = progress.get("stream_watermark")
+    status["stream_batches"] = len(batches)
+    last = batches[-1] if batches else None
+    status["stream_watermark"] = last.watermark_after.isoformat() if last and last.watermark_after else None
     status["input_rows_per_s"] = progress.get("input_rows_per_s")
     status["processed_rows_per_s"] = progress.get("processed_rows_per_s")
     status["last_batch_ms"] = progress.get("last_batch_ms")
     status["update_batch_ms"] = progress.get("update_batch_ms")
     status["state_updates_behind"] = progress.get("state_updates_behind")
     status["offsets_behind"] = progress.get("offsets_behind")
+    status["lag_error"] = progress.get("lag_error")
     status["progress_updated"] = progress.get("updated")
-    if bootstrap and progress.get("latest_offsets") is not None and not status["stream_running"]:
+    if bootstrap and progress and not status["stream_running"]:
         status["offsets_behind"] = _behind_now(bootstrap, tables, handoff_id, per_partition, status["start_offsets"])
 
 
@@ -104,4 +101,6 @@ def format_status(status: dict) -> str:
                        ("dead-lettered", "dead_lettered"), ("late", "late")):
         if status.get(key) is not None:
             lines.append(f"  {label}: {status[key]}")
+    if status.get("lag_error"):
+        lines.append(f"  offsets behind latest: unknown ({status['lag_error']})")
     return "\n".join(lines)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-TABLES = ("archive", "tiles", "state", "windows", "window_state", "handoffs", "dead_letter", "late")
+TABLES = ("archive", "tiles", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
+          "stream_batches")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,11 @@ class Tables:
     @property
     def late(self) -> str:
         return self.path("late")
+
+    @property
+    def stream_batches(self) -> str:
+        """The stream's resume state: one row per committed batch (state_handoff/stream_progress.py)."""
+        return self.path("stream_batches")
 
     @property
     def stream_dir(self) -> str:

@@ -10,16 +10,17 @@ from pathlib import Path
 
 import pytest
 
+from state_handoff import stream_progress
 from state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_stream(tables: Tables, bootstrap: str, log: Path) -> subprocess.Popen:
+def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str) -> subprocess.Popen:
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
     return subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
-         "--bootstrap", bootstrap, "--caught-up-lag", "0"],
+         "--bootstrap", bootstrap, "--caught-up-lag", "0", *flags],
         stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
 
 
@@ -32,3 +33,11 @@ def wait_until(condition, proc: subprocess.Popen, log: Path, what: str, timeout:
             pytest.fail(f"stream exited with {proc.returncode} while waiting for {what}:\n{log.read_text()[-3000:]}")
         time.sleep(1)
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+def event_batches(tables: Tables, handoff_id: str) -> list[dict[int, dict]]:
+    """The stream's committed events batches in order, per partition what each read (from `stream_batches`)."""
+    batches = stream_progress.batches(tables, handoff_id)
+    assert [b.batch_id for b in batches] == list(range(len(batches))), "a batch is missing or repeated"
+    assert len({b.incarnation for b in batches}) <= 1, "batches from two checkpoints"
+    return [{int(p): v for p, v in b.partitions.items()} for b in batches]

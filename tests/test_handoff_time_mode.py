@@ -19,10 +19,9 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
-from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
-from tests.stream_process import start_stream, wait_until
+from tests.stream_process import event_batches, start_stream, wait_until
 from tests.compare import assert_state_matches, assert_windows_match, rows
 
 PIPELINE = get_pipeline("demo")
@@ -95,11 +94,8 @@ def _stream_accounting(tables: Tables) -> dict[int, dict]:
 
 def _batches_after_archive(tables: Tables, handoff_id: str, archive_end: dict[int, int]) -> list[dict[int, int]]:
     """The stream's batch boundaries as the oracle's tail sees them: re-read archived offsets lie before the tail."""
-    files = sorted((stream_dir(tables, handoff_id) / "batches").glob("*.json"))
-    batches = [json.loads(f.read_text()) for f in files]
-    assert [b["batch_id"] for b in batches] == list(range(len(batches))), "a batch is missing or repeated"
-    return [{int(p): max(v["last_offset"], archive_end[int(p)] - 1) for p, v in b["partitions"].items()}
-            for b in batches]
+    return [{p: max(v["last_offset"], archive_end[p] - 1) for p, v in b.items()}
+            for b in event_batches(tables, handoff_id)]
 
 
 def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, tmp_path):
@@ -129,8 +125,7 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     proc = start_stream(tables, bootstrap, log)
     try:
         produce(bootstrap, topic_name, _records("b", datetime(2026, 1, 2, 10, 30), 200))
-        batches = stream_dir(tables, handoff.handoff_id) / "batches"
-        wait_until(lambda: any(batches.glob("*.json")), proc, log, what="a first event batch")
+        wait_until(lambda: event_batches(tables, handoff.handoff_id), proc, log, what="a first event batch")
         produce(bootstrap, topic_name, _records("c", datetime(2026, 1, 2, 12, 30), 100) + _late_records("c"))
         latest = offset_bounds(bootstrap, topic_name)
         total = sum(hi - handoff.start_offsets[p] for p, (_, hi) in latest.items())
@@ -165,7 +160,7 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     assert_windows_match(spark, tables.window_state, expected.open_windows())
     late = {(r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late)}
     assert late == expected.late and len(late) >= 6
-    assert len(list((stream_dir(tables, handoff.handoff_id) / "batches").glob("*.json"))) >= 2
+    assert len(event_batches(tables, handoff.handoff_id)) >= 2
 
 
 def test_time_boundary_refuses_when_records_before_t_are_gone(spark, bootstrap, topic_name, tmp_path):

@@ -22,10 +22,9 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
-from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
-from tests.stream_process import start_stream, wait_until
+from tests.stream_process import event_batches, start_stream, wait_until
 from tests.compare import assert_state_matches, assert_windows_match, rows
 
 PIPELINE = get_pipeline("demo")
@@ -82,10 +81,7 @@ def _latest_total(bootstrap, topic, start: dict[int, int]) -> int:
 
 
 def _batches(tables: Tables, handoff_id: str) -> list[dict[int, int]]:
-    files = sorted((stream_dir(tables, handoff_id) / "batches").glob("*.json"))
-    batches = [json.loads(f.read_text()) for f in files]
-    assert [b["batch_id"] for b in batches] == list(range(len(batches))), "a batch is missing or repeated"
-    return [{int(p): v["last_offset"] for p, v in b["partitions"].items()} for b in batches]
+    return [{p: v["last_offset"] for p, v in b.items()} for b in event_batches(tables, handoff_id)]
 
 
 def _stop(proc: subprocess.Popen, log: Path) -> None:
@@ -156,8 +152,7 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log)
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
-    batches = stream_dir(tables, handoff.handoff_id) / "batches"
-    wait_until(lambda: len(list(batches.glob("*.json"))) >= 1, proc, log, what="a first event batch")
+    wait_until(lambda: len(event_batches(tables, handoff.handoff_id)) >= 1, proc, log, what="a first event batch")
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
     time.sleep(2)
     os.killpg(proc.pid, signal.SIGKILL)

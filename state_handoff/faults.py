@@ -1,0 +1,99 @@
+"""Named crash points: `SWITCHYARD_FAULT=<point>[:<n>]` kills the process the n-th time it reaches `point`.
+
+The kill is what a SIGKILL of the process group does: the JVM and every other child first, then this
+process, with no cleanup, no log entry and no flush. Unset, `reach` is one comparison.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from state_handoff.errors import UserError
+
+ENV = "SWITCHYARD_FAULT"
+POINTS = (
+    "backfill.after_tiles",            # tiles and backfill dead letters written, state not yet
+    "backfill.after_state",            # state tables written, BACKFILL_COMMITTED not yet
+    "handoff.before_log",              # start offsets computed and checked, HANDOFF_COMMITTED not yet
+    "stream.after_seed",               # the seed's files written, no query started
+    "stream.keyed.after_send",         # a keyed batch's updates sent, the batch not committed
+    "stream.events.after_dead_letter",  # an events batch's dead letters appended, nothing else of it
+    "stream.events.after_window_merge",  # its window partials merged into window_state
+    "stream.events.after_finalize_append",  # final windows appended to windows, not yet deleted from window_state
+    "stream.events.after_progress",    # its progress row written, the batch not committed in the checkpoint
+    "stream.state.after_merge",        # a state batch merged into state, the batch not committed
+)
+
+
+def _parse(text: str | None) -> tuple[str, int] | None:
+    if not text:
+        return None
+    point, _, nth = text.partition(":")
+    if point not in POINTS:
+        raise UserError(f"{ENV}={text}: unknown crash point {point!r}; valid points: {', '.join(POINTS)}")
+    try:
+        n = int(nth) if nth else 1
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UserError(f"{ENV}={text}: the count after ':' must be a whole number of at least 1")
+    return point, n
+
+
+def _armed_from_env() -> tuple[str, int] | None:
+    try:
+        return _parse(os.environ.get(ENV))
+    except UserError:  # reported by check_setting at the command line; never fires
+        return None
+
+
+_armed = _armed_from_env()
+_reached = 0
+
+
+def check_setting() -> None:
+    """Refuse a misspelt point at the edge (the CLI), before any work, rather than never firing."""
+    _parse(os.environ.get(ENV))
+
+
+def reach(point: str) -> None:
+    """Die here if this is the armed point's n-th arrival."""
+    global _reached
+    if _armed is None or _armed[0] != point:
+        return
+    _reached += 1
+    if _reached >= _armed[1]:
+        kill_process_tree()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # the command name is in parentheses and may hold spaces; the parent pid is the second field after it
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def kill_process_tree() -> None:
+    """SIGKILL every descendant (the Spark JVM and its Python workers), then this process."""
+    me = os.getpid()
+    pending, tree = [me], []
+    while pending:
+        for child in _children(pending.pop()):
+            tree.append(child)
+            pending.append(child)
+    for pid in tree:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    os.kill(me, signal.SIGKILL)
