@@ -1,17 +1,26 @@
-"""The handoff log: an append-only Delta table, one row per transition event of a pipeline."""
+"""The handoff log: an append-only Delta table, one row per transition event of a pipeline.
+
+Written and read through delta-rs, so no caller needs a JVM, and the table may live at any URI delta-rs
+opens. Each row carries `seq`, the Delta commit version that added it: the log's order survives
+checkpoints and log cleanup, after which the files no longer say which commit added them.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from datetime import datetime, timezone
 from types import SimpleNamespace
-from urllib.parse import unquote
+from typing import TYPE_CHECKING
 
-from pyspark.sql import Row, SparkSession
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from state_handoff.tables import Tables
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 BACKFILL_STARTED = "BACKFILL_STARTED"
 BACKFILL_COMMITTED = "BACKFILL_COMMITTED"
@@ -22,60 +31,107 @@ CAUGHT_UP = "CAUGHT_UP"
 FALLING_BEHIND = "FALLING_BEHIND"
 STOPPED = "STOPPED"
 FAILED = "FAILED"
+REBASE_REQUESTED = "REBASE_REQUESTED"
+PAUSED = "PAUSED"
 STATUSES = (BACKFILL_STARTED, BACKFILL_COMMITTED, HANDOFF_COMMITTED, STREAM_STARTED, SWITCHED, CAUGHT_UP,
-            FALLING_BEHIND, STOPPED, FAILED)
+            FALLING_BEHIND, STOPPED, FAILED, REBASE_REQUESTED, PAUSED)
 
-SCHEMA = ("handoff_id STRING, pipeline STRING, status STRING, at TIMESTAMP, state_version BIGINT, "
-          "start_offsets STRING, backlog_watermark TIMESTAMP, details STRING")
+# Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema([
+    ("seq", pa.int64()),
+    ("handoff_id", pa.string()),
+    ("pipeline", pa.string()),
+    ("status", pa.string()),
+    ("at", UTC_TIMESTAMP),
+    ("state_version", pa.int64()),
+    ("start_offsets", pa.string()),
+    ("backlog_watermark", UTC_TIMESTAMP),
+    ("details", pa.string()),
+])
+COMMIT_ATTEMPTS = 100
 
 
 def new_handoff_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def append(spark: SparkSession, tables: Tables, handoff_id: str, status: str, *, state_version: int | None = None,
-           start_offsets: dict | None = None, backlog_watermark: datetime | None = None,
-           details: dict | None = None) -> Row:
-    """Append one entry; a Delta commit, so it is there entirely or not at all."""
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: datetime | None) -> datetime | None:
+    """Naive datetimes here are UTC (deploy/spark.py runs the process in UTC)."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _naive_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else _as_utc(value).replace(tzinfo=None)
+
+
+def _open_or_create(uri: str) -> DeltaTable:
+    """The log's table; created empty at version 0 on first use, so that every row's commit is an append
+    whose version is known before it is written."""
+    try:
+        return DeltaTable(uri)
+    except TableNotFoundError:
+        pass
+    try:
+        return DeltaTable.create(uri, SCHEMA, mode="ignore", name="handoffs",
+                                 description="append-only handoff log, ordered by seq (its commit version)")
+    except DeltaError:
+        try:
+            return DeltaTable(uri)  # another writer created it between our look and our commit
+        except TableNotFoundError:
+            pass
+        raise
+
+
+def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
+           state_version: int | None = None, start_offsets: dict | None = None,
+           backlog_watermark: datetime | None = None, details: dict | None = None) -> SimpleNamespace:
+    """Append one entry as one Delta commit, so it is there entirely or not at all; `spark` is unused.
+
+    The entry's `seq` is the version of the commit that adds it: the commit is attempted at exactly the
+    version after the one read, with no retries inside delta-rs (which would move it to a later version
+    than `seq` says), and a lost race re-reads the log and tries the next version.
+    """
     assert status in STATUSES, status
-    entry = Row(handoff_id=handoff_id, pipeline=tables.pipeline, status=status,
-                at=datetime.now(timezone.utc).replace(tzinfo=None), state_version=state_version,
-                start_offsets=json.dumps({str(k): v for k, v in start_offsets.items()}) if start_offsets is not None else None,
-                backlog_watermark=backlog_watermark, details=json.dumps(details or {}, default=str))
-    spark.createDataFrame([entry], SCHEMA).write.format("delta").mode("append").save(tables.handoffs)
-    return entry
+    entry = SimpleNamespace(
+        handoff_id=handoff_id, pipeline=tables.pipeline, status=status, at=_now(), state_version=state_version,
+        start_offsets=json.dumps({str(k): v for k, v in start_offsets.items()}) if start_offsets is not None else None,
+        backlog_watermark=_as_utc(backlog_watermark), details=json.dumps(details or {}, default=str))
+    conflict = None
+    for _ in range(COMMIT_ATTEMPTS):
+        log = _open_or_create(tables.handoffs)
+        seq = log.version() + 1
+        row = pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)
+        try:
+            write_deltalake(log, row, mode="append", commit_properties=CommitProperties(max_commit_retries=0))
+        except CommitFailedError as error:
+            conflict = error  # another writer took version `seq`
+            continue
+        # `log` now holds the snapshot of the commit just made; anything but `seq` means delta-rs moved it.
+        if log.version() != seq:
+            raise RuntimeError(f"handoff log {tables.handoffs}: entry {status} of {handoff_id} was committed "
+                               f"at version {log.version()}, not at {seq}")
+        return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
+                                           "backlog_watermark": _naive_utc(entry.backlog_watermark)})
+    raise RuntimeError(f"handoff log {tables.handoffs}: no commit after {COMMIT_ATTEMPTS} attempts; "
+                       "too many concurrent writers") from conflict
 
 
 def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:
-    """All entries, oldest first; empty when the log does not exist yet.
-
-    Read straight from the Delta log with pyarrow (the table is append-only and tiny), so `status` and
-    monitors need no JVM; `spark` is accepted for symmetry with `append`.
-    """
-    import pyarrow.parquet as pq
-
-    log_dir = os.path.join(tables.handoffs, "_delta_log")
-    if not os.path.isdir(log_dir):
+    """All entries in commit order, oldest first; empty when the log does not exist yet. `spark` is unused."""
+    try:
+        log = DeltaTable(tables.handoffs)
+    except TableNotFoundError:
         return []
-    files: dict[str, None] = {}
-    for name in sorted(n for n in os.listdir(log_dir) if n.endswith(".json")):
-        with open(os.path.join(log_dir, name)) as fh:
-            for line in fh:
-                action = json.loads(line)
-                if "add" in action:
-                    files[unquote(action["add"]["path"])] = None
-                elif "remove" in action:
-                    files.pop(unquote(action["remove"]["path"]), None)
-    rows = []
-    for path in files:
-        for record in pq.read_table(os.path.join(tables.handoffs, path)).to_pylist():
-            for column in ("at", "backlog_watermark"):
-                value = record[column]
-                if value is not None:
-                    value = value.to_pydatetime() if hasattr(value, "to_pydatetime") else value  # INT96 -> pandas
-                    record[column] = value.astimezone(timezone.utc).replace(tzinfo=None) if value.tzinfo else value
-            rows.append(SimpleNamespace(**record))
-    return sorted(rows, key=lambda r: r.at)
+    rows = log.to_pyarrow_table(columns=SCHEMA.names).sort_by("seq").to_pylist()
+    return [SimpleNamespace(**{**row, "at": _naive_utc(row["at"]),
+                               "backlog_watermark": _naive_utc(row["backlog_watermark"])}) for row in rows]
 
 
 def latest(spark: SparkSession | None, tables: Tables, status: str | None = None,

@@ -1,0 +1,114 @@
+"""The handoff log through delta-rs: commit order after checkpoints and log cleanup, exact `seq` under
+concurrent writers, and a table the project's Spark reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from datetime import datetime, timezone
+
+import pyarrow.parquet as pq
+from deltalake import DeltaTable
+from pyspark.sql.types import LongType, TimestampType
+
+from state_handoff import handoff_log
+from state_handoff.tables import Tables
+
+FROZEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def _log_files(tables: Tables) -> list[str]:
+    return sorted(os.listdir(os.path.join(tables.handoffs, "_delta_log")))
+
+
+def _commit_versions(tables: Tables) -> list[int]:
+    return [int(name.split(".")[0]) for name in _log_files(tables) if name.endswith(".json")]
+
+
+def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, monkeypatch):
+    """Every entry is read back, in commit order, once its commit survives only inside a checkpoint."""
+    monkeypatch.setattr(handoff_log, "_now", lambda: FROZEN)  # one `at` for all: the clock cannot order them
+    tables = Tables(str(tmp_path), "demo")
+    assert handoff_log.entries(None, tables) == []
+
+    written = [handoff_log.append(None, tables, handoff_log.new_handoff_id(), handoff_log.BACKFILL_STARTED)]
+    DeltaTable(tables.handoffs).alter.set_table_properties(
+        {"delta.checkpointInterval": "4", "delta.logRetentionDuration": "interval 0 seconds"})
+    cycle = (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
+             handoff_log.SWITCHED, handoff_log.REBASE_REQUESTED, handoff_log.PAUSED)
+    for i in range(21):
+        written.append(handoff_log.append(None, tables, handoff_log.new_handoff_id(), cycle[i % len(cycle)],
+                                          state_version=i, start_offsets={0: i, 1: 2 * i},
+                                          backlog_watermark=datetime(2026, 1, 1), details={"i": i}))
+    DeltaTable(tables.handoffs).cleanup_metadata()
+
+    checkpoints = [int(n.split(".")[0]) for n in _log_files(tables) if n.endswith(".checkpoint.parquet")]
+    assert checkpoints and max(checkpoints) >= 20, _log_files(tables)
+    assert min(_commit_versions(tables)) >= max(checkpoints) > written[-3].seq, "old commits are still there"
+
+    read = handoff_log.entries(None, tables)
+    assert [(e.seq, e.handoff_id, e.status) for e in read] == [(w.seq, w.handoff_id, w.status) for w in written]
+    assert [e.seq for e in read] == sorted({e.seq for e in read})
+    assert {e.at for e in read} == {FROZEN.replace(tzinfo=None)}
+    assert vars(read[-1]) == vars(written[-1])
+    assert handoff_log.offsets(read[5]) == {0: 4, 1: 8} and handoff_log.details(read[5]) == {"i": 4}
+    assert read[5].backlog_watermark == datetime(2026, 1, 1)
+
+    last_handoff = [w for w in written if w.status == handoff_log.HANDOFF_COMMITTED][-1]
+    assert last_handoff is not written[-1]
+    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id == last_handoff.handoff_id
+    assert handoff_log.latest(None, tables).handoff_id == written[-1].handoff_id
+
+
+def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
+    """Two writers racing from an empty warehouse (the table's creation too): each row's `seq` is the
+    version of the commit that added it, read independently from the JSON commits."""
+    tables = Tables(str(tmp_path), "demo")
+    per_writer, start = 25, threading.Barrier(2)
+    results: dict[str, list] = {}
+
+    def writer(name: str) -> None:
+        start.wait()
+        results[name] = [handoff_log.append(None, tables, f"{name}-{i}", handoff_log.CAUGHT_UP, details={"i": i})
+                         for i in range(per_writer)]
+
+    threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    returned = {e.handoff_id: e.seq for es in results.values() for e in es}
+    assert len(returned) == 2 * per_writer and len(set(returned.values())) == 2 * per_writer
+
+    added_at: dict[str, int] = {}
+    for version in _commit_versions(tables):
+        with open(os.path.join(tables.handoffs, "_delta_log", f"{version:020d}.json")) as fh:
+            for action in map(json.loads, fh):
+                if "add" in action:
+                    for row in pq.read_table(os.path.join(tables.handoffs, action["add"]["path"])).to_pylist():
+                        assert row["seq"] == version, (row["handoff_id"], row["seq"], version)
+                        added_at[row["handoff_id"]] = version
+    assert added_at == returned
+
+    read = handoff_log.entries(None, tables)
+    assert [e.seq for e in read] == sorted(returned.values())
+    for name in ("a", "b"):  # each writer's own entries keep its order
+        assert [e.handoff_id for e in read if e.handoff_id.startswith(name)] == [f"{name}-{i}" for i in range(per_writer)]
+
+
+def test_spark_reads_the_log_delta_rs_wrote(spark, tmp_path):
+    tables = Tables(str(tmp_path), "demo")
+    written = [handoff_log.append(None, tables, "h1", status, state_version=3,
+                                  backlog_watermark=datetime(2026, 1, 1, 12, 30))
+               for status in (handoff_log.BACKFILL_STARTED, handoff_log.BACKFILL_COMMITTED,
+                              handoff_log.HANDOFF_COMMITTED)]
+    frame = spark.read.format("delta").load(tables.handoffs)
+    assert isinstance(frame.schema["at"].dataType, TimestampType)
+    assert isinstance(frame.schema["backlog_watermark"].dataType, TimestampType)
+    assert isinstance(frame.schema["seq"].dataType, LongType)
+    rows = frame.orderBy("seq").collect()
+    assert len(rows) == 3
+    assert [(r.seq, r.status, r.at, r.backlog_watermark) for r in rows] == \
+        [(w.seq, w.status, w.at, w.backlog_watermark) for w in written]
