@@ -8,7 +8,7 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff.archive_files import write_archive_meta
+from state_handoff.archive_files import file_ranges, write_archive_meta
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
 from state_handoff.parsing import parse_events
@@ -61,7 +61,7 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     total = sum(hi - lo for lo, hi in cut.values())
     write_archive_meta(tables.archive, {"topic": topic, "cut": {str(p): hi for p, (_, hi) in sorted(cut.items())},
                                         "first": {str(p): lo for p, (lo, _) in sorted(cut.items())},
-                                        "records": total})
+                                        "records": total, "files": file_ranges(tables.archive)})
     seconds = time.monotonic() - started
     return (f"archive {pipeline.name}: {total} records from {topic} into {tables.archive} "
             f"in {seconds:.1f}s ({total / max(seconds, 1e-9):,.0f} records/s)")

@@ -14,8 +14,8 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_partials_from_tiles)
-from state_handoff import handoff_log
-from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, unreadable
+from state_handoff import faults, handoff_log
+from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, recorded_ranges, unreadable
 from state_handoff.errors import UserError
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
@@ -59,9 +59,9 @@ def _day(text: str | None, flag: str) -> date | None:
         raise UserError(f"{flag} must be a date like 2026-01-31, not {text!r}") from None
 
 
-def check_files(files: list[ArchiveFile], skip_bad_files: bool, out) -> tuple[list[ArchiveFile], list[str]]:
+def check_files(root: str, files: list[ArchiveFile], skip_bad_files: bool, out) -> tuple[list[ArchiveFile], list[str]]:
     """Every archive file is checked before anything is written (all of them give the boundary offsets);
-    a bad one stops the run or, with skip_bad_files, is left out and reported."""
+    a bad one stops the run or, with skip_bad_files, is left out and reported with the offsets it held."""
     chosen, skipped = [], []
     for f in files:
         problem = unreadable(f.path)
@@ -69,7 +69,7 @@ def check_files(files: list[ArchiveFile], skip_bad_files: bool, out) -> tuple[li
             if not skip_bad_files:
                 raise UserError(f"archive file {f.path} is not readable Parquet ({problem}): "
                                 "repair or remove it, or rerun with --skip-bad-files")
-            out(f"  skipping unreadable file {f.path}: {problem}")
+            out(f"  skipping unreadable file {f.path}: {problem}; it held {_held(root, f.path)}")
             skipped.append(f.path)
             continue
         column = missing_column(f.path)
@@ -77,6 +77,28 @@ def check_files(files: list[ArchiveFile], skip_bad_files: bool, out) -> tuple[li
             raise UserError(f"archive file {f.path} lacks required column {column}: rewrite it with `switchyard archive`")
         chosen.append(f)
     return chosen, skipped
+
+
+def _held(root: str, path: str) -> str:
+    ranges = recorded_ranges(root, [path])[path]
+    if ranges is None:
+        return "offsets the archive metadata does not record"
+    return ", ".join(f"p{p}:{lo}..{hi} ({n} records)" for p, (lo, hi, n) in sorted(ranges.items()))
+
+
+def skipped_gaps(root: str, skipped: list[str], boundary: dict[int, int]) -> list[dict]:
+    """Per skipped file and partition, the offsets it held (from the archive metadata; null when not recorded)
+    and whether any lies at or below the boundary, where the stream will not read them either."""
+    gaps = []
+    for path, ranges in recorded_ranges(root, skipped).items():
+        if ranges is None:
+            gaps.append({"file": path, "partition": None, "from": None, "to": None, "records": None,
+                         "below_boundary": True})
+            continue
+        gaps.extend({"file": path, "partition": p, "from": lo, "to": hi, "records": n,
+                     "below_boundary": p in boundary and lo <= boundary[p]}
+                    for p, (lo, hi, n) in sorted(ranges.items()))
+    return gaps
 
 
 def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) -> DataFrame:
@@ -129,7 +151,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     started = time.monotonic()
     first, last, files, days = _resolve_range(tables, first_day, last_day)
     out(f"[1/5] checking {len(files)} archive files")
-    readable, skipped = check_files(files, skip_bad_files, out)
+    readable, skipped = check_files(tables.archive, files, skip_bad_files, out)
     if not any(first <= d <= last for d in days):
         return BackfillResult(None, first, last, message=(
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
@@ -159,6 +181,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
         _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
     result.seconds = time.monotonic() - started
     write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
+    faults.reach("backfill.after_tiles")
     return result
 
 
@@ -207,20 +230,28 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
         keys = state.count()
+        gaps = skipped_gaps(tables.archive, [f.path for f in files if f not in readable], boundary)
     result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
                      seconds=run.seconds + time.monotonic() - started)
+    faults.reach("backfill.after_state")
     handoff_log.append(spark, tables, run.handoff_id, handoff_log.BACKFILL_COMMITTED,
                        state_version=state_version, backlog_watermark=watermark,
                        details={"from": str(run.first_day), "to": str(run.last_day), "boundary": boundary,
                                 "records_read": run.records_read, "well_formed": run.well_formed,
                                 "dead_lettered": run.dead_lettered, "keys": keys, "accounting": run.accounting,
-                                "archive_accounting": whole, "complete": not missing,
+                                "archive_accounting": whole,
+                                "complete": not missing and not any(g["below_boundary"] for g in gaps),
                                 "records_not_backfilled": missing,
                                 "unreadable_files": [f.path for f in files if f not in readable],
-                                "skipped_files": run.skipped_files, "duration_s": round(result.seconds, 3)})
+                                "skipped_files": run.skipped_files, "gaps": gaps,
+                                "duration_s": round(result.seconds, 3)})
     if missing:
         out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
             "backfill the remaining days before the handoff")
+    for g in (g for g in gaps if g["below_boundary"]):
+        held = "offsets not recorded" if g["from"] is None else f"p{g['partition']}:{g['from']}..{g['to']}"
+        out(f"  note: skipped file {g['file']} holds {held} below the boundary; the handoff will refuse "
+            "until the file is restored or rewritten and the backfill rerun")
     return result
 
 

@@ -56,6 +56,37 @@ def missing_column(path: str) -> str | None:
     return next((c for c in REQUIRED_COLUMNS if c not in names), None)
 
 
+def offset_ranges(path: str) -> dict[int, tuple[int, int, int]]:
+    """Per Kafka partition in one archive file: (lowest offset, highest offset, records), from two columns."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path, columns=["kafka_partition", "kafka_offset"])
+    grouped = table.group_by("kafka_partition").aggregate(
+        [("kafka_offset", "min"), ("kafka_offset", "max"), ("kafka_offset", "count")])
+    return {int(p): (int(lo), int(hi), int(n)) for p, lo, hi, n in zip(
+        *(grouped.column(c).to_pylist() for c in
+          ("kafka_partition", "kafka_offset_min", "kafka_offset_max", "kafka_offset_count")))}
+
+
+def file_ranges(root: str) -> dict[str, dict[str, list[int]]]:
+    """The archive metadata's "files" map: per file (relative to the root), per partition [from, to, records].
+
+    Recorded when the files are written, so a file that later becomes unreadable still says what it held."""
+    return {os.path.relpath(f.path, root): {str(p): list(r) for p, r in sorted(offset_ranges(f.path).items())}
+            for f in list_archive(root)}
+
+
+def recorded_ranges(root: str, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
+    """What the archive metadata recorded for each file; None for a file of an archive written before ranges were."""
+    meta_path = os.path.join(root, ARCHIVE_META)
+    files = {}
+    if os.path.exists(meta_path):
+        with open(meta_path) as fh:
+            files = json.load(fh).get("files") or {}
+    entries = {path: files.get(os.path.relpath(path, root)) for path in paths}
+    return {path: None if e is None else {int(p): tuple(r) for p, r in e.items()} for path, e in entries.items()}
+
+
 def write_archive_meta(root: str, meta: dict) -> None:
     """Which topic and cut the archive holds; Spark's readers skip files named with a leading underscore."""
     with open(os.path.join(root, ARCHIVE_META), "w") as fh:

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff import handoff_log
+from state_handoff import faults, handoff_log
 from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import consumer, offset_bounds
@@ -87,6 +87,23 @@ def check_retained(start: dict[int, int], bounds: dict[int, tuple[int, int]], to
             raise UserError(
                 f"topic {topic} partition {p} no longer retains offset {offset} (retained {earliest}..{latest}): "
                 "extend the archive past it and rerun the backfill before the handoff")
+
+
+def check_no_gaps(gaps: list[dict], start: dict[int, int]) -> None:
+    """Refuse while a file the backfill skipped (--skip-bad-files) holds offsets the stream will not read either:
+    below its start offset, or unknown because the archive metadata predates recorded ranges. A skipped file's
+    offsets at or after the start are no gap: the stream reads them from Kafka."""
+    for gap in gaps:
+        fix = "restore or rewrite the file (switchyard archive), then rerun the backfill"
+        if gap["from"] is None:
+            raise UserError(f"archive file {gap['file']} was skipped by --skip-bad-files and the archive metadata "
+                            f"does not record its offsets (an archive written before ranges were recorded), so the "
+                            f"range it holds is unknown: {fix}")
+        p = gap["partition"]
+        if p in start and gap["from"] < start[p]:
+            raise UserError(f"archive file {gap['file']} was skipped by --skip-bad-files and holds partition {p} "
+                            f"offsets {gap['from']}..{gap['to']} ({gap['records']} records) below the boundary "
+                            f"(the stream starts at offset {start[p]}): {fix}")
 
 
 def parse_boundary_time(text: str) -> datetime:
@@ -205,7 +222,8 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
         _check_same_boundary(existing, boundary, at)
         return existing
     details = handoff_log.details(backfill)
-    if not details.get("complete", True):
+    gaps = details.get("gaps", [])
+    if not details.get("complete", True) and (details.get("records_not_backfilled") or not gaps):
         raise UserError(f"the backfill {backfill.handoff_id} does not cover the whole archive "
                         f"(records not yet tiled per partition: {details['records_not_backfilled']}): "
                         "backfill the remaining days, then hand off")
@@ -219,6 +237,8 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
         start = start_offsets(archived_to, bounds)
         check_retained(start, bounds, topic)
         boundary_details = {"boundary_mode": OFFSETS, "boundary": archived_to}
+    check_no_gaps(gaps, start)
+    faults.reach("handoff.before_log")
     entry = handoff_log.append(
         spark, tables, backfill.handoff_id, handoff_log.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,

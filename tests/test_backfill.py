@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from datetime import timedelta
 
@@ -159,7 +160,74 @@ def test_corrupt_file_stops_the_run_and_changes_nothing(spark, tables):
 
     result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     assert result.skipped_files == [bad.path]
-    assert handoff_log.details(handoff_log.latest(spark, tables))["skipped_files"] == [bad.path]
+    details = handoff_log.details(handoff_log.latest(spark, tables))
+    assert details["skipped_files"] == [bad.path]
+    assert {g["file"] for g in details["gaps"]} == {bad.path}
+
+
+def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
+    """Per partition (lowest, highest, count) of one archive file, read here independently of the archive code."""
+    import pyarrow.parquet as pq
+
+    columns = pq.read_table(path).to_pydict()
+    held: dict[int, list[int]] = {}
+    for partition, offset in zip(columns["kafka_partition"], columns["kafka_offset"]):
+        held.setdefault(partition, []).append(offset)
+    return {p: (min(o), max(o), len(o)) for p, o in held.items()}
+
+
+def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
+    """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
+    from state_handoff.archive_files import ARCHIVE_META, list_archive
+    from state_handoff.handoff import run_handoff
+
+    run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
+                out=_quiet)
+    held = {f.path: _offsets_held(f.path) for f in list_archive(tables.archive)}
+    meta_path = os.path.join(tables.archive, ARCHIVE_META)
+    with open(meta_path) as fh:
+        meta = json.load(fh)
+    assert meta["files"] == {os.path.relpath(path, tables.archive): {str(p): list(r) for p, r in ranges.items()}
+                             for path, ranges in held.items()}
+
+    def highest_elsewhere(path, partition):
+        return max((r[partition][1] for other, r in held.items() if other != path and partition in r), default=-1)
+
+    victim, partition, (lo, hi, n) = next((path, p, ranges[p]) for path, ranges in held.items() for p in sorted(ranges)
+                                          if ranges[p][0] <= highest_elsewhere(path, p))
+    with open(victim, "rb") as fh:
+        original = fh.read()
+    with open(victim, "r+b") as fh:
+        fh.truncate(40)
+
+    run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
+    committed = handoff_log.details(handoff_log.latest(spark, tables))
+    assert committed["complete"] is False
+    assert {"file": victim, "partition": partition, "from": lo, "to": hi, "records": n,
+            "below_boundary": True} in committed["gaps"]
+    named = re.escape(f"archive file {victim} was skipped by --skip-bad-files and holds partition {partition} "
+                      f"offsets {lo}..{hi} ({n} records) below the boundary")
+    with pytest.raises(UserError, match=named):
+        run_handoff(spark, PIPELINE, tables, bootstrap)
+    assert handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED) is None
+
+    # an archive written before ranges were recorded: the range is unknown, and refused just the same
+    with open(meta_path, "w") as fh:
+        json.dump({k: v for k, v in meta.items() if k != "files"}, fh)
+    run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
+    with pytest.raises(UserError, match=re.escape(f"archive file {victim} was skipped") + ".*range it holds is unknown"):
+        run_handoff(spark, PIPELINE, tables, bootstrap)
+    assert handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED) is None
+
+    # the fix the message names: restore the file, rerun the backfill, hand off
+    with open(victim, "wb") as fh:
+        fh.write(original)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    assert handoff.start_offsets == {p: hi for p, (_, hi) in archive_cut(bootstrap, topic_name, fraction=1.0).items()}
 
 
 def test_missing_column_is_named_and_extra_columns_are_ignored(spark, tables):
