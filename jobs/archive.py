@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff.archive_files import file_ranges, write_archive_meta
+from state_handoff.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
+                                         orphan_files, remove_files, write_archive_meta)
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
+
 
 def archive_cut(bootstrap: str, topic: str, fraction: float | None = None,
                 until_offsets: str | None = None) -> dict[int, tuple[int, int]]:
@@ -41,14 +44,86 @@ def archive_cut(bootstrap: str, topic: str, fraction: float | None = None,
     return cut
 
 
+def _offsets(lo: int, end: int) -> str:
+    """An exclusive-end range as people read it: first..last offset."""
+    return f"{lo}..{end - 1}"
+
+
+def plan_archive(pipeline: str, previous_cut: dict[int, int], requested: dict[int, tuple[int, int]]
+                 ) -> tuple[dict[int, tuple[int, int]], list[str]]:
+    """Per partition, the range to write so the archive grows from its previous cut, and what was trimmed.
+
+    [a, b) then [b, c) archives what [a, c) does: a requested range starting below the cut is trimmed to it; one
+    starting above it would leave a hole and is refused."""
+    holes = [(p, previous_cut[p], lo) for p, (lo, _) in sorted(requested.items())
+             if p in previous_cut and lo > previous_cut[p]]
+    if holes:
+        p, cut, lo = holes[0]
+        raise UserError(f"archive {pipeline}: this run would leave offsets {_offsets(cut, lo)} of partition {p} "
+                        f"unarchived: archive from the current cut, p{p}:{cut} (--until-offsets / --fraction apply "
+                        "from there)")
+    to_write, trimmed = {}, []
+    for p, (lo, end) in sorted(requested.items()):
+        start = max(lo, previous_cut.get(p, lo))
+        if start > lo and end > lo:
+            rest = f"archiving {_offsets(start, end)}" if end > start else "nothing to archive"
+            trimmed.append(f"archive {pipeline}: p{p} offsets {_offsets(lo, min(start, end))} are archived already; "
+                           + rest)
+        to_write[p] = (start, max(start, end))
+    return to_write, trimmed
+
+
+def _previous(root: str, topic: str) -> dict:
+    """The archive's metadata so far ({} when there is none), refusing another topic."""
+    if not os.path.exists(os.path.join(root, ARCHIVE_META)):
+        return {}
+    meta = archive_meta(root)
+    if meta["topic"] != topic:
+        raise UserError(f"the archive at {root} holds topic {meta['topic']}, not {topic}: "
+                        "archive another topic into another --warehouse")
+    return meta
+
+
+def _committed_ranges(root: str, meta: dict) -> dict[str, dict[str, list[int]]]:
+    """The metadata's files map; for an archive written before the map, its files' ranges read now."""
+    if not meta or committed_files(meta) is not None:
+        return dict(meta.get("files") or {})
+    return file_ranges(root, [f.path for f in files_on_disk(root)])
+
+
+def _by_partition(ranges: dict) -> dict[int, int]:
+    return {int(p): int(o) for p, o in ranges.items()}
+
+
+def _per_partition(ranges: dict[int, int]) -> str:
+    return ", ".join(f"p{p}:{o}" for p, o in sorted(ranges.items()))
+
+
 def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
                 cut: dict[int, tuple[int, int]], out=print) -> str:
+    """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files."""
     started = time.monotonic()
+    root = tables.archive
+    previous = _previous(root, topic)
+    orphans = orphan_files(root)
+    if orphans:
+        out(f"archive {pipeline.name}: removing {len(orphans)} file{'s' * (len(orphans) != 1)} an interrupted "
+            "archive run left uncommitted")
+        remove_files(orphans)
+    committed = _committed_ranges(root, previous)
+    to_write, trimmed = plan_archive(pipeline.name, _by_partition(previous.get("cut", {})), cut)
+    for line in trimmed:
+        out(line)
+    reading = {p: r for p, r in to_write.items() if r[1] > r[0]}
+    if not reading:
+        return (f"archive {pipeline.name}: {topic} is archived up to {_per_partition(_by_partition(previous['cut']))} "
+                "already; nothing written")
     out(f"archive {pipeline.name}: reading {topic} offsets "
-        + ", ".join(f"p{p}:{lo}..{hi}" for p, (lo, hi) in sorted(cut.items())))
-    records = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
-               .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in cut.items()}}))
-               .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in cut.items()}}))
+        + ", ".join(f"p{p}:{lo}..{hi}" for p, (lo, hi) in sorted(reading.items())))
+    records = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+               .option("assign", json.dumps({topic: sorted(reading)}))
+               .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in reading.items()}}))
+               .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in reading.items()}}))
                .option("failOnDataLoss", "true")
                .load()
                .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
@@ -57,11 +132,17 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
     archived = parsed.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "value",
                              event_date.alias("event_date"))
-    archived.write.mode("overwrite").partitionBy("event_date").parquet(tables.archive)
-    total = sum(hi - lo for lo, hi in cut.values())
-    write_archive_meta(tables.archive, {"topic": topic, "cut": {str(p): hi for p, (_, hi) in sorted(cut.items())},
-                                        "first": {str(p): lo for p, (lo, _) in sorted(cut.items())},
-                                        "records": total, "files": file_ranges(tables.archive)})
+    before = {f.path for f in files_on_disk(root)}
+    # Spark names appended files uniquely; until the metadata below names them, readers do not see them.
+    archived.write.mode("append").partitionBy("event_date").parquet(root)
+    written = file_ranges(root, [f.path for f in files_on_disk(root) if f.path not in before])
+    total = sum(n for ranges in written.values() for _, _, n in ranges.values())
+    ends = {**_by_partition(previous.get("cut", {})), **{p: hi for p, (_, hi) in to_write.items()}}
+    firsts = {p: lo for p, (lo, _) in to_write.items()} | _by_partition(previous.get("first", {}))
+    write_archive_meta(root, {**previous, "topic": topic,
+                              "cut": {str(p): o for p, o in sorted(ends.items())},
+                              "first": {str(p): o for p, o in sorted(firsts.items())},
+                              "records": previous.get("records", 0) + total, "files": {**committed, **written}})
     seconds = time.monotonic() - started
-    return (f"archive {pipeline.name}: {total} records from {topic} into {tables.archive} "
-            f"in {seconds:.1f}s ({total / max(seconds, 1e-9):,.0f} records/s)")
+    return (f"archive {pipeline.name}: {total} records from {topic} into {root} in {seconds:.1f}s "
+            f"({total / max(seconds, 1e-9):,.0f} records/s); the archive now ends at {_per_partition(ends)}")

@@ -1,4 +1,7 @@
-"""The archive as files: list, date-filter and validate the Parquet files before any Spark job reads them."""
+"""The archive as files: list, date-filter and validate the Parquet files before any Spark job reads them.
+
+`_archive.json` is the archive's commit record: a Parquet file is part of the archive only once its "files" map
+names it. Files on disk that it does not name are orphans of an interrupted `switchyard archive` and never read."""
 
 from __future__ import annotations
 
@@ -22,10 +25,41 @@ class ArchiveFile:
 
 
 def list_archive(root: str) -> list[ArchiveFile]:
+    """The archive's committed files: those the metadata's "files" map names (every file of an archive whose
+    metadata predates the map)."""
     if not os.path.isdir(root):
         raise UserError(f"no archive at {root}: run `switchyard archive` first")
+    committed = committed_files(archive_meta(root))
+    return [f for f in files_on_disk(root) if committed is None or os.path.relpath(f.path, root) in committed]
+
+
+def committed_files(meta: dict) -> set[str] | None:
+    """The files (relative to the root) the metadata commits; None when it predates the "files" map."""
+    return None if meta.get("files") is None else set(meta["files"])
+
+
+def orphan_files(root: str) -> list[str]:
+    """Parquet files on disk that no metadata commits: written by an archive run that died before its commit."""
+    meta_path = os.path.join(root, ARCHIVE_META)
+    committed = committed_files(archive_meta(root)) if os.path.exists(meta_path) else set()
+    if committed is None:
+        return []
+    return [f.path for f in files_on_disk(root) if os.path.relpath(f.path, root) not in committed]
+
+
+def remove_files(paths: list[str]) -> None:
+    """Delete archive files with the checksum sidecars Hadoop's local file system writes beside them."""
+    for path in paths:
+        crc = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.crc")
+        for victim in (path, crc):
+            if os.path.exists(victim):
+                os.remove(victim)
+
+
+def files_on_disk(root: str) -> list[ArchiveFile]:
+    """Every Parquet file in the day folders, committed or not."""
     files = []
-    for entry in sorted(os.listdir(root)):
+    for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
         match = _DAY_DIR.match(entry)
         if not match:
             continue
@@ -68,12 +102,13 @@ def offset_ranges(path: str) -> dict[int, tuple[int, int, int]]:
           ("kafka_partition", "kafka_offset_min", "kafka_offset_max", "kafka_offset_count")))}
 
 
-def file_ranges(root: str) -> dict[str, dict[str, list[int]]]:
-    """The archive metadata's "files" map: per file (relative to the root), per partition [from, to, records].
+def file_ranges(root: str, paths: list[str]) -> dict[str, dict[str, list[int]]]:
+    """Entries of the archive metadata's "files" map: per file (relative to the root), per partition
+    [from, to, records].
 
     Recorded when the files are written, so a file that later becomes unreadable still says what it held."""
-    return {os.path.relpath(f.path, root): {str(p): list(r) for p, r in sorted(offset_ranges(f.path).items())}
-            for f in list_archive(root)}
+    return {os.path.relpath(path, root): {str(p): list(r) for p, r in sorted(offset_ranges(path).items())}
+            for path in paths}
 
 
 def recorded_ranges(root: str, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
@@ -88,9 +123,18 @@ def recorded_ranges(root: str, paths: list[str]) -> dict[str, dict[int, tuple[in
 
 
 def write_archive_meta(root: str, meta: dict) -> None:
-    """Which topic and cut the archive holds; Spark's readers skip files named with a leading underscore."""
-    with open(os.path.join(root, ARCHIVE_META), "w") as fh:
+    """Which topic, cut and files the archive holds; Spark's readers skip files named with a leading underscore.
+
+    This write commits an archive run, so it is atomic: a temporary file renamed over the old one (atomic on a
+    local or POSIX file system; object stores have no rename and come with the scale-out issue)."""
+    os.makedirs(root, exist_ok=True)
+    path = os.path.join(root, ARCHIVE_META)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
         json.dump(meta, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
 
 
 def archive_meta(root: str) -> dict:
