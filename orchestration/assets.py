@@ -11,10 +11,9 @@ from orchestration.errors import user_errors_as_failures
 from orchestration.partitions import daily, days_of
 from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from orchestration.stream_launch import StreamConfig, launch_and_watch
-from state_handoff import handoff_log
+from state_handoff import handoff_log, lease
 from state_handoff.archive_files import archive_meta, list_archive
 from state_handoff.handoff import current_handoff, run_handoff
-from state_handoff.stream_control import stream_running
 
 BACKLOG = "backlog"
 SWITCH = "switch"
@@ -115,10 +114,7 @@ def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: Kafk
             warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
     tables = warehouse.tables()
-    if stream_running(tables):
-        raise dg.Failure(description=f"the stream of pipeline {tables.pipeline} is running: "
-                                     "stop it before a new handoff", allow_retries=False)
-    with user_errors_as_failures():
+    with user_errors_as_failures(), lease.hold(tables, "dagster asset handoff"):
         switch = run_handoff(spark.session(), warehouse.spec(), tables, kafka.bootstrap)
     context.log.info(switch.summary(tables.pipeline))
     return dg.MaterializeResult(metadata={
@@ -138,9 +134,8 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
     tables = warehouse.tables()
     if config.until_caught_up and config.for_seconds is not None:
         raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)
-    if stream_running(tables):
-        raise dg.Failure(description=f"a stream for pipeline {tables.pipeline} is already running: stop it first",
-                         allow_retries=False)
+    with user_errors_as_failures():
+        lease.refuse_if_owned(tables)  # the stream process takes the lease itself; this only fails sooner
     switch = current_handoff(None, tables)
     if switch is None:
         raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",

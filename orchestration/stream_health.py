@@ -7,7 +7,8 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from state_handoff import handoff_log
-from state_handoff.stream_control import read_json, stream_dir, stream_running
+from state_handoff.lease import stream_running
+from state_handoff.stream_control import read_json, stream_dir
 from state_handoff.tables import Tables
 
 RUNNING = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)

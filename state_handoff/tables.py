@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 
 TABLES = ("archive", "tiles", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
-          "stream_batches")
+          "stream_batches", "leases")
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,11 @@ class Tables:
         return self.path("stream_batches")
 
     @property
+    def leases(self) -> str:
+        """Who owns the pipeline now: one row, the lease (state_handoff/lease.py)."""
+        return self.path("leases")
+
+    @property
     def stream_dir(self) -> str:
-        """Checkpoints, lock and progress of the streaming job (not a table)."""
+        """Checkpoints and progress of the streaming job (not a table)."""
         return f"{self.root}/_stream"

@@ -8,8 +8,8 @@ import pytest
 
 from orchestration.resources import StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
-from state_handoff import handoff_log
-from state_handoff.stream_control import StreamLock, stream_dir, write_json_atomically
+from state_handoff import handoff_log, lease
+from state_handoff.stream_control import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 HANDOFF_ID = "h0rch3strat1"
@@ -51,8 +51,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
 
     for status in (handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED, handoff_log.SWITCHED):
         handoff_log.append(spark, tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
-    lock = StreamLock(tables).acquire()  # this test process stands in for the running stream
-    try:
+    with lease.hold(tables, lease.STREAM):  # this test process stands in for the running stream
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})
         first = _tick(tables)
         (observation,), (evaluation,) = _split(first)
@@ -81,8 +80,6 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
         recovered = _tick(tables, behind.cursor)
         (evaluation,) = _split(recovered)[1]
         assert evaluation.passed
-    finally:
-        lock.release()
 
     gone = _tick(tables, recovered.cursor)
     (alert,) = _split(gone)[1]

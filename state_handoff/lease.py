@@ -1,0 +1,328 @@
+"""One owner per pipeline at a time: a lease kept in the warehouse, in the Delta table `leases`, through delta-rs.
+
+The table holds one row, the latest lease: who (host, pid, command), since when, its last heartbeat and when it
+expires, and whether it was released. Every change is one commit that overwrites that row, made by compare-and-
+swap on the table version (state_handoff/delta_cas.py): a writer decides on version v and commits at exactly
+v + 1, so two acquirers can never both see the pipeline free and both take it. The row's `seq` is the version
+of the commit that wrote it.
+
+A lease is held while it is not released and not expired. An owner that dies blocks others until its lease
+expires (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every sixth of that); on the owner's own host a dead pid
+frees it at once. Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs
+writes a checkpoint every CHECKPOINT_INTERVAL commits and then drops log files older than the retention
+(two expiries), and the committer of every CHECKPOINT_INTERVAL-th version vacuums the replaced row files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Iterator
+
+import pyarrow as pa
+from deltalake import DeltaTable, QueryBuilder
+from deltalake.exceptions import DeltaError, TableNotFoundError
+
+from state_handoff.delta_cas import commit_next, open_or_create
+from state_handoff.errors import Failed, UserError
+from state_handoff.tables import Tables
+
+BACKFILL = "switchyard backfill"
+HANDOFF = "switchyard handoff"
+STREAM = "switchyard stream"
+REBASE = "switchyard rebase"
+
+ENV = "SWITCHYARD_LEASE_SECONDS"
+LEASE_SECONDS = 60.0
+HEARTBEATS_PER_LEASE = 6
+CHECKPOINT_INTERVAL = 20
+COMMIT_ATTEMPTS = 100
+READ_ATTEMPTS = 3
+
+UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
+SCHEMA = pa.schema([
+    ("seq", pa.int64()),
+    ("lease_id", pa.string()),
+    ("owner_host", pa.string()),
+    ("owner_pid", pa.int64()),
+    ("command", pa.string()),
+    ("acquired_at", UTC_TIMESTAMP),
+    ("heartbeat_at", UTC_TIMESTAMP),
+    ("expires_at", UTC_TIMESTAMP),
+    ("released", pa.bool_()),
+])
+
+log = logging.getLogger(__name__)
+
+
+class LeaseLost(Failed):
+    """The lease ran out and another owner took the pipeline: whoever held it must stop writing."""
+
+
+def lease_seconds() -> float:
+    text = os.environ.get(ENV)
+    if not text:
+        return LEASE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise UserError(f"{ENV}={text}: the lease must last a positive number of seconds")
+    return seconds
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child its parent has not reaped yet is a zombie: gone, as far as the lease goes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The lease row: who holds (or last held) the pipeline."""
+
+    seq: int
+    lease_id: str
+    owner_host: str
+    owner_pid: int
+    command: str
+    acquired_at: datetime
+    heartbeat_at: datetime
+    expires_at: datetime
+    released: bool
+
+    def holds(self, now: datetime) -> bool:
+        if self.released or self.expires_at <= now:
+            return False
+        # On its own host a crashed owner is seen at once; elsewhere it blocks until the lease expires.
+        return self.owner_host != socket.gethostname() or _process_alive(self.owner_pid)
+
+    def describe(self, now: datetime) -> str:
+        since = self.acquired_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        beat = max(0, round((now - self.heartbeat_at).total_seconds()))
+        left = max(0, round((self.expires_at - now).total_seconds()))
+        return (f"`{self.command}` (pid {self.owner_pid} on host {self.owner_host}), running since {since}, "
+                f"heartbeat {beat}s ago, expires in {left}s")
+
+
+def _retention_seconds(expiry: float) -> int:
+    """How long replaced log and row files stay: far longer than any reader or writer needs one, which is
+    milliseconds; a writer stalled past it could commit unseen, which the read after each commit catches."""
+    return max(1, round(2 * expiry))
+
+
+def _open(tables: Tables) -> DeltaTable:
+    retention = f"interval {_retention_seconds(lease_seconds())} seconds"
+    return open_or_create(tables.leases, SCHEMA, name="leases",
+                          description="the pipeline's owner: one row, replaced by compare-and-swap on the version",
+                          configuration={"delta.checkpointInterval": str(CHECKPOINT_INTERVAL),
+                                         "delta.enableExpiredLogCleanup": "true",
+                                         "delta.logRetentionDuration": retention,
+                                         "delta.deletedFileRetentionDuration": retention})
+
+
+def _latest(table: DeltaTable) -> Owner | None:
+    # Read by delta-rs's own engine: a pyarrow dataset scan of a Delta table (`to_pyarrow_table`) aborts some
+    # interpreter exits ("terminate called without an active exception"), which would garble exit codes.
+    rows = pa.table(QueryBuilder().register("leases", table)
+                    .execute("SELECT * FROM leases ORDER BY seq DESC LIMIT 1").read_all()).to_pylist()
+    if not rows:
+        return None
+    row = rows[0]
+    return Owner(**{**row, **{k: _utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
+
+
+def _read(uri: str) -> Owner | None:
+    """The latest lease row at `uri`, from a fresh snapshot; None when there has never been one."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return _latest(DeltaTable(uri))
+        except TableNotFoundError:
+            return None
+        except (DeltaError, OSError):  # a file of the snapshot vacuumed under a very slow reader: read again
+            if attempt == READ_ATTEMPTS - 1:
+                raise
+    return None
+
+
+def owner(tables: Tables) -> Owner | None:
+    """Whoever holds the pipeline now, or None when it is free."""
+    current = _read(tables.leases)
+    return current if current is not None and current.holds(_now()) else None
+
+
+def refuse_if_owned(tables: Tables) -> None:
+    """Raise UserError naming the owner when the pipeline is held: a check for failing early, not a lease."""
+    current = owner(tables)
+    if current is not None:
+        raise _refusal(tables, current, _now())
+
+
+def _refusal(tables: Tables, current: Owner, now: datetime) -> UserError:
+    return UserError(f"pipeline {tables.pipeline} is owned by {current.describe(now)}: already running, stop it "
+                     "or wait for the lease to expire")
+
+
+def stream_running(tables: Tables) -> bool:
+    """A `switchyard stream` holds the pipeline."""
+    current = owner(tables)
+    return current is not None and current.command == STREAM
+
+
+def _rows(row: Owner) -> pa.Table:
+    return pa.Table.from_pylist([asdict(row)], SCHEMA)
+
+
+def _commit(tables: Tables, table: DeltaTable, row: Owner) -> bool:
+    """Replace the lease row at the version after `table`'s and read it back; False when another writer came
+    first (or a stalled commit landed where nobody reads it)."""
+    if not commit_next(table, _rows(row), mode="overwrite"):
+        return False
+    if row.seq % CHECKPOINT_INTERVAL == 0:
+        _vacuum(table)
+    current = _read(tables.leases)
+    return current is not None and current.lease_id == row.lease_id and current.seq >= row.seq
+
+
+def _vacuum(table: DeltaTable) -> None:
+    """Delete row files replaced longer than the retention ago (and any a crashed writer left unreferenced)."""
+    try:
+        table.vacuum(dry_run=False, full=True)
+    except DeltaError as err:  # a concurrent commit or a slow store: the next round vacuums
+        log.warning("lease table %s: vacuum skipped: %s", table.table_uri, err)
+
+
+class Lease:
+    """A held lease. `heartbeat()` renews it; `lost` says why it was lost (None while held)."""
+
+    def __init__(self, tables: Tables, row: Owner):
+        self.tables, self.row = tables, row
+        self.lost: str | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def lease_id(self) -> str:
+        return self.row.lease_id
+
+    def check(self) -> None:
+        """Raise LeaseLost once the lease is lost."""
+        if self.lost:
+            raise LeaseLost(self.lost)
+
+    def _lose(self, reason: str) -> LeaseLost:
+        self.lost = self.lost or reason
+        return LeaseLost(self.lost)
+
+    def heartbeat(self) -> None:
+        """Renew the lease for another expiry from now; LeaseLost when someone else holds the pipeline now."""
+        with self._lock:
+            self.check()
+            for _ in range(COMMIT_ATTEMPTS):
+                table = _open(self.tables)
+                current = _latest(table)
+                if current is None or current.lease_id != self.lease_id or current.released:
+                    raise self._lose(self._taken_by(current))
+                now = _now()
+                renewal = replace(current, seq=table.version() + 1, heartbeat_at=now,
+                                  expires_at=now + timedelta(seconds=lease_seconds()))
+                if _commit(self.tables, table, renewal):
+                    self.row = renewal
+                    return
+            raise Failed(f"lease of pipeline {self.tables.pipeline}: no commit after {COMMIT_ATTEMPTS} attempts")
+
+    def _taken_by(self, current: Owner | None) -> str:
+        what = f"pipeline {self.tables.pipeline}: the lease of `{self.row.command}` (pid {self.row.owner_pid})"
+        if current is None or current.lease_id == self.lease_id:
+            return f"{what} was released"
+        return f"{what} expired and was taken by {current.describe(_now())}"
+
+    def release(self) -> None:
+        """Give the pipeline up, if this lease still holds it."""
+        with self._lock:
+            for _ in range(COMMIT_ATTEMPTS):
+                table = _open(self.tables)
+                current = _latest(table)
+                if current is None or current.lease_id != self.lease_id or current.released:
+                    return
+                now = _now()
+                released = replace(current, seq=table.version() + 1, heartbeat_at=now, expires_at=now,
+                                   released=True)
+                if _commit(self.tables, table, released):
+                    self.row = released
+                    return
+
+
+def acquire(tables: Tables, command: str) -> Lease:
+    """Take the pipeline for `command`, or raise UserError naming the owner who holds it."""
+    lease_id = uuid.uuid4().hex[:12]
+    for _ in range(COMMIT_ATTEMPTS):
+        table = _open(tables)
+        current = _latest(table)
+        now = _now()
+        if current is not None and current.holds(now):
+            raise _refusal(tables, current, now)
+        row = Owner(seq=table.version() + 1, lease_id=lease_id, owner_host=socket.gethostname(),
+                    owner_pid=os.getpid(), command=command, acquired_at=now, heartbeat_at=now,
+                    expires_at=now + timedelta(seconds=lease_seconds()), released=False)
+        if _commit(tables, table, row):
+            return Lease(tables, row)
+    raise Failed(f"lease of pipeline {tables.pipeline}: no commit after {COMMIT_ATTEMPTS} attempts; "
+                 "too many concurrent owners")
+
+
+def _keep_alive(lease: Lease, every: float, stop: threading.Event) -> None:
+    while not stop.wait(every):
+        try:
+            lease.heartbeat()
+        except LeaseLost:
+            return
+        except Exception as err:  # the store may be away for a moment: retry until the lease would run out
+            if _now() >= lease.row.expires_at:
+                lease._lose(f"pipeline {lease.tables.pipeline}: the lease of `{lease.row.command}` expired "
+                            f"unrenewed: {err}")
+                return
+            log.warning("lease of pipeline %s: heartbeat failed, retrying: %s", lease.tables.pipeline, err)
+
+
+@contextmanager
+def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -> Iterator[Lease]:
+    """Hold the pipeline for the block, renewed from a daemon thread; released on exit. The holder checks
+    `lease.lost` (or `lease.check()`) and stops writing once it is set."""
+    lease = acquire(tables, command)
+    stop = threading.Event()
+    beats = threading.Thread(target=_keep_alive, name=f"lease-{tables.pipeline}", daemon=True,
+                             args=(lease, heartbeat_seconds or lease_seconds() / HEARTBEATS_PER_LEASE, stop))
+    beats.start()
+    try:
+        yield lease
+    finally:
+        stop.set()
+        beats.join()
+        try:
+            lease.release()
+        except Exception as err:  # it expires by itself
+            log.warning("lease of pipeline %s: release failed, it expires in %.0fs: %s", tables.pipeline,
+                        max(0.0, (lease.row.expires_at - _now()).total_seconds()), err)
