@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyspark.sql import functions as F  # noqa: E402
 
 from deploy.spark import build_spark  # noqa: E402
-from jobs.stream import EVENTS_SEEN, keyed_input, merged_state  # noqa: E402
+from jobs.stream_keyed import EVENTS_SEEN, keyed_input, merged_state  # noqa: E402
 from state_handoff.aggregates import event_aggregations, flatten_last, partial_columns  # noqa: E402
 from state_handoff.pipelines import get_pipeline  # noqa: E402
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from contextlib import contextmanager
@@ -17,6 +18,7 @@ from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_
 from state_handoff import faults, handoff_log
 from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, recorded_ranges, unreadable
 from state_handoff.errors import UserError
+from state_handoff.aggregates import partial_columns
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import read_json, write_json_atomically
@@ -174,7 +176,8 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             dead = parsed.where(F.col("error").isNotNull()).select(
                 "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
                 F.lit("backfill").alias("phase"), F.current_timestamp().alias("recorded_at"), "event_date")
-            _replace_days(dead, tables.dead_letter, first, last, "phase = 'backfill'")
+            _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
+                          "phase = 'backfill'")
         finally:
             parsed.unpersist()
         out("[4/5] checking the accounting identity per partition")
@@ -183,6 +186,18 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
     faults.reach("backfill.after_tiles")
     return result
+
+
+def _not_dead_lettered_by_a_stream(spark: SparkSession, tables: Tables, dead: DataFrame) -> DataFrame:
+    """Archived records a stream dead-lettered already (before the archive grew over them) stay its own:
+    a record is in `dead_letter` once."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
+        return dead
+    streamed = (spark.read.format("delta").load(tables.dead_letter).where(F.col("phase") != "backfill")
+                .select("kafka_partition", "kafka_offset"))
+    return dead.join(streamed, ["kafka_partition", "kafka_offset"], "left_anti")
 
 
 def _tiles_run_file(tables: Tables, handoff_id: str) -> Path:
@@ -204,28 +219,59 @@ def pending_tiles_run(tables: Tables) -> BackfillResult | None:
     return BackfillResult(**saved)
 
 
+@dataclass
+class AtCut:
+    """A backfill under a stream's history (jobs/rebase.py): the backlog ends at a cut, not at the archive's end.
+
+    The Kafka range past the archive's cut arrives as keyed partials; the windows, late records and dead
+    letters stay as the stream made them (a final window is never re-emitted, a late record never joins a
+    window); the recomputed keyed state is compared with the streamed state at the same cut before it
+    replaces it."""
+
+    cut: dict[int, int]                 # per partition, the first offset the next handoff streams
+    kafka_partials: DataFrame           # keyed partials of the well-formed records in [archive cut, cut)
+    streamed: DataFrame                 # the streamed keyed state at the cut
+    watermark: datetime | None          # the stream's watermark at the cut
+    details: dict = field(default_factory=dict)
+    reconciliation: dict = field(default_factory=dict)
+
+
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
-                 out=print) -> BackfillResult:
+                 out=print, at_cut: AtCut | None = None) -> BackfillResult:
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here)."""
     started = time.monotonic()
     first, last, files, _ = _resolve_range(tables, None, None)
     readable = [f for f in files if unreadable(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
     with _failure_logged(spark, tables, run.handoff_id):
-        out("[5/5] merging all tiles into keyed state and windows")
+        out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         tiles = spark.read.format("delta").load(tables.tiles)
-        state_from_partials(pipeline, tiles).write.format("delta").mode("overwrite") \
-            .option("overwriteSchema", "true").save(tables.state)
+        partials = tiles
+        if at_cut is not None:
+            columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+            partials = tiles.select(*columns).unionByName(at_cut.kafka_partials.select(*columns))
+        recomputed = state_from_partials(pipeline, partials)
+        if at_cut is not None:
+            recomputed = recomputed.persist(StorageLevel.DISK_ONLY)
+            at_cut.reconciliation = reconcile(pipeline, recomputed, at_cut.streamed)
+        recomputed.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
+        if at_cut is not None:
+            recomputed.unpersist()
         state_version = _delta_version(spark, tables.state)
         state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
-        watermark = backlog_watermark(pipeline, newest_event_time(state))
-        if pipeline.windows is not None:
+        if at_cut is not None:
+            watermark = at_cut.watermark
+        else:
+            watermark = backlog_watermark(pipeline, newest_event_time(state))
+        if pipeline.windows is not None and at_cut is None:
             windows = window_partials_from_tiles(pipeline, tiles)
             closed = F.col("window_end") <= F.lit(watermark)
             for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
                 windows.where(part).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
         boundary = {int(p): int(o) for p, o in
                     read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
+        if at_cut is not None:
+            boundary = {p: o - 1 for p, o in at_cut.cut.items()}
         whole = accounting(spark, pipeline, tables, readable, first, last)
         missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
@@ -244,7 +290,11 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "records_not_backfilled": missing,
                                 "unreadable_files": [f.path for f in files if f not in readable],
                                 "skipped_files": run.skipped_files, "gaps": gaps,
-                                "duration_s": round(result.seconds, 3)})
+                                "tiled_files": [] if missing else sorted(
+                                    os.path.relpath(f.path, tables.archive) for f in readable),
+                                "duration_s": round(result.seconds, 3),
+                                **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
+                                               "reconciliation": at_cut.reconciliation}} if at_cut else {})})
     if missing:
         out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
             "backfill the remaining days before the handoff")
@@ -263,6 +313,37 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
     if tiles_run.handoff_id is None:
         return tiles_run
     return commit_state(spark, pipeline, tables, tiles_run, out)
+
+
+def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, examples: int = 5) -> dict:
+    """How many keys' recomputed state differs from the streamed state (expected 0), with a few examples.
+    Doubles compare to 1e-9 relative: the two phases add the same values in different orders."""
+    key = pipeline.key
+    columns = partial_columns(pipeline.aggregations, keyed=True)
+    types = dict(recomputed.dtypes)
+    r, s = F.col("r.__present"), F.col("s.__present")
+    differs = r.isNull() | s.isNull()
+    for c in columns:
+        a, b = F.col(f"r.`{c}`"), F.col(f"s.`{c}`")
+        if types[c] in ("double", "float"):
+            tolerance = F.greatest(F.lit(1.0), F.abs(a), F.abs(b)) * F.lit(1e-9)
+            differs = differs | ~(a.eqNullSafe(b) | (F.abs(a - b) <= tolerance))
+        else:
+            differs = differs | ~a.eqNullSafe(b)
+    joined = (recomputed.withColumn("__present", F.lit(True)).alias("r")
+              .join(streamed.select(key, *columns).withColumn("__present", F.lit(True)).alias("s"),
+                    F.col(f"r.`{key}`") == F.col(f"s.`{key}`"), "full_outer")
+              .where(differs)
+              .select(F.coalesce(F.col(f"r.`{key}`"), F.col(f"s.`{key}`")).alias("key"),
+                      F.to_json(F.struct(*[F.col(f"r.`{c}`").alias(c) for c in columns])).alias("recomputed"),
+                      F.to_json(F.struct(*[F.col(f"s.`{c}`").alias(c) for c in columns])).alias("streamed"))
+              .persist(StorageLevel.DISK_ONLY))
+    try:
+        different = joined.count()
+        shown = [row.asDict() for row in joined.limit(examples).collect()] if different else []
+    finally:
+        joined.unpersist()
+    return {"keys_different": different, "keys_recomputed": recomputed.count(), "examples": shown}
 
 
 @contextmanager
@@ -298,9 +379,12 @@ def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: l
     well_formed = (tiles.groupBy("kafka_partition").agg(F.sum(count_col)) if count_col else
                    parse_events(pipeline, read_archive(spark, tables, files)).where("error IS NULL")
                    .groupBy("kafka_partition").count())
-    dead = (spark.read.format("delta").load(tables.dead_letter).where(days & (F.col("phase") == "backfill"))
+    archived = read_archive(spark, tables, files)
+    # whichever phase dead-lettered an archived record (the backfill, or a stream before the archive grew)
+    dead = (spark.read.format("delta").load(tables.dead_letter)
+            .join(archived.select("kafka_partition", "kafka_offset"), ["kafka_partition", "kafka_offset"], "left_semi")
             .groupBy("kafka_partition").count())
-    read = read_archive(spark, tables, files).groupBy("kafka_partition").count()
+    read = archived.groupBy("kafka_partition").count()
     counts: dict[int, dict[str, int]] = {}
     for name, df in (("read", read), ("well_formed", well_formed), ("dead_lettered", dead)):
         for partition, n in df.collect():

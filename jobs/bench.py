@@ -123,7 +123,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     from pyspark.sql import functions as F
 
     from jobs.aggregation import backlog_watermark, tile_start
-    from jobs.stream import batch_window_partials
+    from jobs.stream_events import batch_window_partials
     from state_handoff.aggregates import event_aggregations, flatten_last
     from state_handoff.archive_files import archive_meta
     from state_handoff.parsing import parse_events
@@ -280,6 +280,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         from jobs.latency import run_latency_bench
 
         out("measuring steady-state stream latency at 1000 events/s")
+        shutil.rmtree(base / "latency", ignore_errors=True)  # the archive grows per topic; each run has its own
         report = run_latency_bench(str(base / "latency"), bootstrap, [1000], latency_seconds, out=lambda *_: None)
         latency = asdict(report)
     a, b, c = runs["streaming_only"], runs["switchyard"], runs["batch_only"]

@@ -27,46 +27,73 @@ def run_archive_command(args) -> int:
     return 0
 
 
-def run_backfill_command(args) -> int:
-    from jobs.backfill import run_backfill
+def _rebase(args) -> int:
+    """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase.py)."""
+    from jobs.rebase import rebase_pipeline
 
     pipeline, tables = _pipeline_and_tables(args)
-    result = run_backfill(_spark("backfill"), pipeline, tables, args.from_day, args.to_day,
-                          skip_bad_files=args.skip_bad_files, strategy=args.aggregation)
+    rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
+                    lambda: _spark(args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
+                    no_rebase=getattr(args, "no_rebase", False))
+    return 0
+
+
+def run_rebase_command(args) -> int:
+    from state_handoff.errors import UserError
+    from state_handoff.handoff import current_handoff
+
+    pipeline, tables = _pipeline_and_tables(args)
+    if current_handoff(None, tables) is None:
+        raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
+                        "and `switchyard handoff` first")
+    return _rebase(args)
+
+
+def run_backfill_command(args) -> int:
+    from jobs.backfill import run_backfill
+    from state_handoff import lease
+    from state_handoff.handoff import current_handoff
+
+    pipeline, tables = _pipeline_and_tables(args)
+    if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
+        return _rebase(args)
+    with lease.hold(tables, lease.BACKFILL):  # taken before the JVM starts, so a refusal costs none
+        result = run_backfill(_spark("backfill"), pipeline, tables, args.from_day, args.to_day,
+                              skip_bad_files=args.skip_bad_files, strategy=args.aggregation)
     print(result.summary(pipeline.name))
     return 0
 
 
 def run_handoff_command(args) -> int:
+    from state_handoff import lease
     from state_handoff.errors import UserError
     from state_handoff.handoff import parse_boundary_time, run_handoff
-    from state_handoff.stream_control import stream_running
 
     pipeline, tables = _pipeline_and_tables(args)
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
-    if stream_running(tables):
-        raise UserError(f"the stream of pipeline {pipeline.name} is running: stop it before a new handoff")
-    print(run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
-          .summary(pipeline.name))
+    with lease.hold(tables, lease.HANDOFF):
+        switch = run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
+    print(switch.summary(pipeline.name))
     return 0
 
 
 def run_stream_command(args) -> int:
     from jobs.stream import StreamSettings, run_stream
-    from state_handoff.errors import UserError
-    from state_handoff.stream_control import stream_running
+    from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
-    if stream_running(tables):  # refuse before paying for a JVM; the lock in run_stream is what guarantees it
-        raise UserError(f"a stream for pipeline {pipeline.name} is already running: stop it before starting another")
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
                               trigger_seconds=args.trigger_seconds,
-                              tables_trigger_seconds=args.tables_trigger_seconds)
-    print(run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings).summary(pipeline.name))
+                              tables_trigger_seconds=args.tables_trigger_seconds,
+                              switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
+                              switch_back_after=args.switch_back_after)
+    with lease.hold(tables, lease.STREAM) as held:
+        result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
+    print(result.summary(pipeline.name))
     return 0
 
 
@@ -103,8 +130,21 @@ def add_pipeline_commands(commands, common) -> None:
                           help="skip unreadable Parquet files (recorded in the handoff log) instead of stopping")
     backfill.add_argument("--aggregation", choices=["sort", "hash"], default="sort",
                           help="sort-based (default, FLIP-140) or Spark's hash aggregation")
+    backfill.add_argument("--no-rebase", action="store_true",
+                          help="refuse instead of rebasing when a stream is live")
+    backfill.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                          help="how long to wait for a live stream's rebase (default 3600)")
     common(backfill)
     backfill.set_defaults(handler=run_backfill_command)
+
+    rebase = commands.add_parser("rebase", help="stream -> backlog -> stream at a cut (the live stream, or offline)")
+    rebase.add_argument("--pipeline", required=True)
+    rebase.add_argument("--from", dest="from_day", metavar="DATE", help="also re-tile archived days from DATE")
+    rebase.add_argument("--to", dest="to_day", metavar="DATE", help="... to DATE, inclusive")
+    rebase.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                        help="how long to wait for the live stream's rebase (default 3600)")
+    common(rebase)
+    rebase.set_defaults(handler=run_rebase_command)
 
     handoff = commands.add_parser(
         "handoff", help="commit the switch: start offsets, backlog watermark, state version",
@@ -139,6 +179,11 @@ def add_pipeline_commands(commands, common) -> None:
                              "(default 10 x --caught-up-lag, at least 1000)")
     stream.add_argument("--max-offsets-per-trigger", type=int, default=200_000)
     stream.add_argument("--trigger-seconds", type=float, default=0.0, help="micro-batch interval (0: back to back)")
+    stream.add_argument("--switch-back-lag", type=int, default=1_000_000, metavar="N",
+                        help="offsets behind latest past which, held --switch-back-after seconds, the stream "
+                             "rebases itself through the batch path (default 1000000)")
+    stream.add_argument("--switch-back-after", type=float, default=30.0, metavar="SECONDS")
+    stream.add_argument("--no-switch-back", action="store_true", help="never switch back on lag")
     stream.add_argument("--tables-trigger-seconds", type=float, default=5.0,
                         help="interval of the Delta-writing queries (dead letters, late, windows, state)")
     common(stream)
@@ -171,6 +216,22 @@ def add_pipeline_commands(commands, common) -> None:
     common(latency)
     latency.set_defaults(handler=run_latency_command)
 
+    burst = commands.add_parser("bench-burst", help="a burst into a live stream: caught up with vs without switch back")
+    burst.add_argument("--events", type=int, default=1_000_000, help="records in the burst (default 1000000)")
+    burst.add_argument("--rate", type=int, default=1000, help="the live stream's steady input, events/s")
+    burst.add_argument("--json", dest="json_file", metavar="FILE")
+    burst.add_argument("--out-dir", default="bench-out", help="where the two arms keep their tables and logs")
+    burst.add_argument("--keys", type=int, default=100_000)
+    burst.add_argument("--partitions", type=int, default=4)
+    burst.add_argument("--backlog", type=int, default=10_000, help="archived records before the stream starts")
+    burst.add_argument("--switch-back-lag", type=int, default=100_000, metavar="N", help="arm B's threshold")
+    burst.add_argument("--switch-back-after", type=float, default=10.0, metavar="SECONDS", help="arm B's hold time")
+    burst.add_argument("--caught-up-seconds", type=float, default=5.0,
+                       help="caught up at offsets behind <= rate x SECONDS (the live input never stands still)")
+    burst.add_argument("--keep-topics", action="store_true", help="keep the two arms' topics afterwards")
+    common(burst)
+    burst.set_defaults(handler=run_burst_command)
+
 
 def run_latency_command(args) -> int:
     import dataclasses
@@ -189,6 +250,16 @@ def run_latency_command(args) -> int:
     if args.json_file:
         with open(args.json_file, "w") as fh:
             json.dump(dataclasses.asdict(report), fh, indent=2)
+    return 0
+
+
+def run_burst_command(args) -> int:
+    from jobs.burst import run_burst_bench
+
+    run_burst_bench(args.bootstrap, args.events, args.rate, args.json_file, out_dir=args.out_dir, keys=args.keys,
+                    partitions=args.partitions, backlog=args.backlog, switch_back_lag=args.switch_back_lag,
+                    switch_back_after=args.switch_back_after, caught_up_seconds=args.caught_up_seconds,
+                    keep_topics=args.keep_topics)
     return 0
 
 

@@ -125,8 +125,11 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     from state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
+    stamp = int(time.time())
+    # a warehouse and a topic of its own per run: an archive grows along one topic only
+    warehouse = str(Path(warehouse) / f"latency-{stamp}")
     tables = Tables(warehouse, pipeline.name)
-    topic = f"latency.{int(time.time())}"
+    topic = f"latency.{stamp}"
     create_topic(bootstrap, topic, partitions=2)
     now = datetime.now(timezone.utc)
     backlog = [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"seed-{i}", now - timedelta(hours=2) +

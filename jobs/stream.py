@@ -1,22 +1,15 @@
-"""`switchyard stream` (isBacklog = false): Structured Streaming from the handoff offsets, keyed state seeded once.
+"""`switchyard stream` (isBacklog = false): the supervisor of a pipeline's live phase.
 
-Three queries, each with its own checkpoint; the first two read the topic from the handoff's start offsets:
-- keyed: the seed (the state snapshot at the handoff's version, as a file stream source) unioned with the
-  parsed events, merged by one streaming aggregation on the RocksDB state store. The seed's files are
-  recorded in the checkpoint, so a restart never seeds again. Each batch sends the changed keys' new state to
-  `<pipeline>.updates` and does nothing else: no Delta write sits between an input record and its update.
-- state: reads this handoff's updates back from `<pipeline>.updates` and upserts the newest per key into
-  `state`. An update is the key's whole state, so applying one twice (a replayed keyed batch resends it) or
-  late changes nothing; a stop drains it, so `state` holds every update when the stream stops.
-- events: per batch, malformed records to `dead_letter`, records for windows at or before the watermark
-  to `late`, the others merged into `window_state`; windows that the watermark passes move to `windows`.
-  The watermark starts at the backlog watermark and each batch records the one it leaves in Delta
-  (`stream_batches`), so a replayed batch classifies its records exactly as the first attempt did.
-Every Delta write of a batch carries (txnAppId, txnVersion = batch id), the app id naming the handoff and the
-incarnation of the query's checkpoint, so a replay writes nothing twice and a new checkpoint is never taken
-for an old one. What a restart needs is in the checkpoints or in Delta; files beside them are caches.
-With a handoff in time mode, records the archive already holds (the handoff's overlap) are marked once on the
-parsed input: the keyed query leaves them out, the events query counts them as `skipped_overlap`.
+It owns the lifecycle: it holds the pipeline's lease, starts the three queries of the current handoff
+(jobs/stream_keyed.py, jobs/stream_events.py, jobs/stream_state.py; each with its own checkpoint under
+`_stream/<handoff>/checkpoints/`), logs the transitions (STREAM_STARTED, SWITCHED, CAUGHT_UP, FALLING_BEHIND,
+STOPPED, FAILED), and rebases: when a REBASE_REQUESTED appears in the log (from `switchyard rebase` or a
+`backfill` under the live stream) or the lag stays above the switch-back threshold, it pauses the queries at a
+cut, runs the backlog phase up to it (jobs/rebase.py), and resumes with the new handoff in the same process.
+
+What a restart needs is in the checkpoints or in Delta (the handoff log, `stream_batches`); files beside the
+checkpoints are caches for `status`. Every Delta write of a batch carries (txnAppId, txnVersion = batch id),
+the app id naming the handoff and the incarnation of the query's checkpoint (jobs/delta_txn.py).
 """
 
 from __future__ import annotations
@@ -27,31 +20,27 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import tile_start
-from state_handoff import faults, handoff_log, stream_progress
-from state_handoff.aggregates import (event_aggregations, event_as_partial, flatten_last,
-                                      merge_aggregations, merge_into, partial_columns)
+from jobs import rebase
+from jobs.delta_txn import TxnApp, checkpoint_incarnation
+from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
+from jobs.stream_keyed import KeyedSink, kafka_records, keyed_input, merged_state, write_seed
+from jobs.stream_state import StateSink, updates_start
+from state_handoff import handoff_log, lease as leases, stream_progress
 from state_handoff.errors import Failed, UserError
-from state_handoff.handoff import Handoff, Overlap, current_handoff, record_identity
+from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
-from state_handoff.stream_control import StreamLock, stream_dir, write_json_atomically
+from state_handoff.stream_control import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
-EVENTS_SEEN = "stream_events"
-SKIPPED_OVERLAP = "skipped_overlap"
-HANDOFF_HEADER = "switchyard.handoff"
-# Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
-JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-_TXN_APP = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+KEYED = "keyed"
+COMMAND = "switchyard stream"
 
 
 @dataclass
@@ -66,6 +55,13 @@ class StreamSettings:
     # larger Delta commits leave the cores to the update path; a backlog still runs batches back to back.
     tables_trigger_seconds: float = 5.0
     poll_seconds: float = 0.5
+    # Switch back: offsets behind above this for `switch_back_after` seconds rebase the stream (None: never).
+    # A rebase costs a pause, one batch over the backlog and a seed: worth it only for a large backlog.
+    switch_back_lag: int | None = 1_000_000
+    switch_back_after: float = 30.0
+    # Hysteresis: after a switch back, none again until the stream has been caught up this long.
+    switch_back_hold: float = 120.0
+    requests_every_seconds: float = 1.0
 
     @property
     def behind_threshold(self) -> int:
@@ -108,18 +104,9 @@ class StreamPaths:
     def progress(self) -> Path:
         return self.root / "progress.json"
 
-
-def checkpoint_incarnation(checkpoint: Path) -> str | None:
-    """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
-    new with a new one. None when the checkpoint has none yet."""
-    try:
-        return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise UserError(f"the stream checkpoint's metadata file {checkpoint / 'metadata'} is corrupt: restore the "
-                        "checkpoint from a backup, or start over with `switchyard backfill` and "
-                        "`switchyard handoff`") from None
+    @staticmethod
+    def of(tables: Tables, handoff_id: str) -> "StreamPaths":
+        return StreamPaths(stream_dir(tables, handoff_id))
 
 
 @dataclass
@@ -130,6 +117,7 @@ class StreamResult:
     caught_up_after_s: float | None = None
     batches: int = 0
     lag: dict[int, int] = field(default_factory=dict)
+    rebases: int = 0
 
     def summary(self, pipeline: str) -> str:
         parts = [f"stream {pipeline} {self.handoff_id} stopped ({self.reason})", f"{self.batches} event batches"]
@@ -137,279 +125,14 @@ class StreamResult:
             parts.append(f"SWITCHED after {self.switched_after_s:.1f}s")
         if self.caught_up_after_s is not None:
             parts.append(f"CAUGHT_UP after {self.caught_up_after_s:.1f}s")
+        if self.rebases:
+            parts.append(f"{self.rebases} rebase{'s' if self.rebases > 1 else ''}")
         parts.append(f"offsets behind: {sum(self.lag.values())}")
         return "; ".join(parts)
 
 
-# ---------------------------------------------------------------- transforms (pure DataFrame -> DataFrame)
-
-def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
-                  settings: StreamSettings, with_key: bool = False) -> DataFrame:
-    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", topic)
-              .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-              .option("failOnDataLoss", "true"))
-    if settings.max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
-    key = [F.col("key").alias("kafka_key")] if with_key else []
-    return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
-                                F.col("timestamp").alias("kafka_timestamp"), *key, "value")
-
-
-def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, overlap: Overlap) -> DataFrame:
-    """SKIPPED_OVERLAP: the record is in the overlap (Kafka timestamp at or before its end) and its identity is
-    among the archived ones; a left join on the small static identity set, so the stream keeps every row."""
-    identities = archived.select(F.col("identity").alias("__archived_identity")).distinct()
-    in_overlap = F.col("kafka_timestamp") <= F.lit(overlap.until)
-    return (parsed.withColumn("__identity", F.when(in_overlap, record_identity(pipeline)))
-            .join(F.broadcast(identities), F.col("__identity") == F.col("__archived_identity"), "left")
-            .withColumn(SKIPPED_OVERLAP, F.col("__archived_identity").isNotNull())
-            .drop("__identity", "__archived_identity"))
-
-
-def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
-    """Well-formed events as keyed partial rows, marked as stream input."""
-    return parsed.where(F.col("error").isNull()).select(
-        pipeline.key, *event_as_partial(pipeline, pipeline.aggregations, keyed=True),
-        F.lit(1).cast("long").alias(EVENTS_SEEN))
-
-
-def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
-    """The running keyed state over seed and event partials; EVENTS_SEEN tells seed-only keys apart."""
-    return (partials.groupBy(pipeline.key)
-            .agg(*merge_aggregations(pipeline.aggregations, keyed=True), F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
-            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
-
-
-def window_end(pipeline: Pipeline) -> F.Column:
-    return F.col("window_start") + F.expr(f"INTERVAL {int(pipeline.windows.size.total_seconds())} SECONDS")
-
-
-def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
-    aggs = pipeline.windows.aggregations
-    return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
-            .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
-
-
-# ---------------------------------------------------------------- batch sinks
-
-class _Txn:
-    """Delta idempotent writes: MERGE reads (txnAppId, txnVersion) from the session, not from writer options."""
-
-    def __init__(self, spark: SparkSession, app_id: str, version: int):
-        self.spark, self.app_id, self.version = spark, app_id, version
-
-    def __enter__(self):
-        self.spark.conf.set(_TXN_APP, self.app_id)
-        self.spark.conf.set(_TXN_VERSION, str(self.version))
-
-    def __exit__(self, *exc):
-        self.spark.conf.unset(_TXN_APP)
-        self.spark.conf.unset(_TXN_VERSION)
-
-
-def _append(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: str | None = None) -> None:
-    writer = df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
-    if partition_by:
-        writer = writer.partitionBy(partition_by)
-    writer.save(path)
-
-
-def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
-    """Changed keys as `<pipeline>.updates` records: key, the whole state as JSON, the handoff as a header."""
-    return changed.select(
-        F.col(pipeline.key).cast("binary").alias("key"),
-        F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
-        F.array(F.struct(F.lit(HANDOFF_HEADER).alias("key"), F.lit(handoff_id).cast("binary").alias("value")))
-        .alias("headers"))
-
-
-def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:
-    """This handoff's update records, newest per key (a key's updates share a partition), as state rows."""
-    ours = F.exists("headers", lambda h: (h["key"] == HANDOFF_HEADER) & (h["value"] == F.lit(handoff_id).cast("binary")))
-    rows = messages.where(ours).select("offset", F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
-                                       .alias("s"))
-    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", "offset").alias("s"))
-            .select("s.*"))
-
-
-class _TxnApp:
-    """A query's Delta transaction app id: the handoff and the incarnation of the query's checkpoint (which
-    Spark writes as the query starts, before its first batch), so a fresh checkpoint's batch ids can never
-    be mistaken for an old one's."""
-
-    def __init__(self, base: str, checkpoint: Path):
-        self.base, self.checkpoint, self.incarnation = base, checkpoint, None
-
-    def __str__(self) -> str:
-        if self.incarnation is None:
-            self.incarnation = checkpoint_incarnation(self.checkpoint)
-            if self.incarnation is None:
-                raise RuntimeError(f"the stream checkpoint {self.checkpoint} has no metadata file")
-        return f"{self.base}-{self.incarnation}"
-
-
-class KeyedSink:
-    def __init__(self, pipeline: Pipeline, bootstrap: str, handoff_id: str):
-        self.pipeline, self.bootstrap, self.handoff_id = pipeline, bootstrap, handoff_id
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        # Replays may resend: an update is the key's whole state, so a second copy changes nothing.
-        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN)
-        (update_messages(self.pipeline, changed, self.handoff_id)
-         .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
-         .option("topic", self.pipeline.updates_topic).save())
-        faults.reach("stream.keyed.after_send")
-
-
-class StateSink:
-    """Upserts the updates of a batch into `state`, once per batch id."""
-
-    def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app: _TxnApp):
-        self.pipeline, self.tables, self.schema, self.handoff_id, self.app = (
-            pipeline, tables, schema, handoff_id, app)
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        if batch.isEmpty():  # a Delta MERGE of nothing still costs a snapshot, a join and a commit
-            return
-        started = datetime.now(timezone.utc)
-        key = self.pipeline.key
-        newest = newest_updates(self.pipeline, batch, self.schema, self.handoff_id)
-        with _Txn(batch.sparkSession, str(self.app), batch_id):
-            (DeltaTable.forPath(batch.sparkSession, self.tables.state).alias("t")
-             .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
-             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-        faults.reach("stream.state.after_merge")
-        stream_progress.record(self.tables, stream_progress.BatchRow(
-            self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
-            datetime.now(timezone.utc)))
-
-
-class EventsSink:
-    def __init__(self, pipeline: Pipeline, tables: Tables, handoff: Handoff, app: _TxnApp):
-        self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
-        self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
-
-    def watermark_before(self, batch_id: int) -> datetime | None:
-        """The backlog watermark for batch 0; else the watermark the previous batch recorded in Delta."""
-        if batch_id == 0:
-            return self.handoff.backlog_watermark
-        previous = self.last if self.last is not None and self.last.batch_id == batch_id - 1 else \
-            stream_progress.batch(self.tables, self.handoff.handoff_id, stream_progress.EVENTS,
-                                  self.app.incarnation, batch_id - 1)
-        if previous is None:
-            raise RuntimeError(
-                f"events batch {batch_id - 1} of handoff {self.handoff.handoff_id} (checkpoint "
-                f"{self.app.incarnation}) is committed in its checkpoint but missing from "
-                f"{self.tables.stream_batches}: its watermark is lost; restore that table, or start over with "
-                "`switchyard backfill` and `switchyard handoff`")
-        return previous.watermark_after
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        started = datetime.now(timezone.utc)
-        pipeline, tables, app = self.pipeline, self.tables, str(self.app)
-        watermark = self.watermark_before(batch_id)
-        batch = batch.persist()
-        try:
-            skipping = SKIPPED_OVERLAP in batch.columns
-            kept = ~F.col(SKIPPED_OVERLAP) if skipping else F.lit(True)
-            well = F.col("error").isNull() & kept
-            malformed = F.col("error").isNotNull() & kept
-            windows = pipeline.windows is not None
-            events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
-            is_late = well & (window_end(pipeline) <= F.lit(watermark)) if windows and watermark else F.lit(False)
-            events = events.withColumn("__late", is_late)
-            stats = events.groupBy("kafka_partition").agg(
-                F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
-                F.count_if(malformed).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
-                F.count_if(~kept).alias(SKIPPED_OVERLAP),
-                F.max("kafka_offset").alias("last_offset"),
-                F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
-            per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
-                                                      "dead_lettered": r.dead_lettered, "late": r.late,
-                                                      "last_offset": r.last_offset} for r in stats}
-            if skipping:
-                for r in stats:
-                    per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
-            newest = max((r.newest for r in stats if r.newest is not None), default=None)
-            if any(p["dead_lettered"] for p in per_partition.values()):
-                dead = events.where(malformed).select(
-                    "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
-                    F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
-                    F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
-                _append(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
-                faults.reach("stream.events.after_dead_letter")
-            if any(p["late"] for p in per_partition.values()):
-                late = events.where("__late").select(
-                    "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
-                    F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
-                _append(late, tables.late, f"{app}-late", batch_id)
-            watermark_after = watermark
-            if windows:
-                on_time = events.where(well & ~F.col("__late"))
-                if any(p["well_formed"] - p["late"] for p in per_partition.values()):
-                    self._merge_windows(batch.sparkSession, batch_window_partials(pipeline, on_time), batch_id)
-                    faults.reach("stream.events.after_window_merge")
-                if newest is not None:
-                    candidate = newest - pipeline.allowed_lateness
-                    watermark_after = max(watermark, candidate) if watermark else candidate
-                if watermark_after and (watermark is None or _window_index(pipeline, watermark_after)
-                                        > _window_index(pipeline, watermark)):
-                    self._finalize_windows(batch.sparkSession, watermark_after, batch_id)
-        finally:
-            batch.unpersist()
-        row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
-                                       batch_id, watermark, watermark_after,
-                                       {str(p): counts for p, counts in per_partition.items()}, started,
-                                       datetime.now(timezone.utc))
-        stream_progress.record(tables, row)
-        self.last = row
-        faults.reach("stream.events.after_progress")
-
-    def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        key = self.pipeline.key
-        with _Txn(spark, f"{self.app}-windows-merge", batch_id):
-            (DeltaTable.forPath(spark, self.tables.window_state).alias("t")
-             .merge(partials.alias("s"), f"t.`{key}` = s.`{key}` AND t.window_start = s.window_start")
-             .whenMatchedUpdate(set=merge_into(self.pipeline.windows.aggregations))
-             .whenNotMatchedInsertAll().execute())
-
-    def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
-        closing = F.col("window_end") <= F.lit(watermark)
-        final = spark.read.format("delta").load(self.tables.window_state).where(closing)
-        _append(final, self.tables.windows, f"{self.app}-windows-final", batch_id)
-        faults.reach("stream.events.after_finalize_append")
-        with _Txn(spark, f"{self.app}-windows-close", batch_id):
-            DeltaTable.forPath(spark, self.tables.window_state).delete(closing)
-
-
-def _window_index(pipeline: Pipeline, t: datetime) -> int:
-    return int(t.timestamp() // pipeline.windows.size.total_seconds())
-
-
-# ---------------------------------------------------------------- the job
-
-KEYED = "keyed"
-
-
-def _write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths: StreamPaths) -> None:
-    """The state at the handoff's version, once, as the seed source's files."""
-    if paths.seed_written.exists():
-        return
-    if paths.keyed_checkpoint.exists():
-        raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream checkpoint "
-                        "refers to it: restore the folder from a backup, or start over with `switchyard backfill` "
-                        "and `switchyard handoff`")
-    state = spark.read.format("delta").option("versionAsOf", handoff.state_version).load(tables.state)
-    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
-                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(paths.seed))
-    faults.reach("stream.after_seed")
+class StreamFailed(Failed):
+    """A query of the stream failed, or the supervisor could not go on: FAILED is in the log."""
 
 
 def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:
@@ -429,166 +152,247 @@ def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entrie
                 "that made them; restore it, or start over with `switchyard backfill` and `switchyard handoff`")
 
 
-def _ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:
-    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet)."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
-        spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY, reason STRING, "
-                                  "phase STRING, recorded_at TIMESTAMP, event_date DATE") \
-            .write.format("delta").partitionBy("event_date").save(tables.dead_letter)
-    if not DeltaTable.isDeltaTable(spark, tables.late):
-        spark.createDataFrame([], f"kafka_partition INT, kafka_offset BIGINT, `{pipeline.key}` STRING, "
-                                  f"`{pipeline.event_time}` TIMESTAMP, window_start TIMESTAMP, watermark TIMESTAMP, "
-                                  "value BINARY, recorded_at TIMESTAMP") \
-            .write.format("delta").save(tables.late)
-
-
-def _updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,
-                   entries: list) -> dict[str, int]:
-    """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
-    kept in the log's STREAM_STARTED entry before any update is sent."""
-    for entry in entries:
-        if entry.handoff_id == handoff.handoff_id and entry.status == handoff_log.STREAM_STARTED:
-            recorded = handoff_log.details(entry).get("updates_from")
-            if recorded is not None:
-                return recorded
-    if paths.keyed_checkpoint.exists():
-        raise UserError(f"the stream of handoff {handoff.handoff_id} has a checkpoint ({paths.keyed_checkpoint}) but "
-                        f"the handoff log ({paths.root.parent.parent / 'handoffs'}) records no start of its updates: "
-                        "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
-    ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
-    return {str(p): hi for p, hi in ends.items()}
-
-
-def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
-    progress = query.lastProgress
-    if not progress:
-        return None
-    for source in progress["sources"]:
-        if source["description"].startswith("KafkaV2"):
-            end = source["endOffset"]
-            end = json.loads(end) if isinstance(end, str) else end
-            return {int(p): int(o) for p, o in (end or {}).get(topic, {}).items()}
-    return None
-
-
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
-               settings: StreamSettings | None = None, out=print) -> StreamResult:
+               settings: StreamSettings | None = None, out=print, lease: leases.Lease | None = None) -> StreamResult:
+    """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
+    unless the caller passes the one it holds)."""
     settings = settings or StreamSettings()
-    handoff = current_handoff(spark, tables)
-    if handoff is None:
+    if current_handoff(None, tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
-    lock = StreamLock(tables).acquire()
-    try:
-        return _run(spark, pipeline, tables, bootstrap, settings, handoff, out)
-    finally:
-        lock.release()
+    if lease is not None:
+        return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out).run()
+    with leases.hold(tables, COMMAND) as held:
+        return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out).run()
 
 
-def _run(spark, pipeline, tables, bootstrap, settings, handoff, out) -> StreamResult:
-    paths = StreamPaths(stream_dir(tables, handoff.handoff_id))
-    entries = handoff_log.entries(None, tables)
-    check_resumable(tables, handoff, paths, entries)
-    restart = paths.keyed_checkpoint.exists()
-    started = time.monotonic()
-    _write_seed(spark, pipeline, tables, handoff, paths)
-    _ensure_tables(spark, pipeline, tables)
-    create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)), exist_ok=True,
-                 compacted=True)
-    updates_from = _updates_start(bootstrap, pipeline, handoff, paths, entries)
-    handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.STREAM_STARTED,
-                       start_offsets=handoff.start_offsets, backlog_watermark=handoff.backlog_watermark,
-                       details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
-                                "updates_from": updates_from})
-    out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, {'resuming from checkpoint' if restart else 'seeding'}"
-        f" from state version {handoff.state_version}")
+class Supervisor:
+    """One handoff's queries at a time; between them, the rebases."""
 
-    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets, settings,
-                                                  with_key=handoff.overlap is not None))
-    keyed_source = parsed
-    if handoff.overlap is not None:
-        parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
-        keyed_source = parsed.where(~F.col(SKIPPED_OVERLAP))
-    seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
-    # Small micro-batches on few cores: one state-store partition per core (fixed by the first checkpoint),
-    # RocksDB changelog commits instead of full snapshots each batch.
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
-    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-    app_id = f"switchyard-{pipeline.name}-{handoff.handoff_id}"
-    trigger = {"processingTime": f"{settings.trigger_seconds} seconds"}
-    tables_trigger = {"processingTime": f"{max(settings.trigger_seconds, settings.tables_trigger_seconds)} seconds"}
-    context = spark.sparkContext
-    context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
-    keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
-             .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
-             .foreachBatch(KeyedSink(pipeline, bootstrap, handoff.handoff_id))
-             .option("checkpointLocation", str(paths.keyed_checkpoint)).trigger(**trigger).start())
-    context.setLocalProperty("spark.scheduler.pool", "events")
-    events_sink = EventsSink(pipeline, tables, handoff, _TxnApp(f"{app_id}-events", paths.events_checkpoint))
-    events = (parsed.writeStream.queryName(f"{pipeline.name}-events").foreachBatch(events_sink)
-              .option("checkpointLocation", str(paths.events_checkpoint)).trigger(**tables_trigger).start())
-    # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
-    updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-               .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
-               .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
-               .option("failOnDataLoss", "false").load())
-    state_schema = spark.read.format("delta").load(tables.state).schema
-    context.setLocalProperty("spark.scheduler.pool", "state")
-    state = (updates.writeStream.queryName(f"{pipeline.name}-state")
-             .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id,
-                                     _TxnApp(f"{app_id}-state", paths.state_checkpoint)))
-             .option("checkpointLocation", str(paths.state_checkpoint)).trigger(**tables_trigger).start())
-    context.setLocalProperty("spark.scheduler.pool", None)
-    monitor = _Monitor(spark, pipeline, tables, bootstrap, settings, handoff, paths, (keyed, events, state),
-                       events_sink, updates_from, started, out)
-    return monitor.run()
-
-
-class _Monitor:
-    """Watches the three queries and the input's lag, logs the transitions, stops on a signal or a condition.
-
-    Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the progress
-    cache) fails soft: retried with backoff while the lag is reported as unknown."""
-
-    def __init__(self, spark, pipeline, tables, bootstrap, settings, handoff, paths, queries, events_sink,
-                 updates_from, started, out):
+    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out):
         self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
-        self.settings, self.handoff, self.paths, self.queries = settings, handoff, paths, queries
-        self.events_sink, self.started, self.out = events_sink, started, out
+        self.settings, self.lease, self.out = settings, lease, out
+        self.started = time.monotonic()
+        self.stop_signal: list[str] = []
+        self.last_switch_back: float | None = None
+
+    def log(self, handoff_id: str, status: str, **fields) -> None:
+        handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
+
+    def run(self) -> StreamResult:
+        previous = {sig: signal.signal(sig, lambda s, _f: self.stop_signal.append(signal.Signals(s).name))
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        result = None
+        try:
+            while True:
+                handoff = current_handoff(None, self.tables)
+                request = rebase.open_request(self.tables)
+                if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
+                    self.rebase(handoff, request, queries=None)
+                    continue
+                queries, events_sink, updates_from = self.start(handoff)
+                monitor = Monitor(self, handoff, queries, events_sink, updates_from)
+                outcome = monitor.run()
+                if result is not None:
+                    monitor.result.rebases = result.rebases
+                    monitor.result.switched_after_s = result.switched_after_s
+                    monitor.result.caught_up_after_s = monitor.result.caught_up_after_s or result.caught_up_after_s
+                result = monitor.result
+                if outcome is None:
+                    return self.stop(handoff, queries, result)
+                self.rebase(handoff, outcome, queries)
+                result.rebases += 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # ------------------------------------------------------------ one handoff's queries
+
+    def start(self, handoff: Handoff):
+        spark, pipeline, tables, bootstrap = self.spark, self.pipeline, self.tables, self.bootstrap
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        entries = handoff_log.entries(None, tables)
+        check_resumable(tables, handoff, paths, entries)
+        restart = paths.keyed_checkpoint.exists()
+        write_seed(spark, pipeline, tables, handoff, paths)
+        ensure_tables(spark, pipeline, tables)
+        create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
+                     exist_ok=True, compacted=True)
+        updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
+        self.log(handoff.handoff_id, handoff_log.STREAM_STARTED, start_offsets=handoff.start_offsets,
+                 backlog_watermark=handoff.backlog_watermark,
+                 details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
+                          "updates_from": updates_from})
+        self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
+                 f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
+
+        # Small micro-batches on few cores: one state-store partition per core (fixed by the first checkpoint),
+        # RocksDB changelog commits instead of full snapshots each batch.
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
+        spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        keyed, events, events_sink = self.start_readers(handoff)
+        # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
+        updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                   .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
+                   .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
+                   .option("failOnDataLoss", "false").load())
+        state_schema = spark.read.format("delta").load(tables.state).schema
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", "state")
+        state = (updates.writeStream.queryName(f"{pipeline.name}-state")
+                 .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id,
+                                         TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint)))
+                 .option("checkpointLocation", str(paths.state_checkpoint))
+                 .trigger(**self.tables_trigger()).start())
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+        return (keyed, events, state), events_sink, updates_from
+
+    def app_id(self, handoff: Handoff) -> str:
+        return f"switchyard-{self.pipeline.name}-{handoff.handoff_id}"
+
+    def tables_trigger(self) -> dict:
+        settings = self.settings
+        return {"processingTime": f"{max(settings.trigger_seconds, settings.tables_trigger_seconds)} seconds"}
+
+    def start_readers(self, handoff: Handoff, only: str | None = None, replay_only: bool = False):
+        """The keyed and events queries (or `only` one of them, the other None). `replay_only`: a trigger that
+        fires once now and not again for hours, for a restart that should only complete the batch an
+        interrupted run had planned (Spark replays it first, exactly as planned)."""
+        spark, pipeline, tables, bootstrap, settings = (self.spark, self.pipeline, self.tables, self.bootstrap,
+                                                        self.settings)
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets,
+                                                      settings.max_offsets_per_trigger,
+                                                      with_key=handoff.overlap is not None))
+        keyed_source = parsed
+        if handoff.overlap is not None:
+            parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
+            keyed_source = parsed.where(~F.col(SKIPPED_OVERLAP))
+        once = {"processingTime": "6 hours"}
+        context = spark.sparkContext
+        keyed = events = None
+        if only in (None, KEYED):
+            seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
+            context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
+            keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
+                     .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
+                     .foreachBatch(KeyedSink(pipeline, bootstrap, handoff.handoff_id))
+                     .option("checkpointLocation", str(paths.keyed_checkpoint))
+                     .trigger(**(once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"}))
+                     .start())
+        events_sink = EventsSink(pipeline, tables, handoff,
+                                 TxnApp(f"{self.app_id(handoff)}-events", paths.events_checkpoint))
+        if only in (None, stream_progress.EVENTS):
+            context.setLocalProperty("spark.scheduler.pool", "events")
+            events = (parsed.writeStream.queryName(f"{pipeline.name}-events").foreachBatch(events_sink)
+                      .option("checkpointLocation", str(paths.events_checkpoint))
+                      .trigger(**(once if replay_only else self.tables_trigger())).start())
+        context.setLocalProperty("spark.scheduler.pool", None)
+        return keyed, events, events_sink
+
+    def settle(self, handoff: Handoff, queries) -> None:
+        """For a pause: stopping a reader may interrupt a batch half done (half its updates sent, half its Delta
+        writes made). Restart each such reader alone until Spark has replayed that planned batch as planned,
+        then stop it before it plans another; then drain `state`."""
+        from jobs.rebase import last_committed_batch, last_planned_batch
+
+        *readers, state = queries
+        _stop(readers)
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        for name, checkpoint in ((KEYED, paths.keyed_checkpoint), (stream_progress.EVENTS, paths.events_checkpoint)):
+            planned = last_planned_batch(checkpoint)
+            if planned is None or planned == last_committed_batch(checkpoint):
+                continue
+            query = next(q for q in self.start_readers(handoff, only=name, replay_only=True)[:2] if q is not None)
+            while last_committed_batch(checkpoint) != planned:
+                if query.exception() is not None or not query.isActive:
+                    raise StreamFailed(f"query {query.name} failed while pausing: "
+                                       f"{_query_error(query.exception() or 'stopped')}")
+                time.sleep(0.2)
+            _stop([query])
+        self.drain(handoff, [state])
+
+    def stop(self, handoff: Handoff, queries, result: StreamResult) -> StreamResult:
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        _keep_recent_progress(queries, paths)
+        self.drain(handoff, queries)
+        result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
+        self.log(handoff.handoff_id, handoff_log.STOPPED, details={"reason": result.reason,
+                                                                   "offsets_behind": result.lag})
+        return result
+
+    def drain(self, handoff: Handoff, queries) -> None:
+        """Stop reading input, then let the state query apply every update already sent, then stop it."""
+        *readers, state = queries
+        _stop(readers)
+        try:
+            state.processAllAvailable()
+            state.stop()
+        except Exception as err:
+            reason = f"applying the last updates to state: {_query_error(err)}"
+            self.log(handoff.handoff_id, handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            raise StreamFailed(reason) from None
+
+    # ------------------------------------------------------------ the way back
+
+    def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff:
+        """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there."""
+        started = time.monotonic()
+        if queries is not None:
+            self.settle(handoff, queries)
+        new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
+                                out=self.out)
+        self.out(f"rebase {self.pipeline.name}: handed off at the cut as {new.handoff_id} after "
+                 f"{time.monotonic() - started:.1f}s; resuming")
+        return new
+
+
+class Monitor:
+    """Watches one handoff's queries and the input's lag; returns None on a stop, or the rebase to run.
+
+    Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the log, the
+    progress cache) fails soft: retried with backoff while the lag is reported as unknown."""
+
+    def __init__(self, supervisor: Supervisor, handoff: Handoff, queries, events_sink: EventsSink,
+                 updates_from: dict[str, int]):
+        self.sup, self.handoff, self.queries, self.events_sink = supervisor, handoff, queries, events_sink
+        self.settings = supervisor.settings
+        self.paths = StreamPaths.of(supervisor.tables, handoff.handoff_id)
         self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
         self.result = StreamResult(handoff.handoff_id, reason="")
         self.lag_error: str | None = None
         self.lag_unknown_since: float | None = None
         self.next_lag_at = 0.0
-        self.backoff = settings.poll_seconds
+        self.next_requests_at = 0.0
+        self.backoff = self.settings.poll_seconds
+        self.behind_since: float | None = None
+        self.caught_up_since: float | None = None
 
     def log(self, status: str, **fields) -> None:
-        handoff_log.append(self.spark, self.tables, self.handoff.handoff_id, status, **fields)
+        self.sup.log(self.handoff.handoff_id, status, **fields)
 
-    def run(self) -> StreamResult:
-        stop_signal: list[str] = []
-        previous = {sig: signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
-                    for sig in (signal.SIGTERM, signal.SIGINT)}
-        settings, result, handoff = self.settings, self.result, self.handoff
-        log_statuses = {e.status for e in handoff_log.entries(None, self.tables)
-                        if e.handoff_id == handoff.handoff_id}
-        switched = handoff_log.SWITCHED in log_statuses
+    def run(self) -> dict | None:
+        settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
+        entries = [e for e in handoff_log.entries(None, sup.tables) if e.handoff_id == handoff.handoff_id]
+        switched = any(e.status == handoff_log.SWITCHED for e in entries)
+        committed = next((e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED), None)
+        request_id = handoff_log.details(committed).get("request_id") if committed else None
         caught_up = False
         lag, snapshot = {}, {}
         try:
             while True:
+                sup.lease.check()
                 self._raise_if_a_query_failed()
                 if not switched and (self.paths.keyed_checkpoint / "commits" / "0").exists():
                     switched = True
-                    result.switched_after_s = time.monotonic() - self.started
+                    result.switched_after_s = time.monotonic() - sup.started
                     self.log(handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
                              backlog_watermark=handoff.backlog_watermark,
                              details={"seconds_since_start": round(result.switched_after_s, 3),
-                                      "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint)})
-                    self.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
-                             "committed")
-                if time.monotonic() >= self.next_lag_at:
+                                      "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint),
+                                      **({"request_id": request_id} if request_id else {})})
+                    sup.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
+                            "committed")
+                now = time.monotonic()
+                if now >= self.next_lag_at:
                     measured = self._measure_lag()
                     if measured is not None:
                         lag, snapshot = measured
@@ -598,43 +402,74 @@ class _Monitor:
                 state_current = snapshot.get("state_updates_behind", 0) <= settings.caught_up_lag
                 if known and switched and not caught_up and behind <= settings.caught_up_lag and state_current:
                     caught_up = True
-                    result.caught_up_after_s = result.caught_up_after_s or time.monotonic() - self.started
+                    self.caught_up_since = now
+                    result.caught_up_after_s = result.caught_up_after_s or now - sup.started
                     self.log(handoff_log.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
-                    self.out(f"CAUGHT_UP after {time.monotonic() - self.started:.1f}s: {behind} offsets behind latest")
+                    sup.out(f"CAUGHT_UP after {now - sup.started:.1f}s: {behind} offsets behind latest")
                 elif known and caught_up and behind > settings.behind_threshold:
                     caught_up = False
+                    self.caught_up_since = None
                     self.log(handoff_log.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
-                    self.out(f"FALLING_BEHIND: {behind} offsets behind latest")
+                    sup.out(f"FALLING_BEHIND: {behind} offsets behind latest")
                 self._write_progress(lag if known else None, snapshot)
-                if stop_signal:
-                    result.reason = stop_signal[0]
-                    break
+                if sup.stop_signal:
+                    result.reason = sup.stop_signal[0]
+                    return None
                 if settings.until_caught_up and caught_up:
                     result.reason = "caught up"
-                    break
-                if settings.for_seconds is not None and time.monotonic() - self.started >= settings.for_seconds:
+                    return None
+                if settings.for_seconds is not None and now - sup.started >= settings.for_seconds:
                     result.reason = f"ran {settings.for_seconds:g}s"
-                    break
+                    return None
+                if known and switched:
+                    switch_back = self._switch_back(now, behind, lag, snapshot)
+                    if switch_back is not None:
+                        return switch_back
+                if now >= self.next_requests_at:
+                    self.next_requests_at = now + settings.requests_every_seconds
+                    request = self._read_request()
+                    if request is not None:
+                        return request
                 time.sleep(settings.poll_seconds)
         except Exception as err:
             _stop(self.queries)
-            self.log(handoff_log.FAILED, details={"phase": "stream", "reason": _first_line(err)})
-            if isinstance(err, StreamFailed):
+            reason = _query_error(err)
+            try:
+                self.log(handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            except Exception:  # the log is out of reach too; the exit code still says it
+                pass
+            if isinstance(err, (StreamFailed, leases.LeaseLost)):
                 raise
-            raise StreamFailed(f"the stream's monitor failed: {_first_line(err)}") from err
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        _keep_recent_progress(self.queries, self.paths)
+            raise StreamFailed(f"the stream's supervisor failed: {reason}") from err
+
+    def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> dict | None:
+        """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up
+        faster than micro-batches. Hysteresis: after one, none again until caught up for a while."""
+        settings = self.settings
+        if settings.switch_back_lag is None or behind <= settings.switch_back_lag:
+            self.behind_since = None
+            return None
+        self.behind_since = self.behind_since or now
+        if now - self.behind_since < settings.switch_back_after:
+            return None
+        last = self.sup.last_switch_back
+        if last is not None and (self.caught_up_since is None or now - self.caught_up_since < settings.switch_back_hold):
+            return None
+        figures = {"offsets_behind": {str(p): n for p, n in lag.items()}, "behind": behind,
+                   "behind_for_s": round(now - self.behind_since, 1), "threshold": settings.switch_back_lag,
+                   "processed_rows_per_s": snapshot.get("processed_rows_per_s")}
+        request_id = rebase.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
+        self.sup.last_switch_back = now
+        self.sup.out(f"SWITCH BACK: {behind} offsets behind for {now - self.behind_since:.0f}s "
+                     f"(threshold {settings.switch_back_lag}): rebasing through the batch path")
+        return rebase.open_request(self.sup.tables) or {"request_id": request_id}
+
+    def _read_request(self) -> dict | None:
         try:
-            _stop_draining_state(self.queries)
-        except Exception as err:
-            reason = f"applying the last updates to state: {str(err).splitlines()[0][:400]}"
-            self.log(handoff_log.FAILED, details={"phase": "stream", "reason": reason})
-            raise StreamFailed(reason) from None
-        result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
-        self.log(handoff_log.STOPPED, details={"reason": result.reason, "offsets_behind": result.lag})
-        return result
+            return rebase.open_request(self.sup.tables)
+        except Exception as err:  # the log unreadable for a moment: ask again at the next poll
+            self.sup.out(f"could not read the handoff log: {_first_line(err)}")
+            return None
 
     def _raise_if_a_query_failed(self) -> None:
         for query in self.queries:
@@ -645,19 +480,19 @@ class _Monitor:
 
     def _measure_lag(self) -> tuple[dict[int, int], dict] | None:
         try:
-            measured = _lag(self.bootstrap, self.pipeline, self.handoff, self.queries, self.events_sink,
+            measured = _lag(self.sup.bootstrap, self.sup.pipeline, self.handoff, self.queries, self.events_sink,
                             self.updates_from)
         except Exception as err:  # a broker restarting, a network blip: the queries ride it out or fail themselves
             now = time.monotonic()
             if self.lag_error is None:
                 self.lag_unknown_since = time.time()
-                self.out(f"lag unknown: {_first_line(err)}; retrying with backoff")
+                self.sup.out(f"lag unknown: {_first_line(err)}; retrying with backoff")
             self.lag_error = _first_line(err)
             self.next_lag_at = now + self.backoff
             self.backoff = min(self.backoff * 2, 30.0)
             return None
         if self.lag_error is not None:
-            self.out(f"lag known again after {time.time() - self.lag_unknown_since:.0f}s")
+            self.sup.out(f"lag known again after {time.time() - self.lag_unknown_since:.0f}s")
         self.lag_error, self.lag_unknown_since, self.backoff = None, None, self.settings.poll_seconds
         return measured
 
@@ -671,10 +506,6 @@ class _Monitor:
             self.lag_error = self.lag_error or f"progress file not written: {_first_line(err)}"
 
 
-class StreamFailed(Failed):
-    """A query of the stream failed, or the monitor could not go on: FAILED is in the log."""
-
-
 def _first_line(err) -> str:
     return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
 
@@ -683,7 +514,7 @@ def _query_error(err) -> str:
     """The cause, when a foreachBatch function raised it: the last `SomeError: message` line of the Python
     traceback Spark wraps; else the exception's first line."""
     causes = [line.strip() for line in str(err).splitlines()
-              if re.match(r"^\s*[A-Za-z_.]*(Error|Exception|Failed): ", line)]
+              if re.match(r"^\s*[A-Za-z_.]*(Error|Exception|Failed|Lost): ", line)]
     return causes[-1][:300] if causes else _first_line(err)
 
 
@@ -697,20 +528,24 @@ def _keep_recent_progress(queries, paths: StreamPaths) -> None:
         pass
 
 
-def _stop_draining_state(queries) -> None:
-    """Stop reading input, then let the state query apply every update already sent, then stop it."""
-    *readers, state = queries
-    _stop(readers)
-    state.processAllAvailable()
-    state.stop()
-
-
 def _stop(queries) -> None:
     for query in queries:
         try:
             query.stop()
         except Exception:  # already failed; its error is what gets reported
             pass
+
+
+def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
+    progress = query.lastProgress
+    if not progress:
+        return None
+    for source in progress["sources"]:
+        if source["description"].startswith("KafkaV2"):
+            end = source["endOffset"]
+            end = json.loads(end) if isinstance(end, str) else end
+            return {int(p): int(o) for p, o in (end or {}).get(topic, {}).items()}
+    return None
 
 
 def _lag(bootstrap: str, pipeline: Pipeline, handoff: Handoff, queries, events_sink: EventsSink,

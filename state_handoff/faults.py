@@ -23,6 +23,8 @@ POINTS = (
     "stream.events.after_finalize_append",  # final windows appended to windows, not yet deleted from window_state
     "stream.events.after_progress",    # its progress row written, the batch not committed in the checkpoint
     "stream.state.after_merge",        # a state batch merged into state, the batch not committed
+    "rebase.after_pause",              # the queries drained and stopped, PAUSED (the cut) logged
+    "rebase.after_backfill",           # the recomputed state committed (BACKFILL_COMMITTED), no handoff yet
 )
 
 

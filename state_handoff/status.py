@@ -3,8 +3,10 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from state_handoff import handoff_log, stream_progress
-from state_handoff.stream_control import read_json, stream_dir, stream_running
+from datetime import datetime, timezone
+
+from state_handoff import handoff_log, lease, stream_progress
+from state_handoff.stream_control import read_json, stream_dir
 from state_handoff.tables import Tables
 
 PHASES = {
@@ -18,6 +20,8 @@ PHASES = {
     handoff_log.FALLING_BEHIND: "falling behind",
     handoff_log.STOPPED: "stopped",
     handoff_log.FAILED: "failed",
+    handoff_log.REBASE_REQUESTED: "rebase requested",
+    handoff_log.PAUSED: "rebasing",
 }
 _RUNNING = {handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND}
 
@@ -25,7 +29,8 @@ _RUNNING = {handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT
 def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     entries = handoff_log.entries(None, tables)
     last = entries[-1] if entries else None
-    running = stream_running(tables)
+    owner = lease.owner(tables)
+    running = owner is not None and owner.command == lease.STREAM
     phase = PHASES[last.status if last else None]
     if last is not None and last.status in _RUNNING and not running:
         phase = "stopped (the stream process is gone without a clean stop)"
@@ -35,6 +40,7 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
         "pipeline": tables.pipeline,
         "phase": phase,
         "stream_running": running,
+        "owner": owner.describe(datetime.now(timezone.utc)) if owner else None,
         "latest_status": last.status if last else None,
         "latest_at": last.at.isoformat() if last else None,
         "handoff_id": handoff.handoff_id if handoff else None,
@@ -46,6 +52,13 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     }
     if backfill is not None:
         status["dead_lettered"] = handoff_log.details(backfill).get("dead_lettered", 0)
+    rebased = [e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED
+               and "reconciliation" in handoff_log.details(e)]
+    status["rebases"] = len(rebased)
+    if rebased:
+        last_rebase = handoff_log.details(rebased[-1])
+        status["last_reconciliation_keys_different"] = last_rebase["reconciliation"]["keys_different"]
+        status["last_rebase_s"] = last_rebase.get("rebase_s")
     if handoff is not None:
         _add_stream_figures(status, tables, handoff.handoff_id, bootstrap)
     return status
@@ -92,13 +105,14 @@ def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: 
 
 def format_status(status: dict) -> str:
     lines = [f"pipeline {status['pipeline']}: {status['phase']} (latest: {status['latest_status']} at {status['latest_at']})"]
-    for label, key in (("handoff", "handoff_id"), ("start offsets", "start_offsets"),
+    for label, key in (("owner", "owner"), ("handoff", "handoff_id"), ("start offsets", "start_offsets"),
                        ("backlog watermark", "backlog_watermark"), ("stream watermark", "stream_watermark"),
                        ("offsets behind latest", "offsets_behind"), ("input rate (rows/s)", "input_rows_per_s"),
                        ("processed rate (rows/s)", "processed_rows_per_s"), ("last batch (ms)", "last_batch_ms"),
                        ("last update batch (ms)", "update_batch_ms"),
                        ("updates not yet in state", "state_updates_behind"),
-                       ("dead-lettered", "dead_lettered"), ("late", "late")):
+                       ("dead-lettered", "dead_lettered"), ("late", "late"), ("rebases", "rebases"),
+                       ("last reconciliation: keys different", "last_reconciliation_keys_different")):
         if status.get(key) is not None:
             lines.append(f"  {label}: {status[key]}")
     if status.get("lag_error"):

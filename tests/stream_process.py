@@ -16,8 +16,8 @@ from state_handoff.tables import Tables
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str) -> subprocess.Popen:
-    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
+def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}
     return subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
          "--bootstrap", bootstrap, "--caught-up-lag", "0", *flags],

@@ -19,7 +19,7 @@ from jobs.generate import run_generate
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import admin_client, produce
+from state_handoff.kafka_io import admin_client, produce, topic_config
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.tables import Tables
@@ -140,6 +140,8 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     assert statuses[:3] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED"]
     assert statuses[3:5] == ["STREAM_STARTED", "SWITCHED"] and statuses[-1] == "STOPPED"
     assert "CAUGHT_UP" in statuses
+    updates = topic_config(bootstrap, PIPELINE.updates_topic)  # the newest state per key is all it must keep
+    assert updates["cleanup.policy"] == "compact"
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
     status = pipeline_status(tables, bootstrap)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}

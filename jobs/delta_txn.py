@@ -1,0 +1,67 @@
+"""Delta's idempotent writes for the stream's batches: (txnAppId, txnVersion = batch id), the app id naming the
+checkpoint incarnation whose batch ids it counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from state_handoff.errors import UserError
+
+_TXN_APP = "spark.databricks.delta.write.txnAppId"
+_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
+
+
+class Txn:
+    """MERGE and DELETE read (txnAppId, txnVersion) from the session, not from writer options. A foreachBatch
+    function gets its query's own session, so two queries' batches never see each other's settings."""
+
+    def __init__(self, spark: SparkSession, app_id: str, version: int):
+        self.spark, self.app_id, self.version = spark, app_id, version
+
+    def __enter__(self):
+        self.spark.conf.set(_TXN_APP, self.app_id)
+        self.spark.conf.set(_TXN_VERSION, str(self.version))
+
+    def __exit__(self, *exc):
+        self.spark.conf.unset(_TXN_APP)
+        self.spark.conf.unset(_TXN_VERSION)
+
+
+def append_once(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: str | None = None) -> None:
+    writer = df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
+    if partition_by:
+        writer = writer.partitionBy(partition_by)
+    writer.save(path)
+
+
+def checkpoint_incarnation(checkpoint: Path) -> str | None:
+    """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
+    new with a new one. None when the checkpoint has none yet."""
+    try:
+        return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise UserError(f"the stream checkpoint's metadata file {checkpoint / 'metadata'} is corrupt: restore the "
+                        "checkpoint from a backup, or start over with `switchyard backfill` and "
+                        "`switchyard handoff`") from None
+
+
+class TxnApp:
+    """A query's Delta transaction app id: the handoff and the incarnation of the query's checkpoint (which
+    Spark writes as the query starts, before its first batch), so a fresh checkpoint's batch ids can never
+    be mistaken for an old one's. `missing` names the incarnation of a checkpoint that was never started
+    (a rebase catching up a handoff whose stream never ran)."""
+
+    def __init__(self, base: str, checkpoint: Path, missing: str | None = None):
+        self.base, self.checkpoint, self.missing, self.incarnation = base, checkpoint, missing, None
+
+    def __str__(self) -> str:
+        if self.incarnation is None:
+            self.incarnation = checkpoint_incarnation(self.checkpoint) or self.missing
+            if self.incarnation is None:
+                raise RuntimeError(f"the stream checkpoint {self.checkpoint} has no metadata file")
+        return f"{self.base}-{self.incarnation}"

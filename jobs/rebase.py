@@ -1,0 +1,381 @@
+"""Rebase (beyond Flink): the way back from stream to backlog and forward again, at a cut.
+
+A paused stream's two readers stopped where their last committed batches ended: the keyed query at K, the
+events query at E, per partition. The cut C is the topic's end at the pause (at least K and E). Then:
+1. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
+   dead letters, late records and windows are exactly the stream's at C (a final window is never re-emitted);
+2. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
+   read in batch, compared with the streamed state folded up to C (the reconciliation), and replaces it;
+3. BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream then seeds from the recomputed state.
+Each step is idempotent, so a rebase that dies is finished by the next `stream` (or `rebase`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import SORT, state_from_partials, tiles_from_events
+from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
+from state_handoff import faults, handoff_log, stream_progress
+from state_handoff.aggregates import partial_columns
+from state_handoff.archive_files import archive_meta
+from state_handoff.errors import UserError
+from state_handoff.handoff import Handoff, current_handoff, from_entry
+from state_handoff.kafka_io import latest_offsets, offset_bounds
+from state_handoff.parsing import parse_events
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+CUT = "cut"
+
+
+@dataclass(frozen=True)
+class Cut:
+    offsets: dict[int, int]   # exclusive end per partition: the next handoff starts here
+    keyed: dict[int, int]     # where the keyed query's last committed batch ended
+    events: dict[int, int]    # where the events query's last committed batch ended
+
+    def as_details(self) -> dict:
+        return {name: {str(p): o for p, o in sorted(getattr(self, name).items())}
+                for name in ("offsets", "keyed", "events")}
+
+    @staticmethod
+    def from_details(details: dict) -> "Cut":
+        return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
+
+
+def _batch_ids(checkpoint: Path, log: str) -> list[int]:
+    folder = checkpoint / log
+    return sorted(int(f.name) for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else []
+
+
+def last_committed_batch(checkpoint: Path) -> int | None:
+    return max(_batch_ids(checkpoint, "commits"), default=None)
+
+
+def last_planned_batch(checkpoint: Path) -> int | None:
+    """Spark writes a batch's offsets before it runs it: a planned batch past the last commit was interrupted."""
+    return max(_batch_ids(checkpoint, "offsets"), default=None)
+
+
+def batch_end_offsets(checkpoint: Path, batch: int, topic: str) -> dict[int, int]:
+    """Where batch `batch` of the query ends on `topic`, from the checkpoint's offset log."""
+    for line in (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]:
+        try:
+            offsets = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(offsets, dict) and topic in offsets:
+            return {int(p): int(o) for p, o in offsets[topic].items()}
+    raise UserError(f"the offset log {checkpoint / 'offsets' / str(batch)} names no offsets of topic {topic}: "
+                    "the checkpoint is damaged; restore it from a backup")
+
+
+def committed_end_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+    batch = last_committed_batch(checkpoint)
+    return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
+
+
+def planned_end_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+    batch = last_planned_batch(checkpoint)
+    return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
+
+
+def pause_cut(bootstrap: str, handoff: Handoff, paths) -> Cut:
+    """The cut of a stopped stream: the topic's end now, and where each reader's batches ended (for the events
+    query, its last planned batch, which the catch-up completes as planned)."""
+    start = handoff.start_offsets
+    keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
+    events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
+    latest = latest_offsets(bootstrap, [handoff.topic])[handoff.topic]
+    keyed = {p: keyed.get(p, start.get(p, 0)) for p in latest}
+    events = {p: events.get(p, start.get(p, 0)) for p in latest}
+    return Cut({p: max(hi, keyed[p], events[p]) for p, hi in latest.items()}, keyed, events)
+
+
+def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int],
+                with_key: bool = False) -> DataFrame:
+    """The records of [start, end) per partition, read in batch, shaped as the stream's readers see them."""
+    ranges = {p: (start.get(p, 0), end[p]) for p in end if end[p] > start.get(p, 0)}
+    if not ranges:
+        key = ", kafka_key BINARY" if with_key else ""
+        return spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
+                                         f"{key}, value BINARY")
+    bounds = offset_bounds(bootstrap, topic)
+    for p, (lo, _) in sorted(ranges.items()):
+        if bounds[p][0] > lo:
+            raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
+                            f"{bounds[p][0]}), which the rebase must read: archive past it, then rebase again")
+    key = [F.col("key").alias("kafka_key")] if with_key else []
+    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
+            .option("failOnDataLoss", "true").load()
+            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                    F.col("timestamp").alias("kafka_timestamp"), *key, "value"))
+
+
+def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
+                    paths, cut: Cut) -> datetime | None:
+    """The events path up to the cut as the stream's next batches, with the stream's own sink and transaction
+    ids, so a rerun writes nothing twice: first a batch an interrupted run had planned, over exactly its planned
+    range (its writes may be half done), then [E, C). Returns the watermark at the cut."""
+    from jobs.delta_txn import TxnApp
+    from jobs.stream_events import EventsSink, mark_overlap
+
+    checkpoint = paths.events_checkpoint
+    sink = EventsSink(pipeline, tables, handoff,
+                      TxnApp(f"switchyard-{pipeline.name}-{handoff.handoff_id}-events", checkpoint,
+                             missing="unstreamed"))
+    str(sink.app)
+
+    def run(start: dict[int, int], end: dict[int, int], batch_id: int) -> datetime | None:
+        done = stream_progress.batch(tables, handoff.handoff_id, stream_progress.EVENTS, sink.app.incarnation,
+                                     batch_id)
+        if done is not None:
+            sink.last = done
+            return done.watermark_after
+        if all(end[p] <= start.get(p, 0) for p in end):
+            return sink.watermark_before(batch_id)
+        parsed = parse_events(pipeline, kafka_range(spark, bootstrap, handoff.topic, start, end,
+                                                    with_key=handoff.overlap is not None))
+        if handoff.overlap is not None:
+            parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
+        sink(parsed, batch_id)
+        return sink.last.watermark_after
+
+    committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
+    next_id = 0 if committed is None else committed + 1
+    if planned is not None and planned >= next_id:
+        before = batch_end_offsets(checkpoint, committed, handoff.topic) if committed is not None else {}
+        ends = batch_end_offsets(checkpoint, planned, handoff.topic)
+        start = {p: before.get(p, handoff.start_offsets.get(p, 0)) for p in ends}
+        run(start, ends, planned)
+        next_id = planned + 1
+    return run(cut.events, cut.offsets, next_id)
+
+
+def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
+    """Well-formed records as keyed partials, sort-based, as the backfill's tiles carry them."""
+    columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+    parsed = parse_events(pipeline, records).where(F.col("error").isNull())
+    return tiles_from_events(pipeline, parsed, SORT).select(*columns)
+
+
+def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
+                      cut: Cut) -> DataFrame:
+    """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut."""
+    columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+    drained = spark.read.format("delta").load(tables.state).select(*columns)
+    rest = keyed_partials(pipeline, kafka_range(spark, bootstrap, topic, cut.keyed, cut.offsets))
+    return state_from_partials(pipeline, drained.unionByName(rest))
+
+
+def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
+                  paths, cut: Cut, request: dict, out=print) -> Handoff:
+    """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
+    started = time.monotonic()
+    out(f"rebase {pipeline.name}: catching the events path up to the cut "
+        + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
+    watermark = catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+    backfill = _committed_backfill_for(tables, request["request_id"])
+    if backfill is None:
+        meta = archive_meta(tables.archive)
+        archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
+        out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
+            + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
+        first, last = days_to_tile(tables, request.get("from"), request.get("to"))
+        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out) if first else
+                     BackfillResult(None, None, None))
+        kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
+        at_cut = AtCut(cut.offsets, keyed_partials(pipeline, kafka),
+                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), watermark,
+                       details={"request_id": request["request_id"], "reason": request.get("reason"),
+                                "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
+                                "pause": cut.as_details()})
+        result = commit_state(spark, pipeline, tables, _tiles_or_new(tiles_run), out=out, at_cut=at_cut)
+        reconciliation = at_cut.reconciliation
+        committed = handoff_log.details(_committed_backfill_for(tables, request["request_id"]))
+        if not committed["complete"]:
+            raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
+                            f"{committed['records_not_backfilled']}, skipped files: {committed['skipped_files']}): "
+                            "repair the archive, then start `switchyard stream` again to finish the rebase")
+        faults.reach("rebase.after_backfill")
+    else:
+        result = None
+        reconciliation = handoff_log.details(backfill)["at_cut"]["reconciliation"]
+    backfill = _committed_backfill_for(tables, request["request_id"])
+    if reconciliation["keys_different"]:
+        out(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
+            f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed state; "
+            f"examples: {json.dumps(reconciliation['examples'])[:1000]}")
+    else:
+        out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
+            f"({reconciliation['keys_recomputed']} keys)")
+    entry = handoff_log.append(
+        spark, tables, backfill.handoff_id, handoff_log.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
+        details={"topic": handoff.topic, "boundary_mode": CUT, "boundary": {str(p): o - 1 for p, o in cut.offsets.items()},
+                 "request_id": request["request_id"], "previous_handoff": handoff.handoff_id,
+                 "reconciliation": reconciliation,
+                 "rebase_s": round(time.monotonic() - started + (result.seconds if result else 0.0), 3)})
+    return from_entry(entry)
+
+
+def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[str | None, str | None]:
+    """The requested days, widened to every day with archive files the last committed backfill had not tiled
+    (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
+    must hold every archived record."""
+    import os
+
+    from state_handoff.archive_files import list_archive
+
+    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+    tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
+    days = {f.day for f in list_archive(tables.archive) if os.path.relpath(f.path, tables.archive) not in tiled}
+    days |= {d for d in (first, last) if d}
+    if not days:
+        return None, None
+    ordered = sorted(str(d) for d in days)
+    return ordered[0], ordered[-1]
+
+
+def _tiles_or_new(tiles_run: BackfillResult) -> BackfillResult | None:
+    return tiles_run if tiles_run.handoff_id is not None else None
+
+
+def _committed_backfill_for(tables: Tables, request_id: str):
+    for entry in reversed(handoff_log.entries(None, tables)):
+        if entry.status == handoff_log.BACKFILL_COMMITTED and \
+                handoff_log.details(entry).get("at_cut", {}).get("request_id") == request_id:
+            return entry
+    return None
+
+
+def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
+               request: dict, out=print) -> Handoff:
+    """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
+    pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there."""
+    from jobs.stream import StreamPaths
+
+    paths = StreamPaths.of(tables, handoff.handoff_id)
+    if "paused" in request:
+        cut = Cut.from_details(request["paused"]["cut"])
+    else:
+        cut = pause_cut(bootstrap, handoff, paths)
+        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.PAUSED,
+                           details={"request_id": request["request_id"], "reason": request.get("reason"),
+                                    "cut": cut.as_details()})
+        out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
+            + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
+    faults.reach("rebase.after_pause")
+    try:
+        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
+    except UserError as err:
+        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
+                           details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
+        raise
+
+
+# ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
+
+def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
+                    session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
+                    no_rebase: bool = False, out=print) -> Handoff:
+    """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
+    handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
+    (`session` builds the SparkSession only then)."""
+    from datetime import timezone
+
+    from state_handoff import lease
+
+    if lease.stream_running(tables):
+        if no_rebase:
+            owner = lease.owner(tables)
+            raise UserError(f"pipeline {pipeline.name} has a live stream "
+                            f"({owner.describe(datetime.now(timezone.utc)) if owner else 'switchyard stream'}): "
+                            "--no-rebase refuses to backfill under it; stop it, or drop --no-rebase to rebase it")
+        request_id = request_rebase(tables, reason, requested_by, days)
+        out(f"{reason} {pipeline.name}: the stream is live; asked it to rebase at a cut (request {request_id})")
+        new = wait_for_rebase(tables, request_id, timeout_s, out)
+        out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
+        return new
+    with lease.hold(tables, requested_by):
+        spark = session()
+        request_id = request_rebase(tables, reason, requested_by, days)
+        while True:  # an older request a crash left open goes first
+            request = open_request(tables)
+            new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
+            if request["request_id"] == request_id:
+                break
+    out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
+        "`switchyard stream` streams from it")
+    return new
+
+
+def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
+                   figures: dict | None = None) -> str:
+    """Ask the live stream to rebase; returns the request id to wait for."""
+    handoff = current_handoff(None, tables)
+    if handoff is None:
+        raise UserError(f"pipeline {tables.pipeline} has no committed handoff: there is no stream to rebase")
+    request_id = uuid.uuid4().hex[:12]
+    handoff_log.append(None, tables, handoff.handoff_id, handoff_log.REBASE_REQUESTED,
+                       details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
+                                "from": days[0], "to": days[1], **(figures or {})})
+    return request_id
+
+
+def open_request(tables: Tables) -> dict | None:
+    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED (or FAILED) answered yet, with its PAUSED details when
+    a pause began it: what a (re)starting stream must do before it streams."""
+    entries = handoff_log.entries(None, tables)
+    answered, paused = set(), {}
+    for e in entries:
+        request_id = handoff_log.details(e).get("request_id")
+        if request_id is None:
+            continue
+        if e.status in (handoff_log.HANDOFF_COMMITTED, handoff_log.FAILED):
+            answered.add(request_id)
+        elif e.status == handoff_log.PAUSED:
+            paused[request_id] = handoff_log.details(e)
+    for e in entries:
+        if e.status == handoff_log.REBASE_REQUESTED:
+            request = handoff_log.details(e)
+            if request["request_id"] in answered:
+                continue
+            if request["request_id"] in paused:
+                request = {**request, "paused": paused[request["request_id"]]}
+            return request
+    return None
+
+
+def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print) -> Handoff:
+    """Until the rebase asked for is SWITCHED (its new handoff's first batch committed); FAILED ends it."""
+    deadline = time.monotonic() + timeout_s
+    shown: set[int] = set()
+    while time.monotonic() < deadline:
+        entries = handoff_log.entries(None, tables)
+        committed = next((e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED
+                          and handoff_log.details(e).get("request_id") == request_id), None)
+        for e in entries:
+            ours = handoff_log.details(e).get("request_id") == request_id or (
+                committed is not None and e.handoff_id == committed.handoff_id)
+            if not ours or e.seq in shown:
+                continue
+            shown.add(e.seq)
+            if e.status == handoff_log.FAILED:
+                raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
+            out(f"  {e.status} {e.handoff_id}")
+            if e.status == handoff_log.SWITCHED:
+                return from_entry(committed)
+        time.sleep(1.0)
+    raise UserError(f"the stream did not finish the rebase within {timeout_s:.0f}s: see `switchyard status`")

@@ -1,0 +1,163 @@
+"""The events query: per batch, malformed records to `dead_letter`, records for windows at or before the
+watermark to `late`, the others merged into `window_state`; windows that the watermark passes move to
+`windows`. The watermark starts at the backlog watermark; each batch records the one it leaves in Delta
+(`stream_batches`), so a replayed batch classifies its records exactly as the first attempt did."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import tile_start
+from jobs.delta_txn import Txn, TxnApp, append_once
+from state_handoff import faults, stream_progress
+from state_handoff.aggregates import event_aggregations, flatten_last, merge_into
+from state_handoff.handoff import Handoff, Overlap, record_identity
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+SKIPPED_OVERLAP = "skipped_overlap"
+
+
+def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, overlap: Overlap) -> DataFrame:
+    """SKIPPED_OVERLAP: the record is in the overlap (Kafka timestamp at or before its end) and its identity is
+    among the archived ones; a left join on the small static identity set, so the stream keeps every row."""
+    identities = archived.select(F.col("identity").alias("__archived_identity")).distinct()
+    in_overlap = F.col("kafka_timestamp") <= F.lit(overlap.until)
+    return (parsed.withColumn("__identity", F.when(in_overlap, record_identity(pipeline)))
+            .join(F.broadcast(identities), F.col("__identity") == F.col("__archived_identity"), "left")
+            .withColumn(SKIPPED_OVERLAP, F.col("__archived_identity").isNotNull())
+            .drop("__identity", "__archived_identity"))
+
+
+def window_end(pipeline: Pipeline) -> F.Column:
+    return F.col("window_start") + F.expr(f"INTERVAL {int(pipeline.windows.size.total_seconds())} SECONDS")
+
+
+def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
+    aggs = pipeline.windows.aggregations
+    return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
+            .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
+
+
+class EventsSink:
+    def __init__(self, pipeline: Pipeline, tables: Tables, handoff: Handoff, app: TxnApp):
+        self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
+        self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
+
+    def watermark_before(self, batch_id: int) -> datetime | None:
+        """The backlog watermark for batch 0; else the watermark the previous batch recorded in Delta."""
+        if batch_id == 0:
+            return self.handoff.backlog_watermark
+        previous = self.last if self.last is not None and self.last.batch_id == batch_id - 1 else \
+            stream_progress.batch(self.tables, self.handoff.handoff_id, stream_progress.EVENTS,
+                                  self.app.incarnation, batch_id - 1)
+        if previous is None:
+            raise RuntimeError(
+                f"events batch {batch_id - 1} of handoff {self.handoff.handoff_id} (checkpoint "
+                f"{self.app.incarnation}) is committed in its checkpoint but missing from "
+                f"{self.tables.stream_batches}: its watermark is lost; restore that table, or start over with "
+                "`switchyard backfill` and `switchyard handoff`")
+        return previous.watermark_after
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = datetime.now(timezone.utc)
+        pipeline, tables, app = self.pipeline, self.tables, str(self.app)
+        watermark = self.watermark_before(batch_id)
+        batch = batch.persist()
+        try:
+            skipping = SKIPPED_OVERLAP in batch.columns
+            kept = ~F.col(SKIPPED_OVERLAP) if skipping else F.lit(True)
+            well = F.col("error").isNull() & kept
+            malformed = F.col("error").isNotNull() & kept
+            windows = pipeline.windows is not None
+            events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
+            is_late = well & (window_end(pipeline) <= F.lit(watermark)) if windows and watermark else F.lit(False)
+            events = events.withColumn("__late", is_late)
+            stats = events.groupBy("kafka_partition").agg(
+                F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
+                F.count_if(malformed).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.count_if(~kept).alias(SKIPPED_OVERLAP),
+                F.max("kafka_offset").alias("last_offset"),
+                F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
+            per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
+                                                      "dead_lettered": r.dead_lettered, "late": r.late,
+                                                      "last_offset": r.last_offset} for r in stats}
+            if skipping:
+                for r in stats:
+                    per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
+            newest = max((r.newest for r in stats if r.newest is not None), default=None)
+            if any(p["dead_lettered"] for p in per_partition.values()):
+                dead = events.where(malformed).select(
+                    "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+                    F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
+                    F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
+                append_once(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
+                faults.reach("stream.events.after_dead_letter")
+            if any(p["late"] for p in per_partition.values()):
+                late = events.where("__late").select(
+                    "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
+                    F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
+                append_once(late, tables.late, f"{app}-late", batch_id)
+            watermark_after = watermark
+            if windows:
+                on_time = events.where(well & ~F.col("__late"))
+                if any(p["well_formed"] - p["late"] for p in per_partition.values()):
+                    self._merge_windows(batch.sparkSession, batch_window_partials(pipeline, on_time), batch_id)
+                    faults.reach("stream.events.after_window_merge")
+                if newest is not None:
+                    candidate = newest - pipeline.allowed_lateness
+                    watermark_after = max(watermark, candidate) if watermark else candidate
+                if watermark_after and (watermark is None or _window_index(pipeline, watermark_after)
+                                        > _window_index(pipeline, watermark)):
+                    self._finalize_windows(batch.sparkSession, watermark_after, batch_id)
+        finally:
+            batch.unpersist()
+        row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
+                                       batch_id, watermark, watermark_after,
+                                       {str(p): counts for p, counts in per_partition.items()}, started,
+                                       datetime.now(timezone.utc))
+        stream_progress.record(tables, row)
+        self.last = row
+        faults.reach("stream.events.after_progress")
+
+    def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        key = self.pipeline.key
+        with Txn(spark, f"{self.app}-windows-merge", batch_id):
+            (DeltaTable.forPath(spark, self.tables.window_state).alias("t")
+             .merge(partials.alias("s"), f"t.`{key}` = s.`{key}` AND t.window_start = s.window_start")
+             .whenMatchedUpdate(set=merge_into(self.pipeline.windows.aggregations))
+             .whenNotMatchedInsertAll().execute())
+
+    def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        closing = F.col("window_end") <= F.lit(watermark)
+        final = spark.read.format("delta").load(self.tables.window_state).where(closing)
+        append_once(final, self.tables.windows, f"{self.app}-windows-final", batch_id)
+        faults.reach("stream.events.after_finalize_append")
+        with Txn(spark, f"{self.app}-windows-close", batch_id):
+            DeltaTable.forPath(spark, self.tables.window_state).delete(closing)
+
+
+def _window_index(pipeline: Pipeline, t: datetime) -> int:
+    return int(t.timestamp() // pipeline.windows.size.total_seconds())
+
+
+def ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:
+    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet)."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
+        spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY, reason STRING, "
+                                  "phase STRING, recorded_at TIMESTAMP, event_date DATE") \
+            .write.format("delta").partitionBy("event_date").save(tables.dead_letter)
+    if not DeltaTable.isDeltaTable(spark, tables.late):
+        spark.createDataFrame([], f"kafka_partition INT, kafka_offset BIGINT, `{pipeline.key}` STRING, "
+                                  f"`{pipeline.event_time}` TIMESTAMP, window_start TIMESTAMP, watermark TIMESTAMP, "
+                                  "value BINARY, recorded_at TIMESTAMP") \
+            .write.format("delta").save(tables.late)

@@ -1,0 +1,86 @@
+"""The keyed query: the seed (the state at the handoff's version, as a file stream source) unioned with the
+parsed events, merged by one streaming aggregation on the RocksDB state store. Each batch sends the changed
+keys' whole new state to `<pipeline>.updates` and does nothing else: no Delta write sits between an input
+record and its update. The seed's files are recorded in the checkpoint, so a restart never seeds again."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from state_handoff import faults
+from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
+from state_handoff.errors import UserError
+from state_handoff.handoff import Handoff
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+EVENTS_SEEN = "stream_events"
+HANDOFF_HEADER = "switchyard.handoff"
+# Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+
+
+def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
+                  max_offsets_per_trigger: int | None, with_key: bool = False) -> DataFrame:
+    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic)
+              .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
+              .option("failOnDataLoss", "true"))
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
+    key = [F.col("key").alias("kafka_key")] if with_key else []
+    return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                                F.col("timestamp").alias("kafka_timestamp"), *key, "value")
+
+
+def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
+    """Well-formed events as keyed partial rows, marked as stream input."""
+    return parsed.where(F.col("error").isNull()).select(
+        pipeline.key, *event_as_partial(pipeline, pipeline.aggregations, keyed=True),
+        F.lit(1).cast("long").alias(EVENTS_SEEN))
+
+
+def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    """The running keyed state over seed and event partials; EVENTS_SEEN tells seed-only keys apart."""
+    return (partials.groupBy(pipeline.key)
+            .agg(*merge_aggregations(pipeline.aggregations, keyed=True), F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
+            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
+
+
+def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
+    """Changed keys as `<pipeline>.updates` records: key, the whole state as JSON, the handoff as a header."""
+    return changed.select(
+        F.col(pipeline.key).cast("binary").alias("key"),
+        F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
+        F.array(F.struct(F.lit(HANDOFF_HEADER).alias("key"), F.lit(handoff_id).cast("binary").alias("value")))
+        .alias("headers"))
+
+
+class KeyedSink:
+    def __init__(self, pipeline: Pipeline, bootstrap: str, handoff_id: str):
+        self.pipeline, self.bootstrap, self.handoff_id = pipeline, bootstrap, handoff_id
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        # Replays may resend: an update is the key's whole state, so a second copy changes nothing.
+        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN)
+        (update_messages(self.pipeline, changed, self.handoff_id)
+         .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+         .option("topic", self.pipeline.updates_topic).save())
+        faults.reach("stream.keyed.after_send")
+
+
+def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
+    """The state at the handoff's version, once, as the seed source's files."""
+    if paths.seed_written.exists():
+        return
+    if paths.keyed_checkpoint.exists():
+        raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream checkpoint "
+                        "refers to it: restore the folder from a backup, or start over with `switchyard backfill` "
+                        "and `switchyard handoff`")
+    state = spark.read.format("delta").option("versionAsOf", handoff.state_version).load(tables.state)
+    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
+                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(paths.seed))
+    faults.reach("stream.after_seed")

@@ -1,0 +1,70 @@
+"""The state query: reads this handoff's updates back from `<pipeline>.updates` and upserts the newest per key
+into `state`. An update is the key's whole state, so applying one twice (a replayed keyed batch resends it)
+or late changes nothing; a stop drains it, so `state` holds every update when the stream stops."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from jobs.delta_txn import Txn, TxnApp
+from jobs.stream_keyed import HANDOFF_HEADER, JSON_OPTIONS
+from state_handoff import faults, handoff_log, stream_progress
+from state_handoff.errors import UserError
+from state_handoff.handoff import Handoff
+from state_handoff.kafka_io import latest_offsets
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+
+def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:
+    """This handoff's update records, newest per key (a key's updates share a partition), as state rows."""
+    ours = F.exists("headers", lambda h: (h["key"] == HANDOFF_HEADER) & (h["value"] == F.lit(handoff_id).cast("binary")))
+    rows = messages.where(ours).select("offset", F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
+                                       .alias("s"))
+    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", "offset").alias("s"))
+            .select("s.*"))
+
+
+class StateSink:
+    """Upserts the updates of a batch into `state`, once per batch id."""
+
+    def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app: TxnApp):
+        self.pipeline, self.tables, self.schema, self.handoff_id, self.app = (
+            pipeline, tables, schema, handoff_id, app)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        from delta.tables import DeltaTable
+
+        if batch.isEmpty():  # a Delta MERGE of nothing still costs a snapshot, a join and a commit
+            return
+        started = datetime.now(timezone.utc)
+        key = self.pipeline.key
+        newest = newest_updates(self.pipeline, batch, self.schema, self.handoff_id)
+        with Txn(batch.sparkSession, str(self.app), batch_id):
+            (DeltaTable.forPath(batch.sparkSession, self.tables.state).alias("t")
+             .merge(newest.alias("s"), f"t.`{key}` = s.`{key}`")
+             .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+        faults.reach("stream.state.after_merge")
+        stream_progress.record(self.tables, stream_progress.BatchRow(
+            self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
+            datetime.now(timezone.utc)))
+
+
+def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths,
+                   entries: list) -> dict[str, int]:
+    """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
+    kept in the log's STREAM_STARTED entry before any update is sent."""
+    for entry in entries:
+        if entry.handoff_id == handoff.handoff_id and entry.status == handoff_log.STREAM_STARTED:
+            recorded = handoff_log.details(entry).get("updates_from")
+            if recorded is not None:
+                return recorded
+    if paths.keyed_checkpoint.exists():
+        raise UserError(f"the stream of handoff {handoff.handoff_id} has a checkpoint ({paths.keyed_checkpoint}) but "
+                        f"the handoff log ({paths.root.parent.parent / 'handoffs'}) records no start of its updates: "
+                        "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
+    ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
+    return {str(p): hi for p, hi in ends.items()}

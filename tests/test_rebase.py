@@ -1,0 +1,181 @@
+"""The way back: a live stream rebased at a cut by a backfill under it (and on demand), against the oracle,
+with the invariants that must hold across any number of handoffs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+
+from jobs.archive import archive_cut, run_archive
+from jobs.backfill import run_backfill
+from jobs.generate import run_generate
+from state_handoff import faults, handoff_log, stream_progress
+from state_handoff.handoff import run_handoff
+from state_handoff.kafka_io import offset_bounds, produce
+from state_handoff.pipelines import get_pipeline
+from state_handoff.status import pipeline_status
+from state_handoff.tables import Tables
+from tests import oracle
+from tests.compare import assert_state_matches, assert_windows_match, rows
+from tests.stream_process import event_batches, start_stream, wait_until
+from tests.test_stream import _tail_events
+
+PIPELINE = get_pipeline("demo")
+ROOT = Path(__file__).resolve().parents[1]
+FLAGS = ("--max-offsets-per-trigger", "150", "--tables-trigger-seconds", "1")
+
+
+def _prepare(spark, bootstrap, topic, warehouse) -> Tables:
+    run_generate(bootstrap, topic, events=1200, keys=20, partitions=2, days=2, seed=31, malformed_rate=0.03,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(warehouse), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
+                out=lambda *_: None)
+    run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
+    run_handoff(spark, PIPELINE, tables, bootstrap)
+    return tables
+
+
+def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "jobs.cli", *args, "--pipeline", PIPELINE.name,
+                             "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
+                            cwd=ROOT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
+
+
+def _handoffs(tables: Tables) -> list:
+    return [e for e in handoff_log.entries(None, tables) if e.status == handoff_log.HANDOFF_COMMITTED]
+
+
+def _caught_up_on(tables: Tables, handoff_id: str) -> bool:
+    return handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id=handoff_id) is not None
+
+
+def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
+    """Every record from the first handoff's start was read by some handoff's events path."""
+    first = handoff_log.offsets(_handoffs(tables)[0])
+    total = sum(hi - first.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
+    read = sum(sum(v["read"] for v in b.partitions.values())
+               for h in _handoffs(tables) for b in stream_progress.batches(tables, h.handoff_id))
+    return read >= total
+
+
+def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables):
+    """The oracle sees one continuous stream from the first handoff: each later handoff starts at the cut where
+    the previous one's events path ended, with the watermark it left."""
+    handoffs = _handoffs(tables)
+    first = handoff_log.offsets(handoffs[0])
+    batches = []
+    for h in handoffs:
+        batches += [{p: v["last_offset"] for p, v in b.items()} for b in event_batches(tables, h.handoff_id)]
+    for previous, h in zip(handoffs, handoffs[1:]):
+        ends = {p: o + 1 for b in event_batches(tables, previous.handoff_id) for p, o in
+                ((p, v["last_offset"]) for p, v in b.items())}
+        start = handoff_log.offsets(h)
+        assert all(start[p] >= ends.get(p, first.get(p, 0)) for p in start), "a cut before what was streamed"
+    records = oracle.read_topic(bootstrap, topic)
+    archived = [r for r in records if r.offset < first.get(r.partition, 0)]
+    tail = [r for r in records if r.offset >= first.get(r.partition, 0)]
+    expected = oracle.through_stream(archived, tail, batches)
+
+    assert_state_matches(spark, tables, expected)
+    assert_windows_match(spark, tables.windows, expected.final_windows())
+    assert_windows_match(spark, tables.window_state, expected.open_windows())
+    late = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late))
+    dead = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.dead_letter))
+    assert max(late.values()) == 1 and max(dead.values()) == 1, "a record late or dead-lettered twice"
+    assert set(late) == expected.late and not set(late) & set(dead)
+    assert set(dead) == set(expected.dead_letter)
+    # each well-formed record counts in exactly one of windows, window_state or late
+    in_windows = sum(r.event_count for path in (tables.windows, tables.window_state) for r in rows(spark, path))
+    assert in_windows + len(late) == sum(expected.well_formed.values())
+    final = Counter((r.key, r.window_start) for r in rows(spark, tables.windows))
+    assert max(final.values()) == 1, "a window final twice"
+    return expected
+
+
+def test_backfill_under_a_live_stream_rebases_it(spark, bootstrap, topic_name, tmp_path):
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    first = _handoffs(tables)[0]
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log, *FLAGS)
+    try:
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 80, seed=31))
+        wait_until(lambda: len(event_batches(tables, first.handoff_id)) >= 2, proc, log, what="two events batches")
+        # the archive grows over records the stream already processed; the daily backfill runs under it
+        run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.8),
+                    out=lambda *_: None)
+        refused = _cli(tables, bootstrap, "backfill", "--no-rebase")
+        out, _ = refused.communicate(timeout=120)
+        assert refused.returncode == 2 and out.count("\n") == 1 and "switchyard stream" in out, out
+        backfill = _cli(tables, bootstrap, "backfill")
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 2), 40, seed=32))
+        out, _ = backfill.communicate(timeout=600)
+        assert backfill.returncode == 0, out + log.read_text()[-3000:]
+        assert "SWITCHED" in out and proc.poll() is None, "the same stream process goes on"
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 6), 40, seed=33))
+        wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, what="every record read")
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    rebase_steps = statuses[statuses.index("REBASE_REQUESTED"):]
+    assert [s for s in rebase_steps if s in ("PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED")][:4] \
+        == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"], statuses
+    assert statuses.count("STREAM_STARTED") == 2 and statuses[-1] == "STOPPED"
+    status = pipeline_status(tables)
+    assert status["rebases"] == 1 and status["last_reconciliation_keys_different"] == 0
+    assert status["handoff_id"] == _handoffs(tables)[-1].handoff_id != first.handoff_id
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path):
+    """`rebase` on demand; the stream dies after the pause, then after the rebase's backfill; each restart
+    finishes what the log says was begun."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 60, seed=34))
+    log = tmp_path / "stream.log"
+    for point in ("rebase.after_pause", "rebase.after_backfill"):
+        proc = start_stream(tables, bootstrap, log, *FLAGS, env={faults.ENV: point})
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None
+                   and _read_everything(tables, bootstrap, topic_name), proc, log, what="caught up")
+        requester = _cli(tables, bootstrap, "rebase", "--timeout", "900")
+        assert proc.wait(timeout=600) == -signal.SIGKILL, log.read_text()[-3000:]
+        proc = start_stream(tables, bootstrap, log, *FLAGS)  # finishes the rebase, then streams
+        out, _ = requester.communicate(timeout=900)
+        assert requester.returncode == 0, out + log.read_text()[-3000:]
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 4), 30, seed=35 + len(point)))
+        wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, what="every record read")
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    assert len(_handoffs(tables)) == 3 and pipeline_status(tables)["last_reconciliation_keys_different"] == 0
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def test_a_burst_switches_the_stream_back_to_the_batch_path(spark, bootstrap, topic_name, tmp_path):
+    """Offsets behind above --switch-back-lag for --switch-back-after seconds: the stream rebases itself, logs the
+    decision with its figures, and goes on from the cut; the oracle matches."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log, "--max-offsets-per-trigger", "50", "--tables-trigger-seconds", "1",
+                        "--switch-back-lag", "400", "--switch-back-after", "2")
+    try:
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
+                   what="SWITCHED")
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 1500, seed=36))  # the burst
+        wait_until(lambda: len(_handoffs(tables)) == 2 and _caught_up_on(tables, _handoffs(tables)[-1].handoff_id)
+                   and _read_everything(tables, bootstrap, topic_name), proc, log,
+                   what="a switch back, then caught up", timeout=600)
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
+    request = handoff_log.details(handoff_log.latest(None, tables, handoff_log.REBASE_REQUESTED))
+    assert request["reason"] == "switch back" and request["behind"] > 400 and request["behind_for_s"] >= 2
+    assert len(_handoffs(tables)) == 2, "hysteresis: one switch back for one burst"
+    assert pipeline_status(tables)["last_reconciliation_keys_different"] == 0
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
