@@ -226,8 +226,9 @@ def add_pipeline_commands(commands, common) -> None:
     burst.add_argument("--backlog", type=int, default=10_000, help="archived records before the stream starts")
     burst.add_argument("--switch-back-lag", type=int, default=100_000, metavar="N", help="arm B's threshold")
     burst.add_argument("--switch-back-after", type=float, default=10.0, metavar="SECONDS", help="arm B's hold time")
-    burst.add_argument("--caught-up-seconds", type=float, default=5.0,
+    burst.add_argument("--caught-up-seconds", type=float, default=20.0,
                        help="caught up at offsets behind <= rate x SECONDS (the live input never stands still)")
+    burst.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="limit of each wait")
     burst.add_argument("--keep-topics", action="store_true", help="keep the two arms' topics afterwards")
     common(burst)
     burst.set_defaults(handler=run_burst_command)
@@ -259,7 +260,7 @@ def run_burst_command(args) -> int:
     run_burst_bench(args.bootstrap, args.events, args.rate, args.json_file, out_dir=args.out_dir, keys=args.keys,
                     partitions=args.partitions, backlog=args.backlog, switch_back_lag=args.switch_back_lag,
                     switch_back_after=args.switch_back_after, caught_up_seconds=args.caught_up_seconds,
-                    keep_topics=args.keep_topics)
+                    timeout=args.timeout, keep_topics=args.keep_topics)
     return 0
 
 
