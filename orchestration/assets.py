@@ -49,11 +49,15 @@ def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
 
 @dg.asset(partitions_def=daily, backfill_policy=dg.BackfillPolicy.single_run(), deps=["archive"],
           group_name=BACKLOG, kinds={"spark", "delta"})
-def tiles(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
+def tiles(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+          warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its days."""
     first, last = days_of(context.partition_time_window)
+    tables = warehouse.tables()
+    if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
+        return _rebased(context, spark, kafka, warehouse, str(first), str(last))
     with user_errors_as_failures():
-        run = backfill_tiles(spark.session(), warehouse.spec(), warehouse.tables(), str(first), str(last),
+        run = backfill_tiles(spark.session(), warehouse.spec(), tables, str(first), str(last),
                              out=context.log.info)
     if run.handoff_id is None:
         context.log.info(run.message)
@@ -67,6 +71,30 @@ def tiles(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: Wa
         "skipped_files": dg.MetadataValue.json(run.skipped_files),
         "seconds": round(run.seconds, 3),
         "records_per_s": round(run.records_read / run.seconds) if run.seconds else 0,
+    })
+
+
+def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: WarehouseResource, first: str,
+             last: str) -> dg.MaterializeResult:
+    """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
+    resumes), else in this run; the live tables are never overwritten under a stream."""
+    from jobs.rebase import rebase_pipeline
+
+    tables = warehouse.tables()
+    with user_errors_as_failures():
+        new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "backfill", "dagster backfill",
+                              spark.session, days=(first, last), out=context.log.info)
+    committed = handoff_log.details(handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED,
+                                                       handoff_id=new.handoff_id))
+    reconciliation = committed.get("reconciliation", {})
+    return dg.MaterializeResult(metadata={
+        "days": f"{first}..{last}",
+        "handoff_id": new.handoff_id,
+        "rebased": True,
+        "cut": dg.MetadataValue.json({str(p): o for p, o in sorted(new.start_offsets.items())}),
+        "reconciliation_keys_different": reconciliation.get("keys_different", 0),
+        "reconciliation_keys": reconciliation.get("keys_recomputed", 0),
+        "rebase_seconds": committed.get("rebase_s", 0.0),
     })
 
 
@@ -84,6 +112,17 @@ def tiles(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: Wa
 def keyed_state(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: WarehouseResource):
     """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
     session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+    if current_handoff(None, tables) is not None:  # the rebase in `tiles` committed the state at its cut
+        latest = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+        context.log.info(f"state committed by the rebase of backfill {latest.handoff_id}; nothing to merge")
+        yield dg.MaterializeResult(asset_key="state", metadata={
+            "handoff_id": latest.handoff_id, "state_version": latest.state_version,
+            "keys": handoff_log.details(latest).get("keys", 0), "rebased": True,
+            "path": dg.MetadataValue.path(tables.state)})
+        for name in ("windows", "window_state") if pipeline.windows is not None else ():
+            yield dg.MaterializeResult(asset_key=name, metadata={"rebased": True,
+                                                                 "path": dg.MetadataValue.path(tables.path(name))})
+        return
     with user_errors_as_failures():
         run = commit_state(session, pipeline, tables, out=context.log.info)
     committed = handoff_log.details(handoff_log.latest(session, tables, handoff_log.BACKFILL_COMMITTED))

@@ -128,9 +128,11 @@ def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource
 def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
     session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
-    newest = newest_archived_event_time(session, pipeline, tables)
+    # once a stream has run, state also holds what it read past the archive (a rebase recomputes up to its cut)
+    streamed = current_handoff(None, tables) is not None
+    newest = None if streamed else newest_archived_event_time(session, pipeline, tables)
     outcomes = run_suite(_table(session, tables.state), "state", state_expectations(pipeline, newest))
-    return check_result(outcomes, newest_archived_event_time=str(newest))
+    return check_result(outcomes, newest_archived_event_time=str(newest) if newest else "not checked: streamed")
 
 
 def _windows_check(table: str, name: str):

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
-from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
 
+from state_handoff import delta_cas
 from state_handoff.tables import Tables
 
 if TYPE_CHECKING:
@@ -72,21 +73,8 @@ def _naive_utc(value: datetime | None) -> datetime | None:
 
 
 def _open_or_create(uri: str) -> DeltaTable:
-    """The log's table; created empty at version 0 on first use, so that every row's commit is an append
-    whose version is known before it is written."""
-    try:
-        return DeltaTable(uri)
-    except TableNotFoundError:
-        pass
-    try:
-        return DeltaTable.create(uri, SCHEMA, mode="ignore", name="handoffs",
-                                 description="append-only handoff log, ordered by seq (its commit version)")
-    except DeltaError:
-        try:
-            return DeltaTable(uri)  # another writer created it between our look and our commit
-        except TableNotFoundError:
-            pass
-        raise
+    return delta_cas.open_or_create(uri, SCHEMA, name="handoffs",
+                                    description="append-only handoff log, ordered by seq (its commit version)")
 
 
 def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
@@ -103,24 +91,14 @@ def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: 
         handoff_id=handoff_id, pipeline=tables.pipeline, status=status, at=_now(), state_version=state_version,
         start_offsets=json.dumps({str(k): v for k, v in start_offsets.items()}) if start_offsets is not None else None,
         backlog_watermark=_as_utc(backlog_watermark), details=json.dumps(details or {}, default=str))
-    conflict = None
     for _ in range(COMMIT_ATTEMPTS):
         log = _open_or_create(tables.handoffs)
         seq = log.version() + 1
-        row = pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)
-        try:
-            write_deltalake(log, row, mode="append", commit_properties=CommitProperties(max_commit_retries=0))
-        except CommitFailedError as error:
-            conflict = error  # another writer took version `seq`
-            continue
-        # `log` now holds the snapshot of the commit just made; anything but `seq` means delta-rs moved it.
-        if log.version() != seq:
-            raise RuntimeError(f"handoff log {tables.handoffs}: entry {status} of {handoff_id} was committed "
-                               f"at version {log.version()}, not at {seq}")
-        return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
-                                           "backlog_watermark": _naive_utc(entry.backlog_watermark)})
+        if delta_cas.commit_next(log, pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)):
+            return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
+                                               "backlog_watermark": _naive_utc(entry.backlog_watermark)})
     raise RuntimeError(f"handoff log {tables.handoffs}: no commit after {COMMIT_ATTEMPTS} attempts; "
-                       "too many concurrent writers") from conflict
+                       "too many concurrent writers")
 
 
 def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:

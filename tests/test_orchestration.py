@@ -151,6 +151,18 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
     assert {r.key: (r.event_count, r.amount_min, r.amount_max) for r in state_rows} == {
         k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
 
+    # the schedule's backfill of a day once a stream has run: a rebase at a cut, never an overwrite under it
+    rerun = build_definitions(resources(tables, bootstrap)).resolve_job_def("backfill_days") \
+        .execute_in_process(partition_key=DAYS[-1])
+    assert rerun.success
+    rebased = _materializations(rerun)["tiles"][0].metadata
+    assert rebased["rebased"].value is True and rebased["reconciliation_keys_different"].value == 0
+    assert rebased["handoff_id"].value != switch["handoff_id"].value
+    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id == rebased["handoff_id"].value
+    state_rows = spark.read.format("delta").load(tables.state).collect()
+    assert {r.key: (r.event_count, r.amount_min, r.amount_max) for r in state_rows} == {
+        k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
+
     # the handoff gate fails, naming the expectation, when a start offset leaves a gap after the archive
     start = {p: hi + 1 if p == 0 else hi for p, (_, hi) in backlog.cut.items()}
     outcomes = run_suite(handoff_offsets(spark, tables, start, bootstrap), "handoff", HANDOFF_EXPECTATIONS)
