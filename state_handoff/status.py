@@ -103,6 +103,14 @@ def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: 
     return behind
 
 
+def _for_people(value) -> str:
+    """Per-partition figures as `p0:2110, p1:1980 (total 4090)`; everything else as it is."""
+    if isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
+        parts = ", ".join(f"p{p}:{v}" for p, v in sorted(value.items(), key=lambda item: int(item[0])))
+        return f"{parts} (total {sum(value.values())})" if len(value) > 1 else parts
+    return str(value)
+
+
 def format_status(status: dict) -> str:
     lines = [f"pipeline {status['pipeline']}: {status['phase']} (latest: {status['latest_status']} at {status['latest_at']})"]
     for label, key in (("owner", "owner"), ("handoff", "handoff_id"), ("start offsets", "start_offsets"),
@@ -114,7 +122,7 @@ def format_status(status: dict) -> str:
                        ("dead-lettered", "dead_lettered"), ("late", "late"), ("rebases", "rebases"),
                        ("last reconciliation: keys different", "last_reconciliation_keys_different")):
         if status.get(key) is not None:
-            lines.append(f"  {label}: {status[key]}")
+            lines.append(f"  {label}: {_for_people(status[key])}")
     if status.get("lag_error"):
         lines.append(f"  offsets behind latest: unknown ({status['lag_error']})")
     return "\n".join(lines)
