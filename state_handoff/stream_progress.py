@@ -90,17 +90,19 @@ def record(tables: Tables, row: BatchRow) -> bool:
     return True
 
 
-def batches(tables: Tables, handoff_id: str, query: str = EVENTS) -> list[BatchRow]:
-    """The handoff's recorded batches of one query, by batch id."""
+def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list[BatchRow]:
+    """The handoff's recorded batches of one query (of every query with None), by batch id."""
     import pyarrow.compute as pc
 
     table = _table(tables)
     if table is None:
         return []
     data = table.to_pyarrow_table()
-    data = data.filter(pc.and_(pc.equal(data["handoff_id"], handoff_id), pc.equal(data["query"], query)))
+    wanted = pc.equal(data["handoff_id"], handoff_id)
+    if query is not None:
+        wanted = pc.and_(wanted, pc.equal(data["query"], query))
     rows = []
-    for r in data.to_pylist():
+    for r in data.filter(wanted).to_pylist():
         rows.append(BatchRow(r["handoff_id"], r["query"], r["incarnation"], r["batch_id"],
                              _naive(r["watermark_before"]), _naive(r["watermark_after"]),
                              json.loads(r["partitions"] or "{}"), _naive(r["started"]), _naive(r["finished"])))
@@ -113,11 +115,10 @@ def batch(tables: Tables, handoff_id: str, query: str, incarnation: str, batch_i
 
 
 def incarnations(tables: Tables, handoff_id: str) -> dict[str, set[str]]:
-    """Which checkpoint incarnations of each query have written batches of this handoff."""
+    """Which checkpoint incarnations of each query have written batches of this handoff (one read)."""
     found: dict[str, set[str]] = {}
-    for query in (EVENTS, STATE):
-        for b in batches(tables, handoff_id, query):
-            found.setdefault(query, set()).add(b.incarnation)
+    for b in batches(tables, handoff_id, query=None):
+        found.setdefault(b.query, set()).add(b.incarnation)
     return found
 
 
