@@ -33,6 +33,7 @@ from pathlib import Path
 
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
+from state_handoff.kafka_security import client_kwargs
 from state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +129,7 @@ class Trickle(threading.Thread):
     def run(self) -> None:
         from kafka import KafkaProducer
 
-        producer = KafkaProducer(bootstrap_servers=self.bootstrap, acks=1, linger_ms=5)
+        producer = KafkaProducer(bootstrap_servers=self.bootstrap, **client_kwargs(), acks="all", linger_ms=5)
         started = time.monotonic()
         try:
             while not self._halt.is_set():

@@ -17,6 +17,7 @@ from pathlib import Path
 from jobs.stream import StreamSettings
 from state_handoff import handoff_log
 from state_handoff.kafka_io import create_topic, offset_bounds, produce
+from state_handoff.kafka_security import client_kwargs
 from state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +67,7 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
     """Send `rate` events per second, each to a fresh key so that one update answers exactly one input."""
     from kafka import KafkaProducer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=0)
+    producer = KafkaProducer(bootstrap_servers=bootstrap, **client_kwargs(), acks="all", linger_ms=0)
     started = time.monotonic()
     n = 0
     while time.monotonic() - started < seconds:
@@ -87,7 +88,7 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
 def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(), enable_auto_commit=False)
     parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
     consumer.assign(parts)
     consumer.seek_to_end()
@@ -103,7 +104,8 @@ def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict
     """The broker-side Kafka timestamp of every latency input, read back from the topic."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(), enable_auto_commit=False,
+                             consumer_timeout_ms=5000)
     parts = [TopicPartition(topic, p) for p in sorted(start)]
     consumer.assign(parts)
     for tp in parts:

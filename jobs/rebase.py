@@ -30,6 +30,7 @@ from state_handoff.archive_files import archive_meta
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.kafka_io import latest_offsets, offset_bounds
+from state_handoff.kafka_security import spark_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -115,7 +116,7 @@ def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int
             raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
                             f"{bounds[p][0]}), which the rebase must read: archive past it, then rebase again")
     key = [F.col("key").alias("kafka_key")] if with_key else []
-    return (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    return (spark.read.format("kafka").options(**spark_options(bootstrap)).option("subscribe", topic)
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
             .option("failOnDataLoss", "true").load()

@@ -34,6 +34,7 @@ from state_handoff import handoff_log, lease as leases, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
+from state_handoff.kafka_security import spark_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import stream_dir, write_json_atomically
@@ -231,7 +232,7 @@ class Supervisor:
         spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         keyed, events, events_sink = self.start_readers(handoff)
         # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
-        updates = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+        updates = (spark.readStream.format("kafka").options(**spark_options(bootstrap))
                    .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
                    .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
                    .option("failOnDataLoss", "false").load())

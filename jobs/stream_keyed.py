@@ -14,6 +14,7 @@ from state_handoff import faults
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
+from state_handoff.kafka_security import spark_options
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
@@ -25,7 +26,7 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
                   max_offsets_per_trigger: int | None, with_key: bool = False) -> DataFrame:
-    reader = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+    reader = (spark.readStream.format("kafka").options(**spark_options(bootstrap))
               .option("subscribe", topic)
               .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
               .option("failOnDataLoss", "true"))
@@ -67,7 +68,7 @@ class KeyedSink:
         # Replays may resend: an update is the key's whole state, so a second copy changes nothing.
         changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN)
         (update_messages(self.pipeline, changed, self.handoff_id)
-         .write.format("kafka").option("kafka.bootstrap.servers", self.bootstrap)
+         .write.format("kafka").options(**spark_options(self.bootstrap)).option("kafka.acks", "all")
          .option("topic", self.pipeline.updates_topic).save())
         faults.reach("stream.keyed.after_send")
 

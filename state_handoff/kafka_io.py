@@ -5,11 +5,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
+from state_handoff import kafka_security
 from state_handoff.errors import UserError
 
 
 def _client_kwargs(bootstrap: str) -> dict:
-    return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000}
+    return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000, **kafka_security.client_kwargs()}
+
+
+def _unreachable(bootstrap: str) -> UserError:
+    return UserError(f"no Kafka broker answers at {bootstrap} ({kafka_security.from_env().describe()}): start one "
+                     "with `switchyard kafka start`, or check --bootstrap and the SWITCHYARD_KAFKA_* settings")
 
 
 @contextmanager
@@ -20,7 +26,7 @@ def admin_client(bootstrap: str) -> Iterator:
     try:
         admin = KafkaAdminClient(**_client_kwargs(bootstrap))
     except NoBrokersAvailable:
-        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+        raise _unreachable(bootstrap) from None
     try:
         yield admin
     finally:
@@ -35,7 +41,7 @@ def consumer(bootstrap: str) -> Iterator:
     try:
         client = KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
     except NoBrokersAvailable:
-        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+        raise _unreachable(bootstrap) from None
     try:
         yield client
     finally:
@@ -140,10 +146,10 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple],
     from kafka.errors import NoBrokersAvailable
 
     try:
-        producer = KafkaProducer(**_client_kwargs(bootstrap), acks=1, linger_ms=50, batch_size=1 << 20,
+        producer = KafkaProducer(**_client_kwargs(bootstrap), acks="all", linger_ms=50, batch_size=1 << 20,
                                  max_request_size=8 << 20)
     except NoBrokersAvailable:
-        raise UserError(f"no Kafka broker answers at {bootstrap}: start one with `switchyard kafka start` or pass --bootstrap") from None
+        raise _unreachable(bootstrap) from None
     sent = 0
     failures: list[BaseException] = []
     try:

@@ -13,6 +13,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
+from state_handoff.kafka_security import client_kwargs
+
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 WINDOW = timedelta(hours=1)
 LATENESS = timedelta(minutes=10)
@@ -30,7 +32,8 @@ def read_topic(bootstrap: str, topic: str) -> list[KafkaRecord]:
     """Every record of the topic, by a plain consumer."""
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=10000)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(), enable_auto_commit=False,
+                             consumer_timeout_ms=10000)
     parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
     consumer.assign(parts)
     consumer.seek_to_beginning()

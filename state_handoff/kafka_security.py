@@ -1,0 +1,132 @@
+"""Kafka security settings, given once through the environment, as each client takes them: kafka-python keyword
+arguments and Spark's `kafka.`-prefixed source/sink options. The only place that reads SWITCHYARD_KAFKA_*."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from state_handoff.errors import UserError
+
+PREFIX = "SWITCHYARD_KAFKA_"
+PROTOCOL = PREFIX + "SECURITY_PROTOCOL"
+MECHANISM = PREFIX + "SASL_MECHANISM"
+USERNAME = PREFIX + "SASL_USERNAME"
+PASSWORD = PREFIX + "SASL_PASSWORD"
+CAFILE = PREFIX + "SSL_CAFILE"
+CHECK_HOSTNAME = PREFIX + "SSL_CHECK_HOSTNAME"
+KNOWN = (PROTOCOL, MECHANISM, USERNAME, PASSWORD, CAFILE, CHECK_HOSTNAME)
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+MECHANISMS = ("PLAIN", *SCRAM)
+_LOGIN_MODULE = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                 "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                 "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+    cafile: str | None = None
+    check_hostname: bool = True
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol.startswith("SASL_")
+
+    @property
+    def ssl(self) -> bool:
+        return self.protocol.endswith("SSL")
+
+    def client_kwargs(self) -> dict:
+        """kafka-python's KafkaProducer/KafkaConsumer/KafkaAdminClient arguments."""
+        kwargs: dict = {"security_protocol": self.protocol}
+        if self.sasl:
+            kwargs |= {"sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
+                       "sasl_plain_password": self.password}
+        if self.ssl:
+            kwargs |= {"ssl_check_hostname": self.check_hostname}
+            if self.cafile:
+                kwargs["ssl_cafile"] = self.cafile
+        return kwargs
+
+    def spark_options(self) -> dict[str, str]:
+        """Spark's Kafka source and sink options (the Java client's properties, `kafka.`-prefixed)."""
+        options = {"kafka.security.protocol": self.protocol}
+        if self.sasl:
+            options |= {"kafka.sasl.mechanism": self.mechanism,
+                        "kafka.sasl.jaas.config": jaas_config(self.mechanism, self.username, self.password)}
+        if self.ssl:
+            if self.cafile:
+                # The certificates travel inline, so executors on other hosts need no copy of the file.
+                options |= {"kafka.ssl.truststore.type": "PEM",
+                            "kafka.ssl.truststore.certificates": Path(self.cafile).read_text()}
+            if not self.check_hostname:
+                options["kafka.ssl.endpoint.identification.algorithm"] = ""
+        return options
+
+    def describe(self) -> str:
+        if self.sasl:
+            return f"{self.protocol} {self.mechanism} as {self.username}"
+        return self.protocol
+
+
+def jaas_config(mechanism: str, username: str, password: str) -> str:
+    return f'{_LOGIN_MODULE[mechanism]} required username="{username}" password="{password}";'
+
+
+def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
+    """The settings in the environment, checked whole: an unknown or incomplete setting is one UserError."""
+    env = os.environ if env is None else env
+    given = {name: value for name, value in env.items() if name.startswith(PREFIX) and value != ""}
+    unknown = sorted(set(given) - set(KNOWN))
+    if unknown:
+        raise UserError(f"unknown Kafka setting {unknown[0]} in the environment: the known ones are {', '.join(KNOWN)}")
+    protocol = given.get(PROTOCOL, "PLAINTEXT").upper()
+    if protocol not in PROTOCOLS:
+        raise UserError(f"{PROTOCOL}={given[PROTOCOL]} is not a Kafka security protocol: use one of {', '.join(PROTOCOLS)}")
+    security = KafkaSecurity(protocol=protocol)
+    sasl_given = [name for name in (MECHANISM, USERNAME, PASSWORD) if name in given]
+    if security.sasl:
+        missing = [name for name in (MECHANISM, USERNAME, PASSWORD) if name not in given]
+        if missing:
+            raise UserError(f"{PROTOCOL}={protocol} needs {', '.join(missing)} in the environment")
+        mechanism = given[MECHANISM].upper()
+        if mechanism not in MECHANISMS:
+            raise UserError(f"{MECHANISM}={given[MECHANISM]} is not supported: use one of {', '.join(MECHANISMS)}")
+        for name in (USERNAME, PASSWORD):
+            if any(c in given[name] for c in '"\\'):
+                raise UserError(f"{name} must not contain a double quote or a backslash (JAAS quotes it): pick another")
+        security = KafkaSecurity(protocol, mechanism, given[USERNAME], given[PASSWORD])
+    elif sasl_given:
+        raise UserError(f"{sasl_given[0]} is set but {PROTOCOL} is {protocol}: set it to SASL_PLAINTEXT or SASL_SSL, "
+                        "or unset the SASL settings")
+    ssl_given = [name for name in (CAFILE, CHECK_HOSTNAME) if name in given]
+    if ssl_given and not security.ssl:
+        raise UserError(f"{ssl_given[0]} is set but {PROTOCOL} is {protocol}: set it to SSL or SASL_SSL, "
+                        "or unset the SSL settings")
+    if security.ssl:
+        cafile = given.get(CAFILE)
+        if cafile is not None and not Path(cafile).is_file():
+            raise UserError(f"{CAFILE}={cafile} is not a readable file: point it at the CA certificates (PEM)")
+        check = given.get(CHECK_HOSTNAME, "true").lower()
+        if check not in ("true", "false"):
+            raise UserError(f"{CHECK_HOSTNAME}={given[CHECK_HOSTNAME]}: use true or false")
+        security = KafkaSecurity(security.protocol, security.mechanism, security.username, security.password,
+                                 cafile, check == "true")
+    return security
+
+
+def client_kwargs() -> dict:
+    return from_env().client_kwargs()
+
+
+def spark_options(bootstrap: str) -> dict[str, str]:
+    """Everything Spark's Kafka source or sink needs to reach the cluster: the bootstrap and the security."""
+    return {"kafka.bootstrap.servers": bootstrap, **from_env().spark_options()}
