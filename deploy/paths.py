@@ -19,3 +19,13 @@ def jar_dir(profile: str) -> Path:
 
 def kafka_home(port: int) -> Path:
     return runtime_home() / "kafka" / str(port)
+
+
+def spark_cluster_home(port: int) -> Path:
+    """A local standalone cluster's pid records, logs and (by default) its workers' work folders."""
+    return runtime_home() / "spark" / str(port)
+
+
+def shipped_code_dir() -> Path:
+    """The zips of the project's Python code that sessions on a cluster ship to executors."""
+    return runtime_home() / "spark" / "code"

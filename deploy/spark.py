@@ -9,6 +9,8 @@ from pathlib import Path
 
 from deploy.jars import spark_extra_jars
 from deploy.java import check_java
+from deploy.shipped_code import ship_project_code
+from state_handoff.errors import UserError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -36,12 +38,30 @@ def spark_master() -> str:
     return os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")
 
 
+def driver_addresses() -> tuple[str, str]:
+    """(host executors reach the driver at, address it binds to): loopback unless the environment says otherwise."""
+    host = os.environ.get("SWITCHYARD_DRIVER_HOST", "127.0.0.1")
+    return host, os.environ.get("SWITCHYARD_DRIVER_BIND_ADDRESS", host)
+
+
+def _shuffle_partitions() -> dict:
+    """SWITCHYARD_SHUFFLE_PARTITIONS overrides the profile's shuffle partitions (batch jobs and the stream's
+    stateless shuffles; the stream's state-store partitions are SWITCHYARD_STATE_PARTITIONS, jobs/stream.py)."""
+    value = os.environ.get("SWITCHYARD_SHUFFLE_PARTITIONS")
+    if value is None:
+        return {}
+    if not value.isdigit() or int(value) < 1:
+        raise UserError(f"SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of at least 1, not {value!r}")
+    return {"spark.sql.shuffle.partitions": value}
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
     """Return the process's SparkSession, creating it on first use."""
     check_java()
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # bind the driver to loopback only
+    driver_host, bind_address = driver_addresses()
+    os.environ.setdefault("SPARK_LOCAL_IP", bind_address)  # loopback only, unless told otherwise
     # Python workers run this interpreter (the project's .venv); PySpark reads the variable, not only the conf.
     os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
@@ -54,8 +74,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": driver_host,
+        "spark.driver.bindAddress": bind_address,
         "spark.driver.extraJavaOptions": log_opt,
         "spark.executor.extraJavaOptions": log_opt,
         "spark.driver.memory": os.environ.get("SWITCHYARD_DRIVER_MEMORY", "2g"),
@@ -68,6 +88,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
         "spark.scheduler.mode": "FAIR",
         **PROFILES[profile],
+        **_shuffle_partitions(),
         **(extra_conf or {}),
     }
     builder = SparkSession.builder.appName(app_name).master(spark_master())
@@ -75,4 +96,6 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if not spark.sparkContext.master.startswith("local"):  # executors elsewhere do not see this checkout
+        ship_project_code(spark.sparkContext)
     return spark

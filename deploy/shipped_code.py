@@ -1,0 +1,60 @@
+"""The project's Python code as one zip that a session on a cluster ships to its executors (`addPyFile`), so an
+executor needs neither this checkout nor the editable install that points at it."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+from deploy.paths import PROJECT_ROOT, shipped_code_dir
+
+# What executor-side code may import: the transforms and the aggregate algebra (jobs -> state_handoff), and deploy,
+# which jobs/smoke.py imports. orchestration/ (Dagster definitions) only ever runs on the driver.
+PACKAGES = ("state_handoff", "jobs", "deploy")
+KEEP_OLD_ZIPS_S = 24 * 3600
+
+
+def _sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (PROJECT_ROOT / package).rglob("*.py")
+                  if "__pycache__" not in p.parts)
+
+
+def project_zip() -> Path:
+    """The zip of the current sources, named by their content hash: built once, rebuilt when a source changes."""
+    sources = _sources()
+    digest = hashlib.sha256()
+    for path in sources:
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    folder = shipped_code_dir()
+    target = folder / f"switchyard-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.partial")
+    with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sources:
+            archive.write(path, str(path.relative_to(PROJECT_ROOT)))
+    os.replace(partial, target)
+    # A running driver may still serve an older zip to executors it adds later: remove only old ones.
+    for old in folder.glob("switchyard-*.zip"):
+        if old != target and time.time() - old.stat().st_mtime > KEEP_OLD_ZIPS_S:
+            old.unlink(missing_ok=True)
+    return target
+
+
+def ship_project_code(spark_context) -> str:
+    """Add the project's zip to the executors' Python path (once per context); return its name."""
+    from pyspark import SparkFiles
+
+    path = project_zip()
+    if not any(f.endswith("/" + path.name) for f in spark_context.listFiles):
+        spark_context.addPyFile(str(path))
+    # addPyFile also puts the copy on the driver's own path (for local mode); the driver keeps importing from
+    # its checkout, so that tracebacks and files found beside a module (deploy/log4j2.properties) stay where they are.
+    copy = os.path.join(SparkFiles.getRootDirectory(), path.name)
+    sys.path[:] = [p for p in sys.path if p != copy]
+    return path.name
