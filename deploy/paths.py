@@ -21,6 +21,10 @@ def kafka_home(port: int) -> Path:
     return runtime_home() / "kafka" / str(port)
 
 
+def kafka_cluster_home(port: int) -> Path:
+    return runtime_home() / "kafka" / f"cluster-{port}"
+
+
 def spark_cluster_home(port: int) -> Path:
     """A local standalone cluster's pid records, logs and (by default) its workers' work folders."""
     return runtime_home() / "spark" / str(port)
