@@ -31,6 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
     smoke.add_argument("--events", type=int, default=5000)
     _common(smoke)
 
+    spark = commands.add_parser("spark", help="start, stop or check a local Spark standalone master and workers")
+    spark.add_argument("action", choices=["start", "stop", "status"])
+    spark.add_argument("--port", type=int, default=7077, help="master port on 127.0.0.1 (default 7077)")
+    spark.add_argument("--workers", type=int, default=2, help="workers to start (default 2)")
+    spark.add_argument("--cores", type=int, default=1, help="cores each worker offers (default 1)")
+    spark.add_argument("--memory", default="2g", help="memory each worker offers its executors (default 2g)")
+    spark.add_argument("--webui-port", type=int, help="master web UI port on 127.0.0.1 (default: a free one)")
+    spark.set_defaults(handler=run_spark)
+
     from jobs.commands import add_pipeline_commands
     add_pipeline_commands(commands, _common)
     return parser
@@ -48,6 +57,22 @@ def run_kafka(args) -> int:
         return 0
     up, line = kafka_broker.status(broker)
     print(line)
+    return 0 if up else 1
+
+
+def run_spark(args) -> int:
+    from deploy import spark_cluster
+
+    cluster = spark_cluster.Cluster.at(args.port)
+    if args.action == "start":
+        print(spark_cluster.start(cluster, workers=args.workers, cores=args.cores, memory=args.memory,
+                                  webui_port=args.webui_port))
+        return 0
+    if args.action == "stop":
+        print(spark_cluster.stop(cluster))
+        return 0
+    up, lines = spark_cluster.status(cluster)
+    print(lines)
     return 0 if up else 1
 
 
