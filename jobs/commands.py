@@ -90,7 +90,7 @@ def run_stream_command(args) -> int:
                               trigger_seconds=args.trigger_seconds,
                               tables_trigger_seconds=args.tables_trigger_seconds,
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
-                              switch_back_after=args.switch_back_after)
+                              switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     with lease.hold(tables, lease.STREAM) as held:
         result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
@@ -186,6 +186,9 @@ def add_pipeline_commands(commands, common) -> None:
     stream.add_argument("--no-switch-back", action="store_true", help="never switch back on lag")
     stream.add_argument("--tables-trigger-seconds", type=float, default=5.0,
                         help="interval of the Delta-writing queries (dead letters, late, windows, state)")
+    stream.add_argument("--state-partitions", type=int, metavar="N",
+                        help="state-store partitions of a handoff's new checkpoints, fixed for that handoff "
+                             "(env SWITCHYARD_STATE_PARTITIONS, default 4)")
     common(stream)
     stream.set_defaults(handler=run_stream_command)
 

@@ -42,6 +42,7 @@ from state_handoff.tables import Tables
 
 KEYED = "keyed"
 COMMAND = "switchyard stream"
+DEFAULT_STATE_PARTITIONS = 4
 
 
 @dataclass
@@ -63,6 +64,16 @@ class StreamSettings:
     # Hysteresis: after a switch back, none again until the stream has been caught up this long.
     switch_back_hold: float = 120.0
     requests_every_seconds: float = 1.0
+    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS, default 4.
+    state_partitions: int | None = None
+
+    def __post_init__(self):
+        value = self.state_partitions if self.state_partitions is not None else \
+            os.environ.get("SWITCHYARD_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))
+        if not str(value).isdigit() or int(value) < 1:
+            raise UserError(f"state partitions (--state-partitions or SWITCHYARD_STATE_PARTITIONS) must be a whole "
+                            f"number of at least 1, not {value!r}")
+        self.state_partitions = int(value)
 
     @property
     def behind_threshold(self) -> int:
@@ -226,9 +237,10 @@ class Supervisor:
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
 
-        # Small micro-batches on few cores: one state-store partition per core (fixed by the first checkpoint),
-        # RocksDB changelog commits instead of full snapshots each batch.
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
+        # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
+        # from configuration, not from its cores (a handoff's new checkpoints take a changed value). RocksDB
+        # changelog commits instead of full snapshots each batch.
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.state_partitions))
         spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
         keyed, events, events_sink = self.start_readers(handoff)
         # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
