@@ -1,4 +1,6 @@
-"""A real single-node KRaft Kafka broker on 127.0.0.1, from Apache's jars, run in the background."""
+"""A real KRaft Kafka node (broker and controller in one process) on 127.0.0.1, from Apache's jars, run in the
+background: alone (the default single broker) or as one node of a cluster (deploy/kafka_cluster.py), optionally
+with a SASL/SCRAM listener whose credentials come from the SWITCHYARD_KAFKA_* settings."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from deploy.jars import kafka_classpath
 from deploy.java import check_java
 from deploy.paths import kafka_home
+from state_handoff import kafka_security
 from state_handoff.errors import UserError
 
 HOST = "127.0.0.1"
@@ -39,10 +42,14 @@ log4j.logger.kafka.log.LogCleaner=WARN
 
 @dataclass(frozen=True)
 class Broker:
-    """The files of the broker that listens on `port` (controller on port + 1)."""
+    """The files of the node whose broker listens on `port` (controller on port + 1); alone unless `voters`
+    names the controller quorum of a cluster of `cluster_size` nodes."""
 
     port: int
     home: Path
+    node_id: int = 1
+    voters: str = ""
+    cluster_size: int = 1
 
     @classmethod
     def at(cls, port: int, home: Path | None = None) -> "Broker":
@@ -76,28 +83,68 @@ class Broker:
     def console_file(self) -> Path:
         return self.home / "logs" / "console.out"
 
+    @property
+    def sasl_file(self) -> Path:
+        """Present when the storage was formatted with SCRAM credentials; holds the mechanism."""
+        return self.home / "sasl.mechanism"
 
-def _config(broker: Broker) -> str:
+    @property
+    def quorum_voters(self) -> str:
+        return self.voters or f"{self.node_id}@{HOST}:{self.controller_port}"
+
+    @property
+    def name(self) -> str:
+        return f"kafka node {self.node_id} on {self.bootstrap}" if self.voters else f"kafka on {self.bootstrap}"
+
+
+def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None) -> str:
+    listener = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+    controller_protocol = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+    replicas = min(3, broker.cluster_size)
     return f"""\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@{HOST}:{broker.controller_port}
-listeners=PLAINTEXT://{HOST}:{broker.port},CONTROLLER://{HOST}:{broker.controller_port}
-advertised.listeners=PLAINTEXT://{HOST}:{broker.port}
+node.id={broker.node_id}
+controller.quorum.voters={broker.quorum_voters}
+listeners={listener}://{HOST}:{broker.port},CONTROLLER://{HOST}:{broker.controller_port}
+advertised.listeners={listener}://{HOST}:{broker.port}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+inter.broker.listener.name={listener}
+listener.security.protocol.map=CONTROLLER:{controller_protocol},{listener}:{listener}
 log.dirs={broker.data_dir}
 num.partitions=1
 auto.create.topics.enable=false
-offsets.topic.replication.factor=1
+offsets.topic.replication.factor={replicas}
 offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={min(2, replicas)}
 group.initial.rebalance.delay.ms=0
 # Generated events carry historical event times; never expire a topic behind the user's back.
 log.retention.ms=-1
 log.segment.bytes=67108864
+""" + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl) if sasl else "")
+
+
+# Three JVMs share a small machine: fewer request threads than Kafka's defaults.
+_CLUSTER_NODE = """\
+num.network.threads=2
+num.io.threads=2
+background.threads=2
+"""
+
+
+def _sasl_config(sasl: kafka_security.KafkaSecurity) -> str:
+    """Clients and brokers authenticate with SCRAM on the broker listener (credentials bootstrapped at format
+    time); controllers, which serve before any SCRAM credential is readable, with PLAIN and the same user."""
+    scram_login = kafka_security.jaas_config(sasl.mechanism, sasl.username, sasl.password)
+    plain_login = (kafka_security.jaas_config("PLAIN", sasl.username, sasl.password).rstrip(";")
+                   + f' user_{sasl.username}="{sasl.password}";')
+    return f"""\
+sasl.enabled.mechanisms={sasl.mechanism}
+sasl.mechanism.inter.broker.protocol={sasl.mechanism}
+listener.name.sasl_plaintext.{sasl.mechanism.lower()}.sasl.jaas.config={scram_login}
+sasl.mechanism.controller.protocol=PLAIN
+listener.name.controller.sasl.enabled.mechanisms=PLAIN
+listener.name.controller.plain.sasl.jaas.config={plain_login}
 """
 
 
@@ -132,16 +179,17 @@ def _pid(broker: Broker) -> int | None:
     return pid
 
 
-def _broker_answers(broker: Broker) -> bool:
-    """True once the broker serves metadata, not merely accepts TCP."""
-    if not _port_accepts(broker.port):
+def answers(bootstrap: str) -> bool:
+    """True once a broker at `bootstrap` serves metadata to the project's clients, not merely accepts TCP."""
+    first_port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+    if not _port_accepts(first_port):
         return False
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=3000,
-                                 api_version_auto_timeout_ms=3000)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=3000,
+                                 api_version_auto_timeout_ms=3000, **kafka_security.client_kwargs())
     except (KafkaError, OSError, ValueError):
         return False
     try:
@@ -153,42 +201,80 @@ def _broker_answers(broker: Broker) -> bool:
         admin.close()
 
 
+def _broker_answers(broker: Broker) -> bool:
+    return answers(broker.bootstrap)
+
+
 def is_up(broker: Broker) -> bool:
     return _pid(broker) is not None and _broker_answers(broker)
 
 
-def _format_storage(broker: Broker, java: str) -> None:
-    if (broker.data_dir / "meta.properties").exists():
-        return
+def new_cluster_id() -> str:
     cluster_id = "-"
     while cluster_id.startswith("-"):  # the storage tool reads a leading '-' as an option
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster_id
+
+
+def _format_storage(broker: Broker, java: str, cluster_id: str | None,
+                    sasl: kafka_security.KafkaSecurity | None) -> None:
+    if (broker.data_dir / "meta.properties").exists():
+        return
+    scram = ["--add-scram", f"{sasl.mechanism}=[name={sasl.username},password={sasl.password}]"] if sasl else []
     result = subprocess.run(
         [java, "-Xmx256m", "-cp", kafka_classpath(), f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
-         "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(broker.config_file)],
+         "kafka.tools.StorageTool", "format", "-t", cluster_id or new_cluster_id(), "-c", str(broker.config_file),
+         *scram],
         capture_output=True, text=True,
     )
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UserError(f"formatting Kafka storage in {broker.data_dir} failed: {detail[0]}")
+    if sasl:
+        broker.sasl_file.write_text(sasl.mechanism)
 
 
-def start(broker: Broker) -> str:
-    """Start the broker (idempotent); return a one-line description."""
-    if _pid(broker) is not None:
-        _wait_until_up(broker, subprocess_handle=None)
-        return f"kafka already running on {broker.bootstrap} (pid {_pid(broker)})"
+def sasl_settings(broker: Broker, requested: bool) -> kafka_security.KafkaSecurity | None:
+    """The SCRAM settings a node starts with: asked for by --sasl on fresh storage, or fixed when it was formatted."""
+    formatted = (broker.data_dir / "meta.properties").exists()
+    mechanism = broker.sasl_file.read_text().strip() if broker.sasl_file.exists() else None
+    if formatted and requested and not mechanism:
+        raise UserError(f"{broker.name} was formatted without SASL: remove {broker.home} to start it afresh with --sasl")
+    if not (mechanism or (requested and not formatted)):
+        return None
+    security = kafka_security.from_env()
+    needed = (f"set {kafka_security.PROTOCOL}=SASL_PLAINTEXT, {kafka_security.MECHANISM}="
+              f"{mechanism or 'SCRAM-SHA-512'}, {kafka_security.USERNAME} and {kafka_security.PASSWORD}")
+    if security.protocol != "SASL_PLAINTEXT" or security.mechanism not in kafka_security.SCRAM:
+        raise UserError(f"{broker.name} {'has' if mechanism else 'asks for'} a SASL/SCRAM listener: {needed}")
+    if mechanism and security.mechanism != mechanism:
+        raise UserError(f"{broker.name} was formatted with {mechanism}: set {kafka_security.MECHANISM}={mechanism}")
+    if not all(c.isalnum() or c in "_.-" for c in security.username + security.password):
+        raise UserError(f"{kafka_security.USERNAME} and {kafka_security.PASSWORD} of a broker started here may hold "
+                        "letters, digits, '_', '.' and '-' only: pick others")
+    return security
+
+
+def check_ports_free(broker: Broker) -> None:
     for port in (broker.port, broker.controller_port):
         if not _port_free(port):
             raise UserError(f"port {port} on {HOST} is already in use: stop what holds it or pick another --port")
-    java = check_java()
+
+
+def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
+           heap: str = HEAP, min_heap: str | None = None) -> subprocess.Popen:
+    """Write the node's configuration, format its storage once, and start it in the background."""
+    check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
-    broker.config_file.write_text(_config(broker))
+    sasl = sasl_settings(broker, sasl_requested)
+    broker.config_file.write_text(_config(broker, sasl))
+    if sasl:
+        broker.config_file.chmod(0o600)  # it holds the password
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
-    _format_storage(broker, java)
+    _format_storage(broker, java, cluster_id, sasl)
     with open(broker.console_file, "ab") as console:
         proc = subprocess.Popen(
-            [java, f"-Xmx{HEAP}", f"-Xms{HEAP}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
              f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
              f"-Dkafka.logs.dir={broker.home / 'logs'}",
              "-cp", kafka_classpath(), "kafka.Kafka", str(broker.config_file)],
@@ -196,12 +282,24 @@ def start(broker: Broker) -> str:
             start_new_session=True, cwd=broker.home,
         )
     broker.pid_file.write_text(str(proc.pid))
-    _wait_until_up(broker, proc)
-    return f"kafka started on {broker.bootstrap} (pid {proc.pid}); logs in {broker.log_file}"
+    return proc
 
 
-def _wait_until_up(broker: Broker, subprocess_handle: subprocess.Popen | None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
+def start(broker: Broker, sasl: bool = False) -> str:
+    """Start the broker (idempotent); return a one-line description."""
+    if _pid(broker) is not None:
+        wait_until_up(broker, subprocess_handle=None)
+        return f"kafka already running on {broker.bootstrap} (pid {_pid(broker)})"
+    check_ports_free(broker)
+    proc = launch(broker, check_java(), sasl)
+    wait_until_up(broker, proc)
+    secured = f", SASL {broker.sasl_file.read_text()}" if broker.sasl_file.exists() else ""
+    return f"kafka started on {broker.bootstrap} (pid {proc.pid}{secured}); logs in {broker.log_file}"
+
+
+def wait_until_up(broker: Broker, subprocess_handle: subprocess.Popen | None,
+                  timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if _broker_answers(broker):
             return
@@ -209,17 +307,30 @@ def _wait_until_up(broker: Broker, subprocess_handle: subprocess.Popen | None) -
             broker.pid_file.unlink(missing_ok=True)
             raise UserError(f"kafka broker exited with code {subprocess_handle.returncode} while starting: see {broker.log_file} and {broker.console_file}")
         time.sleep(0.5)
-    raise UserError(f"kafka broker did not answer on {broker.bootstrap} within {START_TIMEOUT_S}s: see {broker.log_file}")
+    raise UserError(f"kafka broker did not answer on {broker.bootstrap} within {timeout_s:.0f}s: see {broker.log_file}"
+                    + _security_hint(broker))
 
 
-def stop(broker: Broker) -> str:
-    """Stop the broker this project started, by pid, and wait for it to exit."""
+def _security_hint(broker: Broker) -> str:
+    client = kafka_security.from_env()
+    if broker.sasl_file.exists() != client.sasl:
+        return (f" (it {'has' if broker.sasl_file.exists() else 'has no'} SASL listener, the clients use "
+                f"{client.describe()}: check the SWITCHYARD_KAFKA_* settings)")
+    return ""
+
+
+def send_stop(broker: Broker) -> int | None:
+    """Ask the node to shut down (SIGTERM); return its pid, None when it was not running."""
     pid = _pid(broker)
     if pid is None:
         broker.pid_file.unlink(missing_ok=True)
-        return f"kafka on {broker.bootstrap} is not running"
+        return None
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
+    return pid
+
+
+def wait_stopped(broker: Broker, pid: int, deadline: float) -> None:
+    """Wait for the node to exit until `deadline` (monotonic), then kill it."""
     while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
         time.sleep(0.2)
     if Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
@@ -227,7 +338,15 @@ def stop(broker: Broker) -> str:
         while Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
             time.sleep(0.1)
     broker.pid_file.unlink(missing_ok=True)
-    return f"kafka on {broker.bootstrap} stopped (pid {pid})"
+
+
+def stop(broker: Broker) -> str:
+    """Stop the broker this project started, by pid, and wait for it to exit."""
+    pid = send_stop(broker)
+    if pid is None:
+        return f"{broker.name} is not running"
+    wait_stopped(broker, pid, time.monotonic() + STOP_TIMEOUT_S)
+    return f"{broker.name} stopped (pid {pid})"
 
 
 def _is_zombie(pid: int) -> bool:
@@ -237,10 +356,15 @@ def _is_zombie(pid: int) -> bool:
         return True
 
 
+def running_pid(broker: Broker) -> int | None:
+    return _pid(broker)
+
+
 def status(broker: Broker) -> tuple[bool, str]:
     pid = _pid(broker)
     if pid is None:
-        return False, f"kafka on {broker.bootstrap} is not running"
+        return False, f"{broker.name} is not running"
     if not _broker_answers(broker):
-        return False, f"kafka process {pid} runs but does not answer on {broker.bootstrap}: see {broker.log_file}"
-    return True, f"kafka is up on {broker.bootstrap} (pid {pid})"
+        return False, (f"{broker.name} runs (pid {pid}) but does not answer: see {broker.log_file}"
+                       + _security_hint(broker))
+    return True, f"{broker.name} is up (pid {pid})"

@@ -21,9 +21,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    kafka = commands.add_parser("kafka", help="start, stop or check the local single-node KRaft broker")
+    kafka = commands.add_parser("kafka", help="start, stop or check a local KRaft broker (or a cluster of N nodes)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
-    kafka.add_argument("--port", type=int, default=9092, help="broker port on 127.0.0.1 (controller on port+1)")
+    kafka.add_argument("--port", type=int, default=9092,
+                       help="broker port P on 127.0.0.1 (controller on P+1); node k of a cluster: P+2k and P+2k+1")
+    kafka.add_argument("--brokers", type=int, default=1,
+                       help="nodes (broker and controller each); more than 1 starts a cluster (default 1)")
+    kafka.add_argument("--node", type=int, help="one node K of the cluster at --port: take it down or bring it back")
+    kafka.add_argument("--sasl", action="store_true",
+                       help="a SASL/SCRAM listener, credentials from the SWITCHYARD_KAFKA_* settings (fixed at format)")
     _common(kafka)
 
     smoke = commands.add_parser("smoke", help="produce events, read them with Spark from Kafka, write Delta, print counts")
@@ -46,17 +52,51 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run_kafka(args) -> int:
-    from deploy import kafka_broker
+    from deploy import kafka_broker, kafka_cluster
 
+    if args.node is not None or args.brokers > 1:
+        return _run_kafka_cluster(args)
     broker = kafka_broker.Broker.at(args.port)
     if args.action == "start":
-        print(kafka_broker.start(broker))
+        print(kafka_broker.start(broker, sasl=args.sasl))
         return 0
+    cluster = kafka_cluster.existing(args.port)
     if args.action == "stop":
-        print(kafka_broker.stop(broker))
+        stopped = kafka_broker.stop(broker)
+        if cluster is None or "stopped" in stopped:
+            print(stopped)
+        if cluster is not None:
+            print("\n".join(kafka_cluster.stop(cluster)))
         return 0
+    if cluster is not None and kafka_broker.running_pid(broker) is None:
+        return _run_kafka_cluster(args)
     up, line = kafka_broker.status(broker)
     print(line)
+    return 0 if up else 1
+
+
+def _run_kafka_cluster(args) -> int:
+    from deploy import kafka_broker, kafka_cluster
+
+    if args.action == "start" and args.node is None:
+        print(kafka_cluster.start(kafka_cluster.at(args.port, args.brokers), sasl=args.sasl))
+        return 0
+    if args.sasl and args.action == "start":
+        raise UserError("--sasl is fixed when the cluster is formatted: pass it with --brokers N on its first start")
+    cluster = kafka_cluster.require(args.port)
+    if args.action == "start":
+        print(kafka_cluster.start_node(cluster, args.node))
+        return 0
+    if args.action == "stop":
+        print(kafka_cluster.stop_node(cluster, args.node) if args.node is not None
+              else "\n".join(kafka_cluster.stop(cluster)))
+        return 0
+    if args.node is not None:
+        up, line = kafka_broker.status(cluster.node(args.node))
+        lines = [line]
+    else:
+        up, lines = kafka_cluster.status(cluster)
+    print("\n".join(lines))
     return 0 if up else 1
 
 

@@ -13,20 +13,22 @@ def _client_kwargs(bootstrap: str) -> dict:
     return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000, **kafka_security.client_kwargs()}
 
 
-def _unreachable(bootstrap: str) -> UserError:
-    return UserError(f"no Kafka broker answers at {bootstrap} ({kafka_security.from_env().describe()}): start one "
-                     "with `switchyard kafka start`, or check --bootstrap and the SWITCHYARD_KAFKA_* settings")
+def _unreachable(bootstrap: str, error: Exception) -> UserError:
+    """A client that cannot connect: no broker there, or one that refuses these security settings."""
+    return UserError(f"cannot connect to Kafka at {bootstrap} as a {kafka_security.from_env().describe()} client "
+                     f"({type(error).__name__}): start a broker with `switchyard kafka start`, or check --bootstrap "
+                     "and the SWITCHYARD_KAFKA_* settings")
 
 
 @contextmanager
 def admin_client(bootstrap: str) -> Iterator:
     from kafka import KafkaAdminClient
-    from kafka.errors import NoBrokersAvailable
+    from kafka.errors import KafkaError
 
     try:
         admin = KafkaAdminClient(**_client_kwargs(bootstrap))
-    except NoBrokersAvailable:
-        raise _unreachable(bootstrap) from None
+    except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
+        raise _unreachable(bootstrap, error) from None
     try:
         yield admin
     finally:
@@ -36,12 +38,12 @@ def admin_client(bootstrap: str) -> Iterator:
 @contextmanager
 def consumer(bootstrap: str) -> Iterator:
     from kafka import KafkaConsumer
-    from kafka.errors import NoBrokersAvailable
+    from kafka.errors import KafkaError
 
     try:
         client = KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
-    except NoBrokersAvailable:
-        raise _unreachable(bootstrap) from None
+    except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
+        raise _unreachable(bootstrap, error) from None
     try:
         yield client
     finally:
@@ -143,13 +145,13 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple],
     Each record is (key, value) or (key, value, partition, timestamp_ms); None lets Kafka choose.
     """
     from kafka import KafkaProducer
-    from kafka.errors import NoBrokersAvailable
+    from kafka.errors import KafkaError
 
     try:
         producer = KafkaProducer(**_client_kwargs(bootstrap), acks="all", linger_ms=50, batch_size=1 << 20,
                                  max_request_size=8 << 20)
-    except NoBrokersAvailable:
-        raise _unreachable(bootstrap) from None
+    except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
+        raise _unreachable(bootstrap, error) from None
     sent = 0
     failures: list[BaseException] = []
     try:

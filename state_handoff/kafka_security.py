@@ -73,7 +73,7 @@ class KafkaSecurity:
 
     def describe(self) -> str:
         if self.sasl:
-            return f"{self.protocol} {self.mechanism} as {self.username}"
+            return f"{self.protocol}/{self.mechanism} (user {self.username})"
         return self.protocol
 
 
