@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from state_handoff import kafka_security
-from state_handoff.errors import UserError
+from state_handoff.errors import Failed, UserError
 
 
 def _client_kwargs(bootstrap: str) -> dict:
@@ -87,7 +88,20 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
                     admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
                                                         configs={**configs, "cleanup.policy": "compact"})])
             return False
+        _wait_until_served(admin, topic, partitions)
     return True
+
+
+def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30) -> None:
+    """Brokers learn of a new topic from the controller a moment later; until then another client may not see it."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        described = admin.describe_topics([topic])
+        served = [p for d in described for p in d["partitions"] if p["leader"] >= 0]
+        if len(served) >= partitions:
+            return
+        time.sleep(0.1)
+    raise Failed(f"topic {topic} was created but its {partitions} partitions have no leader after {timeout_s:.0f}s")
 
 
 def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
