@@ -7,7 +7,6 @@ cd "$(dirname "$0")/.."
 
 export DAGSTER_HOME; DAGSTER_HOME=$(realpath -m "${DAGSTER_HOME:-.dagster_home}")
 export SWITCHYARD_WAREHOUSE; SWITCHYARD_WAREHOUSE=$(realpath -m "${SWITCHYARD_WAREHOUSE:-warehouse}")
-export SWITCHYARD_FIRST_DAY="${SWITCHYARD_FIRST_DAY:-2025-12-31}"
 pipeline="${SWITCHYARD_PIPELINE:-demo}"
 fail() { echo "switchyard demo: $*" >&2; exit 2; }
 
@@ -17,14 +16,8 @@ cp deploy/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
 days=$(ls "$SWITCHYARD_WAREHOUSE/$pipeline/archive" 2>/dev/null | sed -n 's/^event_date=//p' | sort)
 [ -n "$days" ] || fail "no archived days under $SWITCHYARD_WAREHOUSE/$pipeline/archive: run switchyard archive first"
 first=$(head -1 <<<"$days"); last=$(tail -1 <<<"$days")
-[[ ! "$first" < "$SWITCHYARD_FIRST_DAY" ]] \
-  || fail "the archive starts on $first, before the first daily partition: set SWITCHYARD_FIRST_DAY=$first"
 
-run_config=$(mktemp --suffix=.yaml)
-trap 'rm -f "$run_config"' EXIT
-echo 'loggers: {console: {config: {log_level: INFO}}}' >"$run_config"
-
+# The daily partitions begin at the archive's first day (or SWITCHYARD_FIRST_DAY).
 echo "switchyard demo: Dagster job backfill_then_stream over $first..$last (instance $DAGSTER_HOME)"
-.venv/bin/dagster job execute -m orchestration.definitions -d . -j backfill_then_stream -c "$run_config" \
-  --tags "{\"dagster/asset_partition_range_start\": \"$first\", \"dagster/asset_partition_range_end\": \"$last\"}"
+.venv/bin/python -m deploy.dagster_run --job backfill_then_stream --from "$first" --to "$last"
 echo "switchyard demo: the run, its checks and the stream's observations are in $DAGSTER_HOME: make ui, then http://127.0.0.1:${DAGSTER_PORT:-3000}"

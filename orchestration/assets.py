@@ -2,7 +2,7 @@
 
 import hashlib
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 
@@ -17,6 +17,8 @@ from state_handoff.handoff import current_handoff, run_handoff
 
 BACKLOG = "backlog"
 SWITCH = "switch"
+# The schedule commits the state every day at 00:30 UTC: a day and a half without it is a missed backfill.
+STATE_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
 
 
 def _timestamp(value: datetime | None):
@@ -102,7 +104,8 @@ def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: War
     name="keyed_state",
     specs=[
         dg.AssetSpec("state", deps=[tiles], group_name=BACKLOG, kinds={"spark", "delta"},
-                     description="One row per key: the merged aggregates of every tile (the state handed to the stream)."),
+                     description="One row per key: the merged aggregates of every tile (the state handed to the stream).",
+                     freshness_policy=STATE_FRESHNESS),
         dg.AssetSpec("windows", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,
                      description="Final window results: windows ending at or before the backlog watermark."),
         dg.AssetSpec("window_state", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,

@@ -14,7 +14,7 @@ from orchestration.assets import tiles
 from orchestration.expectations import check_result, run_suite
 from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration.stream_health import Watch, problem, read_progress
+from orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
 from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
 from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.handoff import current_handoff
@@ -175,8 +175,26 @@ def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResour
                                description=verdict or f"stream {progress.status.lower()}")
 
 
+@dg.multi_asset_check(specs=[dg.AssetCheckSpec(name, asset="stream", description=text)
+                             for name, text in CHECKS.items()])
+def stream_checks(warehouse: WarehouseResource, kafka: KafkaResource, monitor: StreamMonitorResource):
+    """The stream at a glance: process alive, caught up, update latency, last reconciliation (the sensor
+    re-evaluates them as the stream goes)."""
+    progress = read_progress(warehouse.tables())
+    if progress is None:
+        for name in CHECKS:
+            yield dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                      description="no handoff yet: nothing streams")
+        return
+    sample_latency(progress, kafka.bootstrap, warehouse.spec())
+    metadata = progress.metadata(time.time())
+    for verdict in verdicts(progress, monitor):
+        yield dg.AssetCheckResult(check_name=verdict.check_name, passed=verdict.passed, severity=verdict.severity,
+                                  description=verdict.description, metadata=metadata)
+
+
 windows_are_sound = _windows_check("windows", "windows_are_sound")
 window_state_is_sound = _windows_check("window_state", "window_state_is_sound")
 
 defs = dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, windows_are_sound, window_state_is_sound,
-                                    handoff_is_contiguous, stream_is_healthy])
+                                    handoff_is_contiguous, stream_is_healthy, stream_checks])

@@ -46,10 +46,12 @@ class WarehouseResource(dg.ConfigurableResource):
 
 
 class StreamMonitorResource(dg.ConfigurableResource):
-    """When the watched stream needs attention: no new batch for stall_seconds while behind, or too far behind."""
+    """When the watched stream needs attention: no new batch for stall_seconds while behind, more than
+    max_offsets_behind offsets behind latest, or updates slower than max_update_latency_s at the 99th percentile."""
 
     stall_seconds: float = 300.0
     max_offsets_behind: int = 100_000
+    max_update_latency_s: float = 60.0
 
 
 def _env_or(name: str, default: str | None):

@@ -4,28 +4,42 @@ import time
 
 import dagster as dg
 
-from orchestration.resources import StreamMonitorResource, WarehouseResource
-from orchestration.stream_health import Watch, advance, health_evaluation, problem, read_progress
+from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
+from orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed, problem,
+                                         progress_from, sample_latency, transition_metadata, verdicts)
+from state_handoff import handoff_log
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
-def stream_health(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
+def stream_health(context: dg.SensorEvaluationContext, warehouse: WarehouseResource, kafka: KafkaResource,
                   monitor: StreamMonitorResource) -> dg.SensorResult | dg.SkipReason:
-    """Observe the stream's lag, rates and watermark delay on every progress; fail stream_is_healthy when it stalls
-    or falls behind, and pass it again when it recovers."""
-    progress = read_progress(warehouse.tables())
+    """Observe the stream's lag, rates, update latency and watermark delay on every progress, and each transition
+    and rebase as it is logged; evaluate the stream's health checks whenever one changes verdict."""
+    tables = warehouse.tables()
+    entries = handoff_log.entries(None, tables)
+    progress = progress_from(tables, entries)
     if progress is None:
         return dg.SkipReason("no handoff yet: nothing streams")
     now = time.time()
     previous = Watch.from_cursor(context.cursor)
     watch = advance(previous, progress, now)
-    watch.problem = problem(progress, watch, now, monitor.stall_seconds, monitor.max_offsets_behind)
     new_handoff = progress.handoff_id != previous.handoff_id
-    events = []
-    if new_handoff or progress.updated != previous.updated:
+    new_progress = new_handoff or progress.updated != previous.updated
+    if new_progress:
+        sample_latency(progress, kafka.bootstrap, warehouse.spec())
+    events: list = [dg.AssetObservation(asset_key="stream", metadata=transition_metadata(e, tables))
+                    for e in entries if e.seq > previous.log_seq and is_observed(e)]
+    watch.log_seq = max([previous.log_seq] + [e.seq for e in entries])
+    if new_progress:
         events.append(dg.AssetObservation(asset_key="stream", metadata=progress.metadata(now)))
+    watch.problem = problem(progress, watch, now, monitor.stall_seconds, monitor.max_offsets_behind)
     if new_handoff or watch.problem != previous.problem:
         events.append(health_evaluation(progress, watch.problem, now))
+    for verdict in verdicts(progress, monitor):
+        sampled = verdict.check_name != LATENCY or new_progress  # latency is sampled on new progress only
+        if sampled and (new_progress or previous.verdicts.get(verdict.check_name) != verdict.passed):
+            events.append(check_evaluation(progress, verdict, now))
+            watch.verdicts[verdict.check_name] = verdict.passed
     if not events:
         return dg.SensorResult(skip_reason=f"no new progress (stream {progress.status.lower()})",
                                cursor=watch.to_cursor())

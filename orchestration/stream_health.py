@@ -1,7 +1,8 @@
-"""How the stream is doing, read from the handoff log and its progress file (no JVM): figures and a verdict."""
+"""How the stream is doing, read from the handoff log, the lease and the progress cache (no JVM), with its update
+latency sampled from Kafka: figures under stable keys for Dagster's plots, and a verdict per health check."""
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import dagster as dg
@@ -10,8 +11,24 @@ from state_handoff import handoff_log
 from state_handoff.lease import stream_running
 from state_handoff.stream_control import read_json, stream_dir
 from state_handoff.tables import Tables
+from state_handoff.update_latency import UpdateLatency
 
 RUNNING = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)
+REBASING = (handoff_log.REBASE_REQUESTED, handoff_log.PAUSED)
+# A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
+# demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.
+HISTORICAL_AFTER_S = 86_400.0
+
+ALIVE, CAUGHT_UP, LATENCY, RECONCILED, HEALTHY = ("stream_process_alive", "stream_caught_up",
+                                                  "stream_update_latency", "stream_reconciled",
+                                                  "stream_is_healthy")
+CHECKS = {
+    ALIVE: "The stream process runs (it holds the pipeline's lease), or it stopped cleanly; red when it died or failed.",
+    CAUGHT_UP: "Offsets behind latest at or under the monitor's max_offsets_behind.",
+    LATENCY: "Update latency (input's Kafka timestamp to its update's) at the 99th percentile under the monitor's "
+             "max_update_latency_s.",
+    RECONCILED: "The last rebase found the recomputed state equal to the streamed state (keys different = 0).",
+}
 
 
 def _utc(value) -> datetime | None:
@@ -31,7 +48,8 @@ def _behind(offsets) -> int | None:
 
 @dataclass
 class Progress:
-    """One look at the stream: the latest log status for the current handoff and the progress file's figures."""
+    """One look at the stream: the latest log status of the current handoff, the progress cache's figures, the
+    last rebase's reconciliation and (when sampled) the update latency."""
 
     handoff_id: str
     status: str
@@ -39,39 +57,73 @@ class Progress:
     updated: float | None
     batch_id: int | None
     offsets_behind: int | None
-    input_rows_per_s: float | None
-    processed_rows_per_s: float | None
+    input_rate: float | None
+    processed_rate: float | None
     stream_watermark: str | None
+    topic: str | None = None
+    reason: str = ""
+    rebases: int = 0
+    reconciliation_keys_different: int | None = None
+    latency: UpdateLatency | None = None
 
     def watermark_delay_s(self, now: float) -> float | None:
+        """Wall clock minus the stream's watermark; None when the events are historical."""
         watermark = _utc(self.stream_watermark)
-        return None if watermark is None else round(now - watermark.timestamp(), 3)
+        if watermark is None or now - watermark.timestamp() > HISTORICAL_AFTER_S:
+            return None
+        return round(now - watermark.timestamp(), 3)
 
     def metadata(self, now: float) -> dict:
+        latency = self.latency
+        delay = self.watermark_delay_s(now)
         return {
+            "phase": self.status,
             "handoff_id": self.handoff_id,
-            "status": self.status,
             "offsets_behind": _number(self.offsets_behind),
-            "input_rows_per_s": _number(self.input_rows_per_s),
-            "processed_rows_per_s": _number(self.processed_rows_per_s),
-            "watermark_delay_s": _number(self.watermark_delay_s(now)),
+            "update_latency_p50_s": _number(latency.p50_s if latency else None),
+            "update_latency_p99_s": _number(latency.p99_s if latency else None),
+            "input_rate": _number(self.input_rate),
+            "processed_rate": _number(self.processed_rate),
+            "watermark_delay_s": _number(delay),
             "batch_id": _number(self.batch_id),
             "stream_watermark": self.stream_watermark or "",
+            "event_times": "historical: no watermark delay" if self.stream_watermark and delay is None else "live",
         }
 
 
 def read_progress(tables: Tables) -> Progress | None:
     """None before any handoff."""
-    entries = handoff_log.entries(None, tables)
+    return progress_from(tables, handoff_log.entries(None, tables))
+
+
+def progress_from(tables: Tables, entries: list) -> Progress | None:
     handoff = next((e for e in reversed(entries) if e.status == handoff_log.HANDOFF_COMMITTED), None)
     if handoff is None:
         return None
-    latest = [e for e in entries if e.handoff_id == handoff.handoff_id][-1]
+    ours = [e for e in entries if e.handoff_id == handoff.handoff_id]
+    latest = ours[-1]
+    rebased = [handoff_log.details(e) for e in entries
+               if e.status == handoff_log.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
     progress = read_json(stream_dir(tables, handoff.handoff_id) / "progress.json") or {}
     return Progress(handoff.handoff_id, latest.status, stream_running(tables), progress.get("updated"),
                     progress.get("batch_id"), _behind(progress.get("offsets_behind")),
                     progress.get("input_rows_per_s"), progress.get("processed_rows_per_s"),
-                    progress.get("stream_watermark"))
+                    progress.get("stream_watermark"), topic=handoff_log.details(handoff).get("topic"),
+                    reason=str(handoff_log.details(latest).get("reason") or ""), rebases=len(rebased),
+                    reconciliation_keys_different=rebased[-1]["reconciliation"]["keys_different"] if rebased else None)
+
+
+def sample_latency(progress: Progress, bootstrap: str, pipeline) -> Progress:
+    """The progress with the update latency sampled from Kafka, while a stream runs; a broker out of reach leaves
+    it unknown (the lag figures already say so)."""
+    from state_handoff.update_latency import sample
+
+    if progress.topic and progress.process_alive:
+        try:
+            progress.latency = sample(bootstrap, pipeline, progress.topic)
+        except Exception:  # noqa: BLE001 - a monitor fails soft
+            progress.latency = None
+    return progress
 
 
 @dataclass
@@ -83,6 +135,8 @@ class Watch:
     batch_id: int | None = None
     batch_since: float | None = None
     problem: str | None = None
+    verdicts: dict = field(default_factory=dict)  # check name -> passed, as last reported
+    log_seq: int = -1  # the last handoff log entry relayed as an observation
 
     @classmethod
     def from_cursor(cls, cursor: str | None) -> "Watch":
@@ -98,7 +152,8 @@ def advance(watch: Watch, progress: Progress, now: float) -> Watch:
         since = now
     else:
         since = watch.batch_since
-    return Watch(progress.handoff_id, progress.updated, progress.batch_id, since, watch.problem)
+    return Watch(progress.handoff_id, progress.updated, progress.batch_id, since, watch.problem,
+                 dict(watch.verdicts), watch.log_seq)
 
 
 def problem(progress: Progress, watch: Watch, now: float, stall_seconds: float, max_offsets_behind: int) -> str | None:
@@ -119,27 +174,123 @@ def problem(progress: Progress, watch: Watch, now: float, stall_seconds: float, 
     return None
 
 
+@dataclass(frozen=True)
+class Verdict:
+    check_name: str
+    passed: bool
+    description: str
+    severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+
+
+def _alive(p: Progress) -> Verdict:
+    if p.status == handoff_log.FAILED:
+        return Verdict(ALIVE, False, f"the stream failed: {p.reason or 'see the handoff log'}")
+    if p.status in RUNNING + REBASING:
+        if p.process_alive:
+            return Verdict(ALIVE, True, f"running ({p.status})")
+        return Verdict(ALIVE, False, f"the stream process is gone without a clean stop (last status {p.status})")
+    if p.status == handoff_log.STOPPED:
+        return Verdict(ALIVE, True, f"stopped cleanly ({p.reason or 'stopped'})")
+    return Verdict(ALIVE, False, f"no stream has started from handoff {p.handoff_id} yet",
+                   dg.AssetCheckSeverity.WARN)
+
+
+def _caught_up(p: Progress, max_offsets_behind: int) -> Verdict:
+    if p.offsets_behind is None:
+        return Verdict(CAUGHT_UP, True, "lag not measured yet (no progress reported)")
+    if p.offsets_behind > max_offsets_behind:
+        return Verdict(CAUGHT_UP, False, f"{p.offsets_behind} offsets behind latest, past the threshold of "
+                                         f"{max_offsets_behind}")
+    return Verdict(CAUGHT_UP, True, f"{p.offsets_behind} offsets behind latest (threshold {max_offsets_behind})")
+
+
+def _latency(p: Progress, max_update_latency_s: float) -> Verdict:
+    if p.latency is None:
+        return Verdict(LATENCY, True, "no recent input matched to its update (nothing streaming, or not sampled)")
+    figures = f"p50 {p.latency.p50_s:.3f}s, p99 {p.latency.p99_s:.3f}s over {p.latency.matched} updates"
+    if p.latency.p99_s > max_update_latency_s:
+        return Verdict(LATENCY, False, f"update latency {figures}: past the bound of {max_update_latency_s:g}s")
+    return Verdict(LATENCY, True, f"update latency {figures} (bound {max_update_latency_s:g}s)")
+
+
+def _reconciled(p: Progress) -> Verdict:
+    if p.reconciliation_keys_different is None:
+        return Verdict(RECONCILED, True, "no rebase yet")
+    if p.reconciliation_keys_different:
+        return Verdict(RECONCILED, False, f"the last rebase found {p.reconciliation_keys_different} keys whose "
+                                          "recomputed state differs from the streamed state (see HANDOFF_COMMITTED)")
+    return Verdict(RECONCILED, True, f"the last of {p.rebases} rebases reconciled: recomputed state = streamed state")
+
+
+def verdicts(progress: Progress, monitor) -> list[Verdict]:
+    """The stream's health checks on this reading (`monitor`: the StreamMonitorResource's thresholds)."""
+    return [_alive(progress), _caught_up(progress, monitor.max_offsets_behind),
+            _latency(progress, monitor.max_update_latency_s), _reconciled(progress)]
+
+
+def check_evaluation(progress: Progress, verdict: Verdict, now: float) -> dg.AssetCheckEvaluation:
+    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey("stream"), check_name=verdict.check_name,
+                                   passed=verdict.passed, severity=verdict.severity,
+                                   metadata=progress.metadata(now), description=verdict.description)
+
+
 def health_evaluation(progress: Progress, verdict: str | None, now: float) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey("stream"), check_name="stream_is_healthy", passed=verdict is None,
+        asset_key=dg.AssetKey("stream"), check_name=HEALTHY, passed=verdict is None,
         metadata=progress.metadata(now), description=verdict or f"stream {progress.status.lower()}, no stall")
 
 
-def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int]) -> dict:
-    """An observation of `stream` for one handoff log entry (SWITCHED, CAUGHT_UP, ...) of a handoff."""
+# ---------------------------------------------------------------- the handoff log's transitions as observations
+
+LIFECYCLE = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND,
+             handoff_log.STOPPED, handoff_log.FAILED, handoff_log.REBASE_REQUESTED, handoff_log.PAUSED,
+             handoff_log.HANDOFF_COMMITTED)
+
+
+def _rebase_figures(entry, details: dict) -> dict:
+    """A rebase's decision (REBASE_REQUESTED: why, and for a switch back the lag that decided it) and its outcome
+    (PAUSED: the cut; HANDOFF_COMMITTED at a cut: time taken and the reconciliation)."""
+    if entry.status == handoff_log.REBASE_REQUESTED:
+        return {"rebase_reason": details.get("reason") or "", "requested_by": details.get("requested_by") or "",
+                "switch_back_offsets_behind": _number(details.get("behind")),
+                "switch_back_threshold": _number(details.get("threshold")),
+                "behind_for_s": _number(details.get("behind_for_s"))}
+    if entry.status == handoff_log.PAUSED:
+        cut = details.get("cut", {}).get("offsets", {})
+        return {"rebase_reason": details.get("reason") or "", "cut": dg.MetadataValue.json(cut)}
+    if entry.status == handoff_log.HANDOFF_COMMITTED and "reconciliation" in details:
+        reconciliation = details["reconciliation"]
+        return {"rebase_s": _number(details.get("rebase_s")),
+                "reconciliation_keys_different": _number(reconciliation.get("keys_different")),
+                "reconciliation_keys": _number(reconciliation.get("keys_recomputed")),
+                "previous_handoff": details.get("previous_handoff") or ""}
+    return {}
+
+
+def is_observed(entry) -> bool:
+    """Transitions of a stream and every step of a rebase; a first handoff is the handoff asset's own."""
+    if entry.status not in LIFECYCLE:
+        return False
+    return entry.status != handoff_log.HANDOFF_COMMITTED or "request_id" in handoff_log.details(entry)
+
+
+def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | None = None) -> dict:
+    """An observation of `stream` for one handoff log entry (SWITCHED, CAUGHT_UP, REBASE_REQUESTED, ...)."""
     details = handoff_log.details(entry)
     progress = read_json(stream_dir(tables, entry.handoff_id) / "progress.json") or {}
     behind = details.get("offsets_behind", progress.get("offsets_behind"))
-    rate = details.get("processed_rows_per_s", progress.get("processed_rows_per_s"))
+    start = start_offsets if start_offsets is not None else handoff_log.offsets(entry)
     return {
-        "status": entry.status,
+        "phase": entry.status,
         "handoff_id": entry.handoff_id,
         "at": dg.MetadataValue.timestamp(_utc(entry.at)),
-        "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(start_offsets.items())}),
+        "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(start.items())}),
         "backlog_watermark": (dg.MetadataValue.timestamp(_utc(entry.backlog_watermark))
                               if entry.backlog_watermark else dg.MetadataValue.null()),
         "stream_watermark": details.get("stream_watermark", progress.get("stream_watermark")) or "",
-        "offsets_behind": _number(_behind(behind)),
-        "records_per_s": _number(rate),
+        "offsets_behind": _number(_behind(behind) if isinstance(behind, dict) else behind),
+        "input_rate": _number(details.get("input_rows_per_s", progress.get("input_rows_per_s"))),
+        "processed_rate": _number(details.get("processed_rows_per_s", progress.get("processed_rows_per_s"))),
+        **_rebase_figures(entry, details),
         "details": dg.MetadataValue.json(details),
     }

@@ -2,7 +2,7 @@
 
 import io
 import shutil
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 import dagster as dg
@@ -16,8 +16,11 @@ from orchestration.assets import handoff, keyed_state
 from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets, state_is_sound
 from orchestration.definitions import build_definitions, defs
 from orchestration.expectations import run_suite
+from orchestration.partitions import first_day
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from state_handoff import handoff_log
+from state_handoff.archive_files import list_archive
+from state_handoff.errors import UserError
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests import oracle
@@ -25,6 +28,8 @@ from tests import oracle
 PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.backlog"
 DAYS = ("2025-12-31", "2026-01-01", "2026-01-02")
+STREAM_CHECKS = ("stream_is_healthy", "stream_process_alive", "stream_caught_up", "stream_update_latency",
+                 "stream_reconciled")
 RANGE = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
 
 
@@ -91,7 +96,10 @@ def test_definitions_load_with_the_asset_graph():
         "archive", "tiles", "state", "windows", "window_state", "handoff", "stream"}
     assert {k.name for k in graph.asset_check_keys} == {
         "tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound", "handoff_is_contiguous",
-        "stream_is_healthy"}
+        *STREAM_CHECKS}
+    assert graph.get(dg.AssetKey("state")).freshness_policy == dg.FreshnessPolicy.time_window(
+        fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
+    assert {"rebase_stream", "stop_stream"} <= {j.name for j in defs.resolve_all_job_defs()}
     assert graph.get(dg.AssetKey("handoff")).parent_keys >= {dg.AssetKey("state")}
     assert graph.get(dg.AssetKey("stream")).parent_keys == {dg.AssetKey("handoff")}
     chain = defs.resolve_job_def("backfill_then_stream")
@@ -107,6 +115,22 @@ def test_schedule_backfills_the_day_that_just_ended():
     requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-01-04"]
     assert schedule.job_name == "backfill_days"
+
+
+def test_dagster_deprecations_from_project_code_fail_the_tests():
+    with pytest.raises(DeprecationWarning, match="RunRequest\\(partition_key=...\\)"):
+        defs.resolve_job_def("backfill_days").run_request_for_partition("2026-01-04")
+
+
+def test_partitions_begin_at_the_archives_first_day(backlog):
+    archived = sorted(f.day for f in list_archive(backlog.tables.archive))
+    assert first_day({"SWITCHYARD_WAREHOUSE": backlog.tables.warehouse}) == str(archived[0]) == DAYS[0]
+    assert first_day({"SWITCHYARD_WAREHOUSE": backlog.tables.warehouse, "SWITCHYARD_FIRST_DAY": "2026-01-02"}) \
+        == "2026-01-02"
+    today = datetime.now(timezone.utc).date().isoformat()
+    assert first_day({"SWITCHYARD_WAREHOUSE": "/nonexistent/warehouse"}) == today, "nothing archived: today"
+    with pytest.raises(UserError, match="SWITCHYARD_FIRST_DAY=1/2/2026: give the first daily partition as YYYY-MM-DD"):
+        first_day({"SWITCHYARD_FIRST_DAY": "1/2/2026"})
 
 
 def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, tables, bootstrap):
@@ -133,16 +157,16 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
 
     switch = done["handoff"][0].metadata
     assert switch["start_offsets"].value == {str(p): hi for p, (_, hi) in backlog.cut.items()}
-    stream_states = [o.metadata["status"].value for o in _observations(result, "stream")]
+    stream_states = [o.metadata["phase"].value for o in _observations(result, "stream")]
     assert stream_states[:2] == ["STREAM_STARTED", "SWITCHED"] and "CAUGHT_UP" in stream_states
-    caught_up = next(o.metadata for o in _observations(result, "stream") if o.metadata["status"].value == "CAUGHT_UP")
+    caught_up = next(o.metadata for o in _observations(result, "stream") if o.metadata["phase"].value == "CAUGHT_UP")
     assert caught_up["handoff_id"].value == switch["handoff_id"].value and caught_up["offsets_behind"].value == 0
     assert caught_up["start_offsets"].value == switch["start_offsets"].value
     assert done["stream"][0].metadata["caught_up"].value is True
 
     checks = _check_evaluations(result)
     assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
-                           "handoff_is_contiguous", "stream_is_healthy"}
+                           "handoff_is_contiguous", *STREAM_CHECKS}
     assert all(c.passed for c in checks.values()), {n: c.description for n, c in checks.items()}
 
     # after the switch the keyed state holds every well-formed record of the topic, backlog and tail alike

@@ -6,7 +6,7 @@ import time
 import dagster as dg
 import pytest
 
-from orchestration.resources import StreamMonitorResource, WarehouseResource
+from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
 from state_handoff import handoff_log, lease
 from state_handoff.stream_control import stream_dir, write_json_atomically
@@ -23,6 +23,7 @@ def tables(tmp_path) -> Tables:
 def _tick(tables: Tables, cursor: str | None = None):
     context = dg.build_sensor_context(cursor=cursor, resources={
         "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
+        "kafka": KafkaResource(bootstrap="127.0.0.1:9"),  # never asked: the log names no topic to sample
         "monitor": StreamMonitorResource(stall_seconds=60, max_offsets_behind=100)})
     return stream_health(context)
 
@@ -35,9 +36,16 @@ def _progress(tables: Tables, batch_id: int, behind: dict[str, int], updated: fl
 
 
 def _split(result):
-    observations = [e for e in result.asset_events if isinstance(e, dg.AssetObservation)]
-    evaluations = [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
+    """The progress observations (those with a batch id) and the check evaluations by check name."""
+    observations = [e for e in result.asset_events if isinstance(e, dg.AssetObservation) and "batch_id" in e.metadata]
+    evaluations = {e.check_name: e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
     return observations, evaluations
+
+
+def _phases(result) -> list[str]:
+    """The transitions relayed as observations (those without a batch id)."""
+    return [e.metadata["phase"].value for e in result.asset_events
+            if isinstance(e, dg.AssetObservation) and "batch_id" not in e.metadata]
 
 
 def _backdate_batch(cursor: str, seconds: float) -> str:
@@ -54,37 +62,50 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     with lease.hold(tables, lease.STREAM):  # this test process stands in for the running stream
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})
         first = _tick(tables)
-        (observation,), (evaluation,) = _split(first)
+        (observation,), evaluations = _split(first)
+        assert _phases(first) == ["STREAM_STARTED", "SWITCHED"]
         assert observation.asset_key == dg.AssetKey("stream")
         figures = {k: v.value for k, v in observation.metadata.items()}
-        assert figures["offsets_behind"] == 5 and figures["input_rows_per_s"] == 120.5
-        assert figures["processed_rows_per_s"] == 240.0 and figures["status"] == "SWITCHED"
-        assert figures["watermark_delay_s"] == pytest.approx(time.time() - 1767397200, abs=30)
-        assert evaluation.check_name == "stream_is_healthy" and evaluation.passed
+        assert figures["offsets_behind"] == 5 and figures["input_rate"] == 120.5
+        assert figures["processed_rate"] == 240.0 and figures["phase"] == "SWITCHED"
+        assert figures["watermark_delay_s"] is None and figures["event_times"].startswith("historical")
+        assert set(evaluations) == {"stream_is_healthy", "stream_process_alive", "stream_caught_up",
+                                    "stream_update_latency", "stream_reconciled"}
+        assert all(e.passed for e in evaluations.values()), {n: e.description for n, e in evaluations.items()}
 
         same = _tick(tables, first.cursor)
         assert same.asset_events == [] and "no new progress" in same.skip_reason.skip_message
 
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})  # alive, but the batch has not moved for 2 minutes
         stalled = _tick(tables, _backdate_batch(same.cursor, 120))
-        observations, (alert,) = _split(stalled)
+        observations, evaluations = _split(stalled)
+        alert = evaluations["stream_is_healthy"]
         assert len(observations) == 1 and not alert.passed
         assert alert.description.startswith("no new batch for 12") and "5 offsets behind" in alert.description
 
         _progress(tables, batch_id=5, behind={"0": 300, "1": 200})
         behind = _tick(tables, stalled.cursor)
-        (alert,) = _split(behind)[1]
+        evaluations = _split(behind)[1]
+        alert, lagging = evaluations["stream_is_healthy"], evaluations["stream_caught_up"]
         assert not alert.passed and "500 offsets behind latest, past the threshold of 100" in alert.description
+        assert not lagging.passed and lagging.severity == dg.AssetCheckSeverity.ERROR
 
         _progress(tables, batch_id=6, behind={"0": 0, "1": 0})
         recovered = _tick(tables, behind.cursor)
-        (evaluation,) = _split(recovered)[1]
-        assert evaluation.passed
+        evaluations = _split(recovered)[1]
+        assert evaluations["stream_is_healthy"].passed and evaluations["stream_caught_up"].passed
 
     gone = _tick(tables, recovered.cursor)
-    (alert,) = _split(gone)[1]
+    evaluations = _split(gone)[1]
+    alert, alive = evaluations["stream_is_healthy"], evaluations["stream_process_alive"]
     assert not alert.passed and "gone without a clean stop" in alert.description
+    assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+    assert set(evaluations) == {"stream_is_healthy", "stream_process_alive"}, "only verdicts that changed"
 
     handoff_log.append(spark, tables, HANDOFF_ID, handoff_log.STOPPED, details={"reason": "SIGTERM"})
-    (evaluation,) = _split(_tick(tables, gone.cursor))[1]
-    assert evaluation.passed and evaluation.metadata["status"].value == "STOPPED"
+    stopped = _tick(tables, gone.cursor)
+    assert _phases(stopped) == ["STOPPED"]
+    evaluations = _split(stopped)[1]
+    assert evaluations["stream_is_healthy"].passed and evaluations["stream_is_healthy"].metadata["phase"].value == "STOPPED"
+    assert evaluations["stream_process_alive"].passed
+    assert evaluations["stream_process_alive"].description == "stopped cleanly (SIGTERM)"

@@ -1,0 +1,52 @@
+"""Run a job of the switchyard code location in the Dagster instance at $DAGSTER_HOME (the one `make ui` shows),
+through Dagster's Python API: `python -m deploy.dagster_run --job backfill_then_stream --from DAY --to DAY`."""
+
+import argparse
+import sys
+
+from state_handoff.errors import UserError
+
+RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+
+
+def run_job(job_name: str, first: str | None, last: str | None, config: dict | None = None) -> bool:
+    import dagster as dg
+
+    from orchestration.definitions import defs
+    from orchestration.partitions import daily
+
+    try:
+        job = defs.resolve_job_def(job_name)
+    except dg.DagsterInvariantViolationError:
+        raise UserError(f"no job {job_name} in the switchyard code location") from None
+    tags = {}
+    if first or last:
+        first, last = first or last, last or first
+        keys = daily.get_partition_keys()
+        missing = [day for day in (first, last) if day not in keys]
+        if missing:
+            raise UserError(f"day {missing[0]} is not a daily partition (they run {keys[0]}..{keys[-1]}): "
+                            "set SWITCHYARD_FIRST_DAY or archive that day first")
+        tags = {RANGE_START: first, RANGE_END: last}
+    run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}, **(config or {})}
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
+    print(f"switchyard: Dagster run {result.run_id} of {job_name}: {'SUCCESS' if result.success else 'FAILURE'}")
+    return result.success
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.dagster_run", description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")
+    parser.add_argument("--to", dest="last", help="last day of the partition range (YYYY-MM-DD)")
+    args = parser.parse_args(argv)
+    try:
+        return 0 if run_job(args.job, args.first, args.last) else 1
+    except UserError as err:
+        print(f"switchyard: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

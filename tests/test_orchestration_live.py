@@ -1,0 +1,160 @@
+"""A live stream as Dagster sees it and steers it: figures under stable keys, the health checks green while it
+runs, the rebase and stop jobs, and the alive check red once the process is killed."""
+
+import io
+import json
+import os
+import signal
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+import pytest
+
+from jobs.archive import archive_cut, run_archive
+from jobs.backfill import run_backfill
+from jobs.generate import run_generate
+from orchestration.checks import stream_checks
+from orchestration.definitions import build_definitions
+from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from orchestration.sensors import stream_health
+from orchestration.stream_health import read_progress
+from state_handoff import handoff_log, lease
+from state_handoff.handoff import run_handoff
+from state_handoff.kafka_io import produce
+from state_handoff.pipelines import get_pipeline
+from state_handoff.tables import Tables
+from tests.stream_process import start_stream, wait_until
+
+PIPELINE = get_pipeline("demo")
+TOPIC = "orchestration.live"
+PLOTTED = ("offsets_behind", "update_latency_p50_s", "update_latency_p99_s", "input_rate", "processed_rate",
+           "watermark_delay_s")
+
+
+def _quiet(*_):
+    pass
+
+
+def _resources(tables: Tables, bootstrap: str) -> dict:
+    return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
+            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
+            "monitor": StreamMonitorResource(max_offsets_behind=50, max_update_latency_s=120)}
+
+
+def _tick(tables: Tables, bootstrap: str, cursor: str | None = None) -> dg.SensorResult:
+    resources = _resources(tables, bootstrap)
+    context = dg.build_sensor_context(cursor=cursor, resources={k: resources[k] for k in ("warehouse", "kafka",
+                                                                                          "monitor")})
+    return stream_health(context)
+
+
+def _live_events(n: int, tag: str) -> list[tuple]:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return [(f"k{i % 7}".encode(), json.dumps({"event_id": f"{tag}-{i}", "key": f"k{i % 7}", "event_time": now,
+                                               "amount": 1.0, "kind": "live"}).encode()) for i in range(n)]
+
+
+def _observations(result) -> list[dict]:
+    return [{k: v.value for k, v in e.event_specific_data.asset_observation.metadata.items()}
+            for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+
+
+def _status_after(tables: Tables, seq: int, status: str):
+    return next((e for e in handoff_log.entries(None, tables) if e.seq > seq and e.status == status), None)
+
+
+def _read_past(tables: Tables, since: float) -> bool:
+    """The stream has read everything on the topic at a moment after `since`."""
+    progress = read_progress(tables)
+    return progress.updated is not None and progress.updated > since + 2 and progress.offsets_behind == 0
+
+
+def _last_seq(tables: Tables) -> int:
+    return handoff_log.entries(None, tables)[-1].seq
+
+
+@pytest.fixture
+def handed_off(spark, bootstrap, tmp_path) -> Tables:
+    run_generate(bootstrap, TOPIC, events=300, keys=10, partitions=2, days=1, seed=3, malformed_rate=0.0,
+                 out=io.StringIO())
+    tables = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, TOPIC, archive_cut(bootstrap, TOPIC, fraction=0.8), out=_quiet)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    run_handoff(spark, PIPELINE, tables, bootstrap)
+    return tables
+
+
+def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tmp_path):
+    tables = handed_off
+    defs = build_definitions(_resources(tables, bootstrap))
+    log = tmp_path / "stream.log"
+    process = start_stream(tables, bootstrap, log)
+    try:
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, process, log,
+                   "CAUGHT_UP")
+        produce(bootstrap, TOPIC, _live_events(200, "live"))
+        sent_at = time.time()
+        wait_until(lambda: _read_past(tables, sent_at), process, log, "the live events streamed")
+
+        first = _tick(tables, bootstrap)
+        observations = [{k: v.value for k, v in e.metadata.items()} for e in first.asset_events
+                        if isinstance(e, dg.AssetObservation)]
+        figures = observations[-1]
+        assert figures["phase"] in ("CAUGHT_UP", "SWITCHED")
+        assert all(isinstance(figures[k], float) for k in PLOTTED), {k: figures[k] for k in PLOTTED}
+        assert figures["offsets_behind"] == 0 and 0 <= figures["update_latency_p50_s"] <= figures["update_latency_p99_s"]
+        assert 0 < figures["watermark_delay_s"] < 3600, "live events: the delay is against the wall clock"
+        assert [o["phase"] for o in observations[:3]] == ["STREAM_STARTED", "SWITCHED", "CAUGHT_UP"]
+        verdicts = {e.check_name: e for e in first.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
+        assert {"stream_process_alive", "stream_caught_up", "stream_update_latency", "stream_reconciled",
+                "stream_is_healthy"} <= set(verdicts)
+        assert all(v.passed for v in verdicts.values()), {n: v.description for n, v in verdicts.items()}
+
+        rebased = defs.resolve_job_def("rebase_stream").execute_in_process()
+        assert rebased.success
+        steps = {o["phase"]: o for o in _observations(rebased)}
+        assert {"REBASE_REQUESTED", "PAUSED", "HANDOFF_COMMITTED"} <= set(steps)
+        assert steps["REBASE_REQUESTED"]["rebase_reason"] == "rebase"
+        assert steps["HANDOFF_COMMITTED"]["reconciliation_keys_different"] == 0
+        assert steps["HANDOFF_COMMITTED"]["rebase_s"] > 0
+
+        after_rebase = _tick(tables, bootstrap, first.cursor)
+        reconciled = next(e for e in after_rebase.asset_events if isinstance(e, dg.AssetCheckEvaluation)
+                          and e.check_name == "stream_reconciled")
+        assert reconciled.passed and "reconciled" in reconciled.description
+
+        seq = _last_seq(tables)
+        stopped = defs.resolve_job_def("stop_stream").execute_in_process()
+        assert stopped.success and _status_after(tables, seq, handoff_log.STOPPED) is not None
+        assert process.wait(timeout=120) == 0
+        checks = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
+                                selection=dg.AssetSelection.checks(stream_checks))
+        alive = {e.event_specific_data.check_name: e.event_specific_data for e in checks.all_events
+                 if e.event_type_value == "ASSET_CHECK_EVALUATION"}["stream_process_alive"]
+        assert alive.passed and alive.description.startswith("stopped cleanly")
+
+        refused = defs.resolve_job_def("stop_stream").execute_in_process(raise_on_error=False)
+        assert not refused.success, "nothing to stop"
+
+        seq = _last_seq(tables)
+        process = start_stream(tables, bootstrap, log)
+        wait_until(lambda: _status_after(tables, seq, handoff_log.SWITCHED) is not None and lease.stream_running(tables),
+                   process, log, "the stream running again")
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        killed = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
+                                selection=dg.AssetSelection.checks(stream_checks), raise_on_error=False)
+        evaluations = {e.event_specific_data.check_name: e.event_specific_data for e in killed.all_events
+                       if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+        alive = evaluations["stream_process_alive"]
+        assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
+        assert "gone without a clean stop" in alive.description
+        noticed = _tick(tables, bootstrap, after_rebase.cursor)
+        red = {e.check_name: e for e in noticed.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
+        assert not red["stream_process_alive"].passed and not red["stream_is_healthy"].passed
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=120)
+
