@@ -262,7 +262,8 @@ def check_ports_free(broker: Broker) -> None:
 
 
 def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
-           heap: str = HEAP, min_heap: str | None = None) -> subprocess.Popen:
+           heap: str = HEAP, min_heap: str | None = None, jvm_flags: tuple[str, ...] = ("-XX:+UseG1GC",)
+           ) -> subprocess.Popen:
     """Write the node's configuration, format its storage once, and start it in the background."""
     check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -274,7 +275,7 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     _format_storage(broker, java, cluster_id, sasl)
     with open(broker.console_file, "ab") as console:
         proc = subprocess.Popen(
-            [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", *jvm_flags, "-Djava.awt.headless=true",
              f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
              f"-Dkafka.logs.dir={broker.home / 'logs'}",
              "-cp", kafka_classpath(), "kafka.Kafka", str(broker.config_file)],
