@@ -186,14 +186,18 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
     seen = launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
     statuses = [e.status for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
+    behind = final.get("offsets_behind") or {}
     return dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
+        "phase": statuses[-1] if statuses else "",
         "transitions": " → ".join(statuses),
         "switched": handoff_log.SWITCHED in statuses,
         "caught_up": handoff_log.CAUGHT_UP in statuses,
+        "rebases": sum(1 for s in statuses if s == handoff_log.PAUSED),
         "still_running": config.detached,
         "stopped_because": final.get("reason", ""),
-        "offsets_behind": dg.MetadataValue.json(final.get("offsets_behind", {})),
+        "offsets_behind": sum(int(v) for v in behind.values()),
+        "offsets_behind_per_partition": dg.MetadataValue.json(behind),
     })
 
 

@@ -11,14 +11,11 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from orchestration.stream_health import transition_metadata
+from orchestration.stream_health import is_observed, transition_metadata
 from state_handoff import handoff_log
 from state_handoff.handoff import Handoff
 from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
-
-TRANSITIONS = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND,
-               handoff_log.STOPPED, handoff_log.FAILED)
 
 
 class StreamConfig(dg.Config):
@@ -48,8 +45,9 @@ def command(config: StreamConfig, tables: Tables, bootstrap: str) -> list[str]:
     return cmd
 
 
-def _transitions(tables: Tables, handoff_id: str) -> list:
-    return [e for e in handoff_log.entries(None, tables) if e.handoff_id == handoff_id and e.status in TRANSITIONS]
+def _transitions(tables: Tables, after_seq: int) -> list:
+    """The stream's transitions and the steps of its rebases logged after `after_seq`."""
+    return [e for e in handoff_log.entries(None, tables) if e.seq > after_seq and is_observed(e)]
 
 
 def _tail(log: Path, lines: int = 20) -> str:
@@ -70,7 +68,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     handoff_id = switch.handoff_id
     log = stream_dir(tables, handoff_id) / "process.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    before = {(e.status, e.at) for e in _transitions(tables, handoff_id)}
+    after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
     with open(log, "a") as out:
         process = subprocess.Popen(command(config, tables, bootstrap), stdout=out, stderr=subprocess.STDOUT,
                                    env={**os.environ, **env}, start_new_session=True)
@@ -79,13 +77,13 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     try:
         while True:
             exited = process.poll() is not None
-            for entry in _transitions(tables, handoff_id):
-                if (entry.status, entry.at) not in before:
-                    before.add((entry.status, entry.at))
-                    seen.append(entry)
-                    context.log.info(f"stream {entry.status} at {entry.at}")
-                    context.log_event(dg.AssetObservation(asset_key="stream",
-                                                          metadata=transition_metadata(entry, tables, switch.start_offsets)))
+            for entry in _transitions(tables, after_seq):
+                after_seq = entry.seq
+                seen.append(entry)
+                context.log.info(f"stream {entry.status} at {entry.at}")
+                start = switch.start_offsets if entry.handoff_id == switch.handoff_id else None
+                context.log_event(dg.AssetObservation(asset_key="stream",
+                                                      metadata=transition_metadata(entry, tables, start)))
             if exited:
                 break
             if config.detached and any(e.status == handoff_log.SWITCHED for e in seen):

@@ -92,10 +92,10 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
     process = start_stream(tables, bootstrap, log)
     try:
         wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, process, log,
-                   "CAUGHT_UP")
+                   "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, _live_events(200, "live"))
         sent_at = time.time()
-        wait_until(lambda: _read_past(tables, sent_at), process, log, "the live events streamed")
+        wait_until(lambda: _read_past(tables, sent_at), process, log, "the live events streamed", timeout=600)
 
         first = _tick(tables, bootstrap)
         observations = [{k: v.value for k, v in e.metadata.items()} for e in first.asset_events
@@ -127,7 +127,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
         seq = _last_seq(tables)
         stopped = defs.resolve_job_def("stop_stream").execute_in_process()
         assert stopped.success and _status_after(tables, seq, handoff_log.STOPPED) is not None
-        assert process.wait(timeout=120) == 0
+        assert process.wait(timeout=300) == 0
         checks = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
                                 selection=dg.AssetSelection.checks(stream_checks))
         alive = {e.event_specific_data.check_name: e.event_specific_data for e in checks.all_events
@@ -140,7 +140,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
         seq = _last_seq(tables)
         process = start_stream(tables, bootstrap, log)
         wait_until(lambda: _status_after(tables, seq, handoff_log.SWITCHED) is not None and lease.stream_running(tables),
-                   process, log, "the stream running again")
+                   process, log, "the stream running again", timeout=900)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
         killed = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
@@ -156,5 +156,5 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
-            process.wait(timeout=120)
+            process.wait(timeout=300)
 

@@ -17,6 +17,7 @@ import pytest
 
 from jobs.archive import archive_cut, run_archive
 from jobs.generate import run_generate
+from state_handoff.archive_files import list_archive
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 
@@ -37,6 +38,7 @@ mutation Launch($executionParams: ExecutionParams!) {
 RUN_STATUS = "query Run($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
 FAILURES = """query Logs($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
   __typename ... on ExecutionStepFailureEvent { stepKey error { message } } } } } }"""
+PARTITIONS = '{ assetNodeOrError(assetKey: {path: ["tiles"]}) { ... on AssetNode { partitionKeys } } }'
 TILES = """{ assetOrError(assetKey: {path: ["tiles"]}) { ... on Asset {
   assetMaterializations(limit: 5) { partition runId } } } }"""
 
@@ -104,7 +106,8 @@ def ui(warehouse, bootstrap, tmp_path):
     assert os.access(CHROMIUM, os.X_OK), "Debian's chromium is missing: run deploy/setup.sh (make setup)"
     port = _free_port()
     log = tmp_path / "ui.log"
-    env = {**os.environ, "DAGSTER_HOME": str(tmp_path / "dagster_home"), "DAGSTER_PORT": str(port),
+    env = {**{k: v for k, v in os.environ.items() if k != "SWITCHYARD_FIRST_DAY"},  # partitions from the archive
+           "DAGSTER_HOME": str(tmp_path / "dagster_home"), "DAGSTER_PORT": str(port),
            "SWITCHYARD_ENV": "test", "SWITCHYARD_WAREHOUSE": warehouse.warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap}
     process = subprocess.Popen([str(ROOT / "deploy" / "dagster_ui.sh")], cwd=ROOT, env=env, stdout=open(log, "w"),
                                stderr=subprocess.STDOUT, start_new_session=True)
@@ -120,10 +123,12 @@ def ui(warehouse, bootstrap, tmp_path):
             process.wait(timeout=30)
 
 
-def test_webserver_shows_the_asset_graph_and_runs_a_launched_backfill(ui, tmp_path):
+def test_webserver_shows_the_asset_graph_and_runs_a_launched_backfill(ui, warehouse, tmp_path):
     base, process, log = ui
     info = _wait_for_server(base, process, log)
     assert info["dagster_webserver_version"] == "1.13.27"
+    days = _graphql(base, PARTITIONS)["assetNodeOrError"]["partitionKeys"]
+    assert days[0] == str(min(f.day for f in list_archive(warehouse.archive))), "partitions begin at the archive"
 
     backlog = _texts(_page_text(f"{base}/locations/switchyard/asset-groups/backlog", tmp_path / "chromium"))
     assert {"archive", "tiles", "state", "windows", "window_state"} <= backlog, sorted(backlog)[:80]
