@@ -1,5 +1,5 @@
 """Kafka security settings, given once through the environment, as each client takes them: kafka-python keyword
-arguments and Spark's `kafka.`-prefixed source/sink options. The only place that reads SWITCHYARD_KAFKA_*."""
+arguments, confluent-kafka's configuration and Spark's `kafka.`-prefixed source/sink options. The only place that reads SWITCHYARD_KAFKA_*."""
 
 from __future__ import annotations
 
@@ -55,6 +55,18 @@ class KafkaSecurity:
             if self.cafile:
                 kwargs["ssl_cafile"] = self.cafile
         return kwargs
+
+    def librdkafka_config(self) -> dict[str, str]:
+        """confluent-kafka's (librdkafka's) configuration: the Java client's property names, mostly."""
+        config = {"security.protocol": self.protocol}
+        if self.sasl:
+            config |= {"sasl.mechanism": self.mechanism, "sasl.username": self.username,
+                       "sasl.password": self.password}
+        if self.ssl:
+            config["ssl.endpoint.identification.algorithm"] = "https" if self.check_hostname else "none"
+            if self.cafile:
+                config["ssl.ca.location"] = self.cafile
+        return config
 
     def spark_options(self) -> dict[str, str]:
         """Spark's Kafka source and sink options (the Java client's properties, `kafka.`-prefixed)."""
@@ -125,6 +137,11 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
 
 def client_kwargs() -> dict:
     return from_env().client_kwargs()
+
+
+def librdkafka_config(bootstrap: str) -> dict[str, str]:
+    """Everything confluent-kafka needs to reach the cluster: the bootstrap and the security."""
+    return {"bootstrap.servers": bootstrap, **from_env().librdkafka_config()}
 
 
 def spark_options(bootstrap: str) -> dict[str, str]:
