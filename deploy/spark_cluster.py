@@ -22,7 +22,7 @@ HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 DAEMON_HEAP = "512m"  # the master's and each worker's own JVM; executors get the worker's --memory
-START_TIMEOUT_S = 90
+START_TIMEOUT_S = 180  # JVMs start slowly on a busy machine
 STOP_TIMEOUT_S = 30
 
 
