@@ -12,6 +12,9 @@ from state_handoff.kafka_io import consumer
 from state_handoff.spec import Pipeline
 
 SAMPLE_PER_PARTITION = 500
+# Only inputs produced this recently count: older ones in the tail are a backlog the stream caught up on, whose
+# wait says how long the stream was away, not how fast it updates (offsets behind says that).
+RECENT_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,13 @@ def _json(value: bytes) -> dict:
 
 
 def sample(bootstrap: str, pipeline: Pipeline, topic: str, per_partition: int = SAMPLE_PER_PARTITION,
-           timeout_s: float = 10.0) -> UpdateLatency | None:
-    """Latency over the newest inputs that have an update naming them; None when none has (no recent input, or
-    a pipeline without a last-value aggregate, whose updates name no event)."""
+           recent_s: float = RECENT_S, timeout_s: float = 10.0) -> UpdateLatency | None:
+    """Latency over the newest inputs of the last `recent_s` seconds that have an update naming them; None when
+    none has (no recent input, or a pipeline without a last-value aggregate, whose updates name no event)."""
+    since_ms = (time.time() - recent_s) * 1000
     with consumer(bootstrap) as client:
-        inputs = {_json(r.value).get(pipeline.event_id): r.timestamp for r in _tail(client, topic, per_partition,
-                                                                                      timeout_s)}
+        inputs = {_json(r.value).get(pipeline.event_id): r.timestamp
+                  for r in _tail(client, topic, per_partition, timeout_s) if r.timestamp >= since_ms}
     with consumer(bootstrap) as client:
         updates = _tail(client, pipeline.updates_topic, per_partition, timeout_s)
     answered: dict[str, int] = {}
