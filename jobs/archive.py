@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from state_handoff import storage
 from state_handoff.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
                                          orphan_files, remove_files, write_archive_meta)
 from state_handoff.errors import UserError
@@ -76,7 +76,7 @@ def plan_archive(pipeline: str, previous_cut: dict[int, int], requested: dict[in
 
 def _previous(root: str, topic: str) -> dict:
     """The archive's metadata so far ({} when there is none), refusing another topic."""
-    if not os.path.exists(os.path.join(root, ARCHIVE_META)):
+    if not storage.exists(storage.join(root, ARCHIVE_META)):
         return {}
     meta = archive_meta(root)
     if meta["topic"] != topic:

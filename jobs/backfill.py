@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
@@ -15,7 +13,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_partials_from_tiles)
-from state_handoff import faults, handoff_log
+from state_handoff import faults, handoff_log, storage
 from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, recorded_ranges, unreadable
 from state_handoff.errors import UserError
 from state_handoff.aggregates import partial_columns
@@ -200,8 +198,8 @@ def _not_dead_lettered_by_a_stream(spark: SparkSession, tables: Tables, dead: Da
     return dead.join(streamed, ["kafka_partition", "kafka_offset"], "left_anti")
 
 
-def _tiles_run_file(tables: Tables, handoff_id: str) -> Path:
-    return Path(tables.root) / "_backfill" / f"{handoff_id}.json"
+def _tiles_run_file(tables: Tables, handoff_id: str) -> str:
+    return storage.join(tables.root, "_backfill", f"{handoff_id}.json")
 
 
 def pending_tiles_run(tables: Tables) -> BackfillResult | None:
@@ -291,7 +289,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "unreadable_files": [f.path for f in files if f not in readable],
                                 "skipped_files": run.skipped_files, "gaps": gaps,
                                 "tiled_files": [] if missing else sorted(
-                                    os.path.relpath(f.path, tables.archive) for f in readable),
+                                    storage.relative(f.path, tables.archive) for f in readable),
                                 "duration_s": round(result.seconds, 3),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})

@@ -4,10 +4,10 @@ checkpoint incarnation whose batch ids it counts."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
+from state_handoff import storage
 from state_handoff.errors import UserError
 
 _TXN_APP = "spark.databricks.delta.write.txnAppId"
@@ -37,15 +37,16 @@ def append_once(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
     writer.save(path)
 
 
-def checkpoint_incarnation(checkpoint: Path) -> str | None:
+def checkpoint_incarnation(checkpoint: str) -> str | None:
     """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
     new with a new one. None when the checkpoint has none yet."""
+    metadata = storage.join(checkpoint, "metadata")
     try:
-        return json.loads((checkpoint / "metadata").read_text().splitlines()[0])["id"]
+        return json.loads(storage.read_text(metadata).splitlines()[0])["id"]
     except FileNotFoundError:
         return None
     except (ValueError, KeyError, IndexError, TypeError):
-        raise UserError(f"the stream checkpoint's metadata file {checkpoint / 'metadata'} is corrupt: restore the "
+        raise UserError(f"the stream checkpoint's metadata file {metadata} is corrupt: restore the "
                         "checkpoint from a backup, or start over with `switchyard backfill` and "
                         "`switchyard handoff`") from None
 
@@ -56,7 +57,7 @@ class TxnApp:
     be mistaken for an old one's. `missing` names the incarnation of a checkpoint that was never started
     (a rebase catching up a handoff whose stream never ran)."""
 
-    def __init__(self, base: str, checkpoint: Path, missing: str | None = None):
+    def __init__(self, base: str, checkpoint: str, missing: str | None = None):
         self.base, self.checkpoint, self.missing, self.incarnation = base, checkpoint, missing, None
 
     def __str__(self) -> str:

@@ -17,14 +17,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
-from state_handoff import faults, handoff_log, stream_progress
+from state_handoff import faults, handoff_log, storage, stream_progress
 from state_handoff.aggregates import partial_columns
 from state_handoff.archive_files import archive_meta
 from state_handoff.errors import UserError
@@ -53,39 +52,39 @@ class Cut:
         return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
 
 
-def _batch_ids(checkpoint: Path, log: str) -> list[int]:
-    folder = checkpoint / log
-    return sorted(int(f.name) for f in folder.iterdir() if f.name.isdigit()) if folder.is_dir() else []
+def _batch_ids(checkpoint: str, log: str) -> list[int]:
+    return sorted(int(name) for name in storage.list_dir(storage.join(checkpoint, log)) if name.isdigit())
 
 
-def last_committed_batch(checkpoint: Path) -> int | None:
+def last_committed_batch(checkpoint: str) -> int | None:
     return max(_batch_ids(checkpoint, "commits"), default=None)
 
 
-def last_planned_batch(checkpoint: Path) -> int | None:
+def last_planned_batch(checkpoint: str) -> int | None:
     """Spark writes a batch's offsets before it runs it: a planned batch past the last commit was interrupted."""
     return max(_batch_ids(checkpoint, "offsets"), default=None)
 
 
-def batch_end_offsets(checkpoint: Path, batch: int, topic: str) -> dict[int, int]:
+def batch_end_offsets(checkpoint: str, batch: int, topic: str) -> dict[int, int]:
     """Where batch `batch` of the query ends on `topic`, from the checkpoint's offset log."""
-    for line in (checkpoint / "offsets" / str(batch)).read_text().splitlines()[2:]:
+    offset_log = storage.join(checkpoint, "offsets", str(batch))
+    for line in storage.read_text(offset_log).splitlines()[2:]:
         try:
             offsets = json.loads(line)
         except ValueError:
             continue
         if isinstance(offsets, dict) and topic in offsets:
             return {int(p): int(o) for p, o in offsets[topic].items()}
-    raise UserError(f"the offset log {checkpoint / 'offsets' / str(batch)} names no offsets of topic {topic}: "
-                    "the checkpoint is damaged; restore it from a backup")
+    raise UserError(f"the offset log {offset_log} names no offsets of topic {topic}: the checkpoint is damaged; "
+                    "restore it from a backup")
 
 
-def committed_end_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+def committed_end_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     batch = last_committed_batch(checkpoint)
     return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
 
 
-def planned_end_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+def planned_end_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
     batch = last_planned_batch(checkpoint)
     return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
 
@@ -235,13 +234,11 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     """The requested days, widened to every day with archive files the last committed backfill had not tiled
     (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
     must hold every archived record."""
-    import os
-
     from state_handoff.archive_files import list_archive
 
     committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
     tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
-    days = {f.day for f in list_archive(tables.archive) if os.path.relpath(f.path, tables.archive) not in tiled}
+    days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
     days |= {d for d in (first, last) if d}
     if not days:
         return None, None

@@ -20,7 +20,6 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -30,13 +29,14 @@ from jobs.delta_txn import TxnApp, checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
 from jobs.stream_keyed import KeyedSink, kafka_records, keyed_input, merged_state, write_seed
 from jobs.stream_state import StateSink, updates_start
-from state_handoff import handoff_log, lease as leases, stream_progress
+from state_handoff import handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
 from state_handoff.kafka_security import spark_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
+from state_handoff.storage import Uri
 from state_handoff.stream_control import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
@@ -82,38 +82,39 @@ class StreamSettings:
 
 @dataclass
 class StreamPaths:
-    """The handoff's stream folder: the seed's files, one checkpoint per query, and caches for `status`."""
+    """The handoff's stream folder (a local path or an object-store URL): the seed's files, one checkpoint per
+    query, and caches for `status`."""
 
-    root: Path
+    root: Uri
 
     @property
-    def seed(self) -> Path:
+    def seed(self) -> Uri:
         return self.root / "seed"
 
     @property
-    def seed_written(self) -> Path:
+    def seed_written(self) -> Uri:
         """Spark's job commit writes `_SUCCESS` last: present means every seed file is in place."""
         return self.root / "seed" / "_SUCCESS"
 
     @property
-    def keyed_checkpoint(self) -> Path:
+    def keyed_checkpoint(self) -> Uri:
         return self.root / "checkpoints" / "keyed"
 
     @property
-    def events_checkpoint(self) -> Path:
+    def events_checkpoint(self) -> Uri:
         return self.root / "checkpoints" / "events"
 
     @property
-    def state_checkpoint(self) -> Path:
+    def state_checkpoint(self) -> Uri:
         return self.root / "checkpoints" / "state"
 
     @property
-    def checkpoints(self) -> dict[str, Path]:
+    def checkpoints(self) -> dict[str, Uri]:
         return {KEYED: self.keyed_checkpoint, stream_progress.EVENTS: self.events_checkpoint,
                 stream_progress.STATE: self.state_checkpoint}
 
     @property
-    def progress(self) -> Path:
+    def progress(self) -> Uri:
         return self.root / "progress.json"
 
     @staticmethod
@@ -224,7 +225,7 @@ class Supervisor:
         paths = StreamPaths.of(tables, handoff.handoff_id)
         entries = handoff_log.entries(None, tables)
         check_resumable(tables, handoff, paths, entries)
-        restart = paths.keyed_checkpoint.exists()
+        restart = storage.exists(paths.keyed_checkpoint)
         write_seed(spark, pipeline, tables, handoff, paths)
         ensure_tables(spark, pipeline, tables)
         create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
@@ -394,7 +395,7 @@ class Monitor:
             while True:
                 sup.lease.check()
                 self._raise_if_a_query_failed()
-                if not switched and (self.paths.keyed_checkpoint / "commits" / "0").exists():
+                if not switched and storage.exists(self.paths.keyed_checkpoint / "commits" / "0"):
                     switched = True
                     result.switched_after_s = time.monotonic() - sup.started
                     self.log(handoff_log.SWITCHED, start_offsets=handoff.start_offsets,

@@ -10,7 +10,7 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff import faults
+from state_handoff import faults, storage
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
@@ -75,9 +75,9 @@ class KeyedSink:
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
     """The state at the handoff's version, once, as the seed source's files."""
-    if paths.seed_written.exists():
+    if storage.exists(paths.seed_written):
         return
-    if paths.keyed_checkpoint.exists():
+    if storage.exists(paths.keyed_checkpoint):
         raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream checkpoint "
                         "refers to it: restore the folder from a backup, or start over with `switchyard backfill` "
                         "and `switchyard handoff`")

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from jobs.delta_txn import Txn, TxnApp
 from jobs.stream_keyed import HANDOFF_HEADER, JSON_OPTIONS
-from state_handoff import faults, handoff_log, stream_progress
+from state_handoff import faults, handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import latest_offsets
@@ -62,9 +62,9 @@ def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths,
             recorded = handoff_log.details(entry).get("updates_from")
             if recorded is not None:
                 return recorded
-    if paths.keyed_checkpoint.exists():
+    if storage.exists(paths.keyed_checkpoint):
         raise UserError(f"the stream of handoff {handoff.handoff_id} has a checkpoint ({paths.keyed_checkpoint}) but "
-                        f"the handoff log ({paths.root.parent.parent / 'handoffs'}) records no start of its updates: "
+                        f"the handoff log ({paths.root.rsplit('/', 2)[0]}/handoffs) records no start of its updates: "
                         "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
     ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
     return {str(p): hi for p, hi in ends.items()}

@@ -12,7 +12,7 @@ import dagster as dg
 from pydantic import Field
 
 from orchestration.stream_health import is_observed, transition_metadata
-from state_handoff import handoff_log
+from state_handoff import handoff_log, storage
 from state_handoff.handoff import Handoff
 from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
@@ -50,6 +50,17 @@ def _transitions(tables: Tables, after_seq: int) -> list:
     return [e for e in handoff_log.entries(None, tables) if e.seq > after_seq and is_observed(e)]
 
 
+def process_log(tables: Tables, handoff_id: str) -> Path:
+    """Where the stream process's output goes: beside its checkpoints in a local warehouse; under the local
+    runtime folder when the warehouse is on an object store, which cannot append to a file."""
+    folder = stream_dir(tables, handoff_id)
+    if storage.is_object_store(folder):
+        from deploy.paths import runtime_home
+
+        return runtime_home() / "stream-logs" / tables.pipeline / handoff_id / "process.log"
+    return Path(folder) / "process.log"
+
+
 def _tail(log: Path, lines: int = 20) -> str:
     try:
         with open(log, errors="replace") as fh:
@@ -66,7 +77,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     that is stopped stops the stream cleanly with it (SIGTERM), unless the stream was meant to outlive the run.
     """
     handoff_id = switch.handoff_id
-    log = stream_dir(tables, handoff_id) / "process.log"
+    log = process_log(tables, handoff_id)
     log.parent.mkdir(parents=True, exist_ok=True)
     after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
     with open(log, "a") as out:

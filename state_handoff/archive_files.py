@@ -6,11 +6,11 @@ names it. Files on disk that it does not name are orphans of an interrupted `swi
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from datetime import date
 
+from state_handoff import storage
 from state_handoff.errors import UserError
 
 ARCHIVE_META = "_archive.json"
@@ -27,10 +27,10 @@ class ArchiveFile:
 def list_archive(root: str) -> list[ArchiveFile]:
     """The archive's committed files: those the metadata's "files" map names (every file of an archive whose
     metadata predates the map)."""
-    if not os.path.isdir(root):
+    if not storage.is_dir(root):
         raise UserError(f"no archive at {root}: run `switchyard archive` first")
     committed = committed_files(archive_meta(root))
-    return [f for f in files_on_disk(root) if committed is None or os.path.relpath(f.path, root) in committed]
+    return [f for f in files_on_disk(root) if committed is None or storage.relative(f.path, root) in committed]
 
 
 def committed_files(meta: dict) -> set[str] | None:
@@ -40,33 +40,31 @@ def committed_files(meta: dict) -> set[str] | None:
 
 def orphan_files(root: str) -> list[str]:
     """Parquet files on disk that no metadata commits: written by an archive run that died before its commit."""
-    meta_path = os.path.join(root, ARCHIVE_META)
-    committed = committed_files(archive_meta(root)) if os.path.exists(meta_path) else set()
+    committed = committed_files(archive_meta(root)) if storage.exists(_meta_path(root)) else set()
     if committed is None:
         return []
-    return [f.path for f in files_on_disk(root) if os.path.relpath(f.path, root) not in committed]
+    return [f.path for f in files_on_disk(root) if storage.relative(f.path, root) not in committed]
 
 
 def remove_files(paths: list[str]) -> None:
     """Delete archive files with the checksum sidecars Hadoop's local file system writes beside them."""
     for path in paths:
-        crc = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.crc")
-        for victim in (path, crc):
-            if os.path.exists(victim):
-                os.remove(victim)
+        folder, name = path.rsplit("/", 1)
+        storage.delete(path)
+        storage.delete(f"{folder}/.{name}.crc")
 
 
 def files_on_disk(root: str) -> list[ArchiveFile]:
     """Every Parquet file in the day folders, committed or not."""
     files = []
-    for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+    for entry in storage.list_dir(root):
         match = _DAY_DIR.match(entry)
         if not match:
             continue
         day = date.fromisoformat(match.group(1))
-        for name in sorted(os.listdir(os.path.join(root, entry))):
+        for name in storage.list_dir(storage.join(root, entry)):
             if name.endswith(".parquet") and not name.startswith((".", "_")):
-                files.append(ArchiveFile(os.path.join(root, entry, name), day))
+                files.append(ArchiveFile(storage.join(root, entry, name), day))
     return files
 
 
@@ -75,9 +73,11 @@ def unreadable(path: str) -> str | None:
     import pyarrow.parquet as pq
 
     try:
-        metadata = pq.read_metadata(path)
-        if metadata.num_rows:
-            pq.ParquetFile(path).read_row_group(0, columns=["kafka_offset"] if "kafka_offset" in metadata.schema.names else None)
+        with storage.open_input(path) as source:
+            parquet = pq.ParquetFile(source)
+            if parquet.metadata.num_rows:
+                parquet.read_row_group(0, columns=["kafka_offset"] if "kafka_offset" in parquet.schema_arrow.names
+                                       else None)
     except Exception as err:  # pyarrow raises several types for truncated or foreign files
         return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}" if str(err) else type(err).__name__
     return None
@@ -86,7 +86,8 @@ def unreadable(path: str) -> str | None:
 def missing_column(path: str) -> str | None:
     import pyarrow.parquet as pq
 
-    names = pq.read_schema(path).names
+    with storage.open_input(path) as source:
+        names = pq.read_schema(source).names
     return next((c for c in REQUIRED_COLUMNS if c not in names), None)
 
 
@@ -94,7 +95,8 @@ def offset_ranges(path: str) -> dict[int, tuple[int, int, int]]:
     """Per Kafka partition in one archive file: (lowest offset, highest offset, records), from two columns."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=["kafka_partition", "kafka_offset"])
+    with storage.open_input(path) as source:
+        table = pq.read_table(source, columns=["kafka_partition", "kafka_offset"])
     grouped = table.group_by("kafka_partition").aggregate(
         [("kafka_offset", "min"), ("kafka_offset", "max"), ("kafka_offset", "count")])
     return {int(p): (int(lo), int(hi), int(n)) for p, lo, hi, n in zip(
@@ -107,39 +109,32 @@ def file_ranges(root: str, paths: list[str]) -> dict[str, dict[str, list[int]]]:
     [from, to, records].
 
     Recorded when the files are written, so a file that later becomes unreadable still says what it held."""
-    return {os.path.relpath(path, root): {str(p): list(r) for p, r in sorted(offset_ranges(path).items())}
+    return {storage.relative(path, root): {str(p): list(r) for p, r in sorted(offset_ranges(path).items())}
             for path in paths}
 
 
 def recorded_ranges(root: str, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
     """What the archive metadata recorded for each file; None for a file of an archive written before ranges were."""
-    meta_path = os.path.join(root, ARCHIVE_META)
-    files = {}
-    if os.path.exists(meta_path):
-        with open(meta_path) as fh:
-            files = json.load(fh).get("files") or {}
-    entries = {path: files.get(os.path.relpath(path, root)) for path in paths}
+    files = (archive_meta(root).get("files") or {}) if storage.exists(_meta_path(root)) else {}
+    entries = {path: files.get(storage.relative(path, root)) for path in paths}
     return {path: None if e is None else {int(p): tuple(r) for p, r in e.items()} for path, e in entries.items()}
 
 
 def write_archive_meta(root: str, meta: dict) -> None:
     """Which topic, cut and files the archive holds; Spark's readers skip files named with a leading underscore.
 
-    This write commits an archive run, so it is atomic: a temporary file renamed over the old one (atomic on a
-    local or POSIX file system; object stores have no rename and come with the scale-out issue)."""
-    os.makedirs(root, exist_ok=True)
-    path = os.path.join(root, ARCHIVE_META)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(meta, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    This write commits an archive run, so it is atomic (state_handoff/storage.py: a rename locally, one PUT on an
+    object store)."""
+    storage.write_text_atomic(_meta_path(root), json.dumps(meta))
+
+
+def _meta_path(root: str) -> str:
+    return storage.join(root, ARCHIVE_META)
 
 
 def archive_meta(root: str) -> dict:
-    path = os.path.join(root, ARCHIVE_META)
-    if not os.path.exists(path):
-        raise UserError(f"no archive metadata at {path}: run `switchyard archive` first")
-    with open(path) as fh:
-        return json.load(fh)
+    path = _meta_path(root)
+    try:
+        return json.loads(storage.read_text(path))
+    except FileNotFoundError:
+        raise UserError(f"no archive metadata at {path}: run `switchyard archive` first") from None

@@ -7,21 +7,24 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
+from state_handoff.storage import delta_options
+
 
 def open_or_create(uri: str, schema: pa.Schema, *, name: str, description: str,
                    configuration: dict[str, str] | None = None) -> DeltaTable:
     """The table at `uri`; created empty at version 0 on first use, so every later commit's version is known
     before it is written."""
+    options = delta_options(uri)
     try:
-        return DeltaTable(uri)
+        return DeltaTable(uri, storage_options=options)
     except TableNotFoundError:
         pass
     try:
         return DeltaTable.create(uri, schema, mode="ignore", name=name, description=description,
-                                 configuration=configuration)
+                                 configuration=configuration, storage_options=options)
     except DeltaError:
         try:
-            return DeltaTable(uri)  # another writer created it between our look and our commit
+            return DeltaTable(uri, storage_options=options)  # another writer created it between our look and ours
         except TableNotFoundError:
             pass
         raise

@@ -18,6 +18,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from state_handoff import delta_cas
+from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: 
 def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:
     """All entries in commit order, oldest first; empty when the log does not exist yet. `spark` is unused."""
     try:
-        log = DeltaTable(tables.handoffs)
+        log = DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
     except TableNotFoundError:
         return []
     rows = log.to_pyarrow_table(columns=SCHEMA.names).sort_by("seq").to_pylist()

@@ -31,6 +31,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from state_handoff.delta_cas import commit_next, open_or_create
 from state_handoff.errors import Failed, UserError
+from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
 BACKFILL = "switchyard backfill"
@@ -159,7 +160,7 @@ def _read(uri: str) -> Owner | None:
     """The latest lease row at `uri`, from a fresh snapshot; None when there has never been one."""
     for attempt in range(READ_ATTEMPTS):
         try:
-            return _latest(DeltaTable(uri))
+            return _latest(DeltaTable(uri, storage_options=delta_options(uri)))
         except TableNotFoundError:
             return None
         except (DeltaError, OSError):  # a file of the snapshot vacuumed under a very slow reader: read again

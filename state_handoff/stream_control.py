@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
+from state_handoff import storage
+from state_handoff.storage import Uri
 from state_handoff.tables import Tables
 
 
-def stream_dir(tables: Tables, handoff_id: str | None = None) -> Path:
-    root = Path(tables.stream_dir)
+def stream_dir(tables: Tables, handoff_id: str | None = None) -> Uri:
+    root = Uri(tables.stream_dir)
     return root / handoff_id if handoff_id else root
 
 
-def write_json_atomically(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, default=str))
-    os.replace(tmp, path)
+def progress_file(tables: Tables, handoff_id: str) -> Uri:
+    """The running stream's progress cache for `status` and the Dagster sensor."""
+    return stream_dir(tables, handoff_id) / "progress.json"
 
 
-def read_json(path: Path) -> dict | None:
+def write_json_atomically(path: str, payload: dict) -> None:
+    storage.write_text_atomic(path, json.dumps(payload, default=str))
+
+
+def read_json(path: str) -> dict | None:
     try:
-        return json.loads(path.read_text())
+        return json.loads(storage.read_text(path))
     except (FileNotFoundError, ValueError):
         return None

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
 EVENTS = "events"
@@ -66,7 +67,7 @@ def _table(tables: Tables):
     from deltalake.exceptions import TableNotFoundError
 
     try:
-        return DeltaTable(tables.stream_batches)
+        return DeltaTable(tables.stream_batches, storage_options=delta_options(tables.stream_batches))
     except TableNotFoundError:
         return None
 
@@ -86,6 +87,7 @@ def record(tables: Tables, row: BatchRow) -> bool:
         "partitions": json.dumps(row.partitions), "started": _utc(row.started), "finished": _utc(row.finished),
     }], schema=_schema())
     write_deltalake(table if table is not None else tables.stream_batches, data, mode="append",
+                    storage_options=None if table is not None else delta_options(tables.stream_batches),
                     commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
     return True
 

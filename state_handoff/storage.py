@@ -1,0 +1,189 @@
+"""Where the warehouse lives: a local folder or an S3-compatible object store (`s3a://bucket/prefix`).
+
+The one place that turns a warehouse URI into a file system (pyarrow's, so `status`, the Dagster sensor and the
+control code read without a JVM) and into delta-rs storage options. Object-store settings come only from the
+environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, SWITCHYARD_S3_ENDPOINT (e.g. http://127.0.0.1:9000; unset
+means AWS itself) and AWS_REGION (default us-east-1)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from urllib.parse import urlparse
+
+from state_handoff.errors import UserError
+
+S3_SCHEMES = ("s3a", "s3")
+ENDPOINT_ENV = "SWITCHYARD_S3_ENDPOINT"
+DEFAULT_REGION = "us-east-1"
+
+
+class Uri(str):
+    """A local path or an object-store URL that `/` extends by one segment, as pathlib does; still a plain string
+    for Spark, delta-rs and messages."""
+
+    def __truediv__(self, segment: str) -> "Uri":
+        return Uri(f"{self.rstrip('/')}/{segment}")
+
+
+def is_object_store(uri: str) -> bool:
+    return urlparse(str(uri)).scheme in S3_SCHEMES
+
+
+@functools.lru_cache(maxsize=None)
+def _credentials() -> tuple[str, str]:
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        raise UserError("an s3a:// warehouse needs credentials in the environment: set AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY (and SWITCHYARD_S3_ENDPOINT for a store other than AWS)")
+    return key, secret
+
+
+def s3_endpoint() -> str | None:
+    """The object store's endpoint URL, None for AWS itself."""
+    endpoint = os.environ.get(ENDPOINT_ENV) or None
+    if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
+        raise UserError(f"{ENDPOINT_ENV}={endpoint} must be a URL such as http://127.0.0.1:9000")
+    return endpoint
+
+
+def s3_region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+
+
+def delta_options(uri: str) -> dict[str, str] | None:
+    """delta-rs storage options for a table at `uri`; None for a local one.
+
+    Commits are put with If-None-Match: * (object_store's `conditional_put`), so a commit at a version that
+    another writer took fails instead of overwriting it: the compare-and-swap state_handoff/delta_cas.py relies on.
+    """
+    if not is_object_store(uri):
+        return None
+    key, secret = _credentials()
+    options = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": s3_region(),
+               "conditional_put": "etag", "AWS_EC2_METADATA_DISABLED": "true"}
+    endpoint = s3_endpoint()
+    if endpoint is not None:
+        options["AWS_ENDPOINT_URL"] = endpoint
+        options["AWS_ALLOW_HTTP"] = str(endpoint.startswith("http://")).lower()
+    return options
+
+
+@functools.lru_cache(maxsize=None)
+def _s3(endpoint: str | None, region: str, key: str, secret: str):
+    from pyarrow import fs
+
+    extra = {}
+    if endpoint is not None:
+        parsed = urlparse(endpoint)
+        extra = {"endpoint_override": parsed.netloc, "scheme": parsed.scheme}
+        # pyarrow's AWS SDK sends CRC64NVME checksums by default, which S3-compatible stores (S3Proxy among them)
+        # refuse; checksums only where the S3 API requires them. Read when the SDK client is made.
+        os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
+        os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "WHEN_REQUIRED")
+    return fs.S3FileSystem(access_key=key, secret_key=secret, region=region, **extra)
+
+
+def filesystem(uri: str):
+    """(pyarrow file system, path within it) for a local path or an s3a:// / s3:// URL."""
+    from pyarrow import fs
+
+    uri = str(uri)
+    parsed = urlparse(uri)
+    if parsed.scheme in S3_SCHEMES:
+        return _s3(s3_endpoint(), s3_region(), *_credentials()), f"{parsed.netloc}{parsed.path}".rstrip("/")
+    if parsed.scheme == "file":
+        return fs.LocalFileSystem(), parsed.path
+    return fs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def join(base: str, *segments: str) -> str:
+    return "/".join([str(base).rstrip("/"), *segments])
+
+
+def relative(path: str, root: str) -> str:
+    """`path` below `root`, as a relative path with `/` (both named the same way, as listing returns them)."""
+    prefix = str(root).rstrip("/") + "/"
+    if not str(path).startswith(prefix):
+        raise ValueError(f"{path} is not below {root}")
+    return str(path)[len(prefix):]
+
+
+def exists(uri: str) -> bool:
+    from pyarrow import fs
+
+    filesystem_, path = filesystem(uri)
+    return filesystem_.get_file_info(path).type != fs.FileType.NotFound
+
+
+def is_dir(uri: str) -> bool:
+    from pyarrow import fs
+
+    filesystem_, path = filesystem(uri)
+    return filesystem_.get_file_info(path).type == fs.FileType.Directory
+
+
+def list_dir(uri: str) -> list[str]:
+    """Names of the entries directly below `uri`, sorted; empty when there is no such folder."""
+    from pyarrow import fs
+
+    filesystem_, path = filesystem(uri)
+    try:
+        infos = filesystem_.get_file_info(fs.FileSelector(path, allow_not_found=True))
+    except NotADirectoryError:
+        return []
+    return sorted(info.base_name for info in infos)
+
+
+def read_bytes(uri: str) -> bytes:
+    """The file's content; FileNotFoundError when there is none."""
+    filesystem_, path = filesystem(uri)
+    with filesystem_.open_input_stream(path) as stream:
+        return stream.read()
+
+
+def read_text(uri: str) -> str:
+    return read_bytes(uri).decode()
+
+
+def open_input(uri: str):
+    """A seekable reader (for pyarrow.parquet)."""
+    filesystem_, path = filesystem(uri)
+    return filesystem_.open_input_file(path)
+
+
+def write_text_atomic(uri: str, text: str) -> None:
+    """Readers see the old content or the new, never a part: locally a temporary file renamed over the old one
+    (atomic on a POSIX file system), on an object store one PUT (an object appears whole or not at all)."""
+    uri = str(uri)
+    if is_object_store(uri):
+        filesystem_, path = filesystem(uri)
+        with filesystem_.open_output_stream(path) as stream:
+            stream.write(text.encode())
+        return
+    path = os.path.abspath(uri)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def delete(uri: str) -> None:
+    """Delete a file; nothing when it is gone already."""
+    filesystem_, path = filesystem(uri)
+    try:
+        filesystem_.delete_file(path)
+    except FileNotFoundError:
+        pass
+
+
+def delete_tree(uri: str) -> None:
+    """Delete a folder and everything below it; nothing when it is gone already."""
+    filesystem_, path = filesystem(uri)
+    try:
+        filesystem_.delete_dir(path)
+    except FileNotFoundError:
+        pass
