@@ -23,12 +23,16 @@ def fetched_jars(profile: str) -> list[Path]:
 
 
 def spark_extra_jars() -> list[Path]:
-    """Delta and the Kafka connector, leaving out every artifact that pyspark/jars already ships."""
+    """Delta, the Kafka connector and S3A, leaving out every artifact that pyspark/jars already ships."""
     import pyspark
 
     shipped = {artifact_name(j) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
-    return [j for j in fetched_jars("spark") if artifact_name(j) not in shipped]
+    return [j for j in fetched_jars("spark") + fetched_jars("s3a") if artifact_name(j) not in shipped]
 
 
 def kafka_classpath() -> str:
     return ":".join(str(j) for j in fetched_jars("kafka"))
+
+
+def objectstore_classpath() -> str:
+    return ":".join(str(j) for j in fetched_jars("objectstore"))

@@ -33,3 +33,8 @@ def spark_cluster_home(port: int) -> Path:
 def shipped_code_dir() -> Path:
     """The zips of the project's Python code that sessions on a cluster ship to executors."""
     return runtime_home() / "spark" / "code"
+
+
+def objectstore_home(port: int) -> Path:
+    """A local object store's configuration and log."""
+    return runtime_home() / "objectstore" / str(port)

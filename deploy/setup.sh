@@ -64,5 +64,7 @@ install_chromium() {
 check_java
 setup_python
 fetch_jars spark
+fetch_jars s3a
 fetch_jars kafka
+fetch_jars objectstore
 install_chromium

@@ -55,6 +55,31 @@ def _shuffle_partitions() -> dict:
     return {"spark.sql.shuffle.partitions": value}
 
 
+def object_store_conf() -> dict:
+    """S3A for s3a:// warehouses: credentials only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    read by the SDK's environment provider, on executors too), and with SWITCHYARD_S3_ENDPOINT an S3-compatible
+    store addressed path-style, over plain HTTP when the endpoint says http. Inert while no path is s3a://."""
+    from state_handoff.storage import s3_endpoint, s3_region
+
+    conf = {
+        "spark.hadoop.fs.s3a.aws.credentials.provider":
+            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+        "spark.hadoop.fs.s3a.endpoint.region": s3_region(),
+    }
+    endpoint = s3_endpoint()
+    if endpoint is not None:
+        conf.update({
+            "spark.hadoop.fs.s3a.endpoint": endpoint,
+            "spark.hadoop.fs.s3a.path.style.access": "true",
+            "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https://")).lower(),
+        })
+    if not spark_master().startswith("local"):  # executors run in the workers' environment, not this one
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+            if os.environ.get(name):
+                conf[f"spark.executorEnv.{name}"] = os.environ[name]
+    return conf
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
     """Return the process's SparkSession, creating it on first use."""
     check_java()
@@ -87,6 +112,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # The stream's queries run in pools of their own, so the keyed (update) jobs never queue behind a
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
         "spark.scheduler.mode": "FAIR",
+        **object_store_conf(),
         **PROFILES[profile],
         **_shuffle_partitions(),
         **(extra_conf or {}),

@@ -46,9 +46,31 @@ def build_parser() -> argparse.ArgumentParser:
     spark.add_argument("--webui-port", type=int, help="master web UI port on 127.0.0.1 (default: a free one)")
     spark.set_defaults(handler=run_spark)
 
+    objectstore = commands.add_parser("objectstore", help="start, stop or check a local S3-compatible object store "
+                                                          "(bucket switchyard; credentials from AWS_ACCESS_KEY_ID and "
+                                                          "AWS_SECRET_ACCESS_KEY)")
+    objectstore.add_argument("action", choices=["start", "stop", "status"])
+    objectstore.add_argument("--port", type=int, default=9000, help="port on 127.0.0.1 (default 9000)")
+    objectstore.set_defaults(handler=run_objectstore)
+
     from jobs.commands import add_pipeline_commands
     add_pipeline_commands(commands, _common)
     return parser
+
+
+def run_objectstore(args) -> int:
+    from deploy import objectstore
+
+    store = objectstore.ObjectStore.at(args.port)
+    if args.action == "start":
+        print(objectstore.start(store))
+        return 0
+    if args.action == "stop":
+        print(objectstore.stop(store))
+        return 0
+    up, line = objectstore.status(store)
+    print(line)
+    return 0 if up else 1
 
 
 def run_kafka(args) -> int:

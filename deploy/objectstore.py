@@ -1,0 +1,218 @@
+"""A real S3-compatible object store on 127.0.0.1: S3Proxy (from Maven Central) with the bucket `switchyard`, run
+in the background. It accepts the one identity in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the same variables
+every client of the warehouse reads (state_handoff/storage.py).
+
+Objects live in the server's memory (jclouds' `transient` store), so they are gone when it stops. S3Proxy's
+file-system stores do not keep S3's directory markers the way Hadoop's S3A relies on: on `filesystem` an empty
+`dir/` marker vanishes from listings (a new streaming checkpoint's `offsets/` is "not found"), on
+`filesystem-nio2` a folder answers a HEAD as an object (Delta's `_delta_log/_staged_commits` "is a file")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from deploy.jars import objectstore_classpath
+from deploy.java import check_java
+from deploy.paths import objectstore_home
+from state_handoff.errors import UserError
+
+HOST = "127.0.0.1"
+BUCKET = "switchyard"
+HEAP_ENV = "SWITCHYARD_OBJECTSTORE_HEAP"
+DEFAULT_HEAP = "1g"  # holds every object
+START_TIMEOUT_S = 90
+STOP_TIMEOUT_S = 30
+_MAIN = "org.gaul.s3proxy.Main"
+# S3Proxy ships no logging configuration; logback's default logs every request at DEBUG.
+_LOGBACK = """\
+<configuration>
+  <appender name="console" class="ch.qos.logback.core.ConsoleAppender">
+    <encoder><pattern>%d{HH:mm:ss.SSS} %-5level %logger{36} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="console"/></root>
+</configuration>
+"""
+
+
+@dataclass(frozen=True)
+class ObjectStore:
+    """The files of the object store that listens on `port`."""
+
+    port: int
+    home: Path
+
+    @classmethod
+    def at(cls, port: int, home: Path | None = None) -> "ObjectStore":
+        return cls(port, Path(home) if home else objectstore_home(port))
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "s3proxy.conf"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "s3proxy.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.home / "logs" / "s3proxy.log"
+
+
+def _credentials() -> tuple[str, str]:
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        raise UserError("the object store accepts the credentials in the environment: set AWS_ACCESS_KEY_ID and "
+                        "AWS_SECRET_ACCESS_KEY before `switchyard objectstore start`")
+    return key, secret
+
+
+def _config(store: ObjectStore, key: str, secret: str) -> str:
+    return f"""\
+s3proxy.endpoint={store.endpoint}
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity={key}
+s3proxy.credential={secret}
+jclouds.provider=transient
+"""
+
+
+def _write_private(path: Path, text: str) -> None:
+    """The configuration holds the secret: readable by its owner only, from the moment it exists."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def _pid(store: ObjectStore) -> int | None:
+    """The pid of the server this project started, if that process still runs."""
+    try:
+        pid = int(store.pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    if _MAIN not in cmdline or str(store.config_file) not in cmdline or _is_zombie(pid):
+        return None  # the pid was reused by another process
+    return pid
+
+
+def _answers(store: ObjectStore) -> bool:
+    """True once the server answers S3 requests (an unsigned one is refused, which is an answer)."""
+    try:
+        urllib.request.urlopen(f"{store.endpoint}/", timeout=2).close()
+        return True
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _create_bucket(store: ObjectStore, key: str, secret: str) -> None:
+    from pyarrow import fs
+
+    s3 = fs.S3FileSystem(access_key=key, secret_key=secret, region="us-east-1", endpoint_override=f"{HOST}:{store.port}",
+                         scheme="http", allow_bucket_creation=True)
+    if s3.get_file_info(BUCKET).type == fs.FileType.NotFound:
+        s3.create_dir(BUCKET)
+
+
+def start(store: ObjectStore) -> str:
+    """Start the server (idempotent) and create the bucket; return a one-line description."""
+    key, secret = _credentials()
+    if _pid(store) is None:
+        if not _port_free(store.port):
+            raise UserError(f"port {store.port} on {HOST} is already in use: stop what holds it or pick another --port")
+        java = check_java()
+        (store.home / "logs").mkdir(parents=True, exist_ok=True)
+        _write_private(store.config_file, _config(store, key, secret))
+        (store.home / "logback.xml").write_text(_LOGBACK)
+        with open(store.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                [java, f"-Xmx{os.environ.get(HEAP_ENV, DEFAULT_HEAP)}", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+                 f"-Dlogback.configurationFile={store.home / 'logback.xml'}",
+                 "-cp", objectstore_classpath(), _MAIN, "--properties", str(store.config_file)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                cwd=store.home)
+        store.pid_file.write_text(str(proc.pid))
+        _wait_until_up(store, proc)
+        started = f"started (pid {proc.pid})"
+    else:
+        _wait_until_up(store, None)
+        started = f"already running (pid {_pid(store)})"
+    _create_bucket(store, key, secret)
+    return (f"objectstore {started} on {store.endpoint}, bucket {BUCKET} (in memory until stopped): "
+            f"export SWITCHYARD_S3_ENDPOINT={store.endpoint} and use --warehouse s3a://{BUCKET}/warehouse")
+
+
+def _wait_until_up(store: ObjectStore, process: subprocess.Popen | None) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if _answers(store):
+            return
+        if process is not None and process.poll() is not None:
+            store.pid_file.unlink(missing_ok=True)
+            raise UserError(f"the object store exited with code {process.returncode} while starting: "
+                            f"see {store.log_file}")
+        time.sleep(0.3)
+    raise UserError(f"the object store did not answer on {store.endpoint} within {START_TIMEOUT_S}s: "
+                    f"see {store.log_file}")
+
+
+def stop(store: ObjectStore) -> str:
+    """Stop the server this project started, by pid, and wait for it to exit; its objects go with it."""
+    pid = _pid(store)
+    if pid is None:
+        store.pid_file.unlink(missing_ok=True)
+        return f"objectstore on {store.endpoint} is not running"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline and not _is_zombie(pid):
+        time.sleep(0.2)
+    if not _is_zombie(pid):
+        os.kill(pid, signal.SIGKILL)
+        while not _is_zombie(pid):
+            time.sleep(0.1)
+    store.pid_file.unlink(missing_ok=True)
+    return f"objectstore on {store.endpoint} stopped (pid {pid})"
+
+
+def _is_zombie(pid: int) -> bool:
+    """Gone, or exited and not yet reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def status(store: ObjectStore) -> tuple[bool, str]:
+    pid = _pid(store)
+    if pid is None:
+        return False, f"objectstore on {store.endpoint} is not running"
+    if not _answers(store):
+        return False, f"objectstore process {pid} runs but does not answer on {store.endpoint}: see {store.log_file}"
+    return True, f"objectstore is up on {store.endpoint} (pid {pid}), bucket {BUCKET}"
