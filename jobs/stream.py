@@ -27,9 +27,9 @@ from pyspark.sql import functions as F
 from jobs import rebase
 from jobs.delta_txn import TxnApp, checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
-from jobs.stream_keyed import KeyedSink, kafka_records, keyed_input, merged_state, write_seed
+from jobs.stream_keyed import KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, write_seed
 from jobs.stream_state import StateSink, updates_start
-from state_handoff import handoff_log, lease as leases, storage, stream_progress
+from state_handoff import faults, handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
@@ -286,9 +286,14 @@ class Supervisor:
         if only in (None, KEYED):
             seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
             context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
-            keyed = (merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
+            if faults.armed("stream.keyed.after_send") and not getattr(self, "_crash_listener", None):
+                self._crash_listener = KeyedCrashPoint(f"{pipeline.name}-keyed")
+                spark.streams.addListener(self._crash_listener)
+            merged = merged_state(pipeline, keyed_input(pipeline, keyed_source).unionByName(seed))
+            keyed = (keyed_updates(pipeline, merged, handoff.handoff_id)
                      .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
-                     .foreachBatch(KeyedSink(pipeline, bootstrap, handoff.handoff_id))
+                     .format("kafka").options(**spark_options(bootstrap)).option("kafka.acks", "all")
+                     .option("topic", pipeline.updates_topic)
                      .option("checkpointLocation", str(paths.keyed_checkpoint))
                      .trigger(**(once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"}))
                      .start())

@@ -1,7 +1,8 @@
 """The keyed query: the seed (the state at the handoff's version, as a file stream source) unioned with the
 parsed events, merged by one streaming aggregation on the RocksDB state store. Each batch sends the changed
-keys' whole new state to `<pipeline>.updates` and does nothing else: no Delta write sits between an input
-record and its update. The seed's files are recorded in the checkpoint, so a restart never seeds again."""
+keys' whole new state to `<pipeline>.updates` through Spark's own Kafka sink and does nothing else: no Delta
+write and no Python step sits between an input record and its update. The seed's files are recorded in the
+checkpoint, so a restart never seeds again."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQueryListener
 
 from state_handoff import faults, storage
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
@@ -60,17 +62,33 @@ def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> 
         .alias("headers"))
 
 
-class KeyedSink:
-    def __init__(self, pipeline: Pipeline, bootstrap: str, handoff_id: str):
-        self.pipeline, self.bootstrap, self.handoff_id = pipeline, bootstrap, handoff_id
+def keyed_updates(pipeline: Pipeline, merged: DataFrame, handoff_id: str) -> DataFrame:
+    """What the keyed query writes, through Spark's own Kafka sink (no Python between a record and its
+    update): the keys a batch changed with their whole new state. Seed-only keys (EVENTS_SEEN 0) are not
+    news. A replay may resend a batch's updates: an update is the key's whole state, so a copy changes nothing."""
+    return update_messages(pipeline, merged.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN), handoff_id)
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        # Replays may resend: an update is the key's whole state, so a second copy changes nothing.
-        changed = batch.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN)
-        (update_messages(self.pipeline, changed, self.handoff_id)
-         .write.format("kafka").options(**spark_options(self.bootstrap)).option("kafka.acks", "all")
-         .option("topic", self.pipeline.updates_topic).save())
-        faults.reach("stream.keyed.after_send")
+
+class KeyedCrashPoint(StreamingQueryListener):
+    """`stream.keyed.after_send` for the native sink, which has no Python step: reached when the keyed query
+    reports a batch (its updates sent and the batch in its checkpoint), before `state` has merged them.
+    Registered only while a crash point is armed, so it never sits in a production stream."""
+
+    def __init__(self, query_name: str):
+        self.query_name = query_name
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        if event.progress.name == self.query_name and event.progress.numInputRows > 0:
+            faults.reach("stream.keyed.after_send")
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
 
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:

@@ -17,7 +17,7 @@ POINTS = (
     "backfill.after_state",            # state tables written, BACKFILL_COMMITTED not yet
     "handoff.before_log",              # start offsets computed and checked, HANDOFF_COMMITTED not yet
     "stream.after_seed",               # the seed's files written, no query started
-    "stream.keyed.after_send",         # a keyed batch's updates sent, the batch not committed
+    "stream.keyed.after_send",         # a keyed batch's updates sent and the batch committed, `state` not merged
     "stream.events.after_dead_letter",  # an events batch's dead letters appended, nothing else of it
     "stream.events.after_window_merge",  # its window partials merged into window_state
     "stream.events.after_finalize_append",  # final windows appended to windows, not yet deleted from window_state
@@ -57,6 +57,11 @@ _reached = 0
 def check_setting() -> None:
     """Refuse a misspelt point at the edge (the CLI), before any work, rather than never firing."""
     _parse(os.environ.get(ENV))
+
+
+def armed(point: str) -> bool:
+    """Whether `point` is the armed crash point (for hooks that exist only to reach it)."""
+    return _armed is not None and _armed[0] == point
 
 
 def reach(point: str) -> None:
