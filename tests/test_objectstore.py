@@ -1,0 +1,109 @@
+"""The warehouse on an S3-compatible object store (S3Proxy from Maven Central): the storage layer, delta-rs'
+compare-and-swap commits, and the whole switch through the `switchyard` command line against the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from jobs.generate import run_generate
+from state_handoff import delta_cas, handoff_log, storage
+from state_handoff.pipelines import get_pipeline
+from state_handoff.kafka_io import produce
+from state_handoff.tables import Tables
+from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401
+from tests.stream_process import start_stream, wait_until
+from tests.test_stream import _latest_total, _stop, _stream_read, _tail_events, assert_matches_oracle
+
+PIPELINE = get_pipeline("demo")
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = open(os.devnull, "w")
+
+
+def _switchyard(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
+    result = subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=timeout)
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result
+
+
+def _no_local_s3a_folder(*folders: Path) -> None:
+    """A path written with open() or pathlib instead of the storage layer lands in `./s3a:/...`."""
+    for folder in folders:
+        assert not [name for name in os.listdir(folder) if name.startswith("s3a:")], f"a folder named s3a: in {folder}"
+
+
+def test_control_files_round_trip_on_the_store(objectstore):  # noqa: F811
+    root = storage.Uri(objectstore.warehouse())
+    assert storage.list_dir(root) == [] and not storage.exists(root / "progress.json")
+    with pytest.raises(FileNotFoundError):
+        storage.read_text(root / "progress.json")
+    storage.write_text_atomic(root / "a" / "progress.json", json.dumps({"batch_id": 1}))
+    storage.write_text_atomic(root / "a" / "progress.json", json.dumps({"batch_id": 2}))
+    assert json.loads(storage.read_text(root / "a" / "progress.json")) == {"batch_id": 2}
+    assert storage.list_dir(root) == ["a"] and storage.is_dir(root / "a")
+    storage.delete(root / "a" / "progress.json")
+    storage.delete(root / "a" / "progress.json")  # gone already: nothing to do
+    assert not storage.exists(root / "a" / "progress.json")
+
+
+def test_a_commit_at_a_version_another_writer_took_is_refused(objectstore):  # noqa: F811
+    """The compare-and-swap of state_handoff/delta_cas.py on the store: the commit file is put with
+    If-None-Match: *, so a writer that read version 0 cannot overwrite the version 1 another writer made."""
+    uri = f"{objectstore.warehouse()}/cas"
+    schema = pa.schema([("writer", pa.string())])
+    stale = delta_cas.open_or_create(uri, schema, name="cas", description="compare-and-swap probe")
+    fresh = delta_cas.open_or_create(uri, schema, name="cas", description="compare-and-swap probe")
+    assert stale.version() == fresh.version() == 0
+    assert delta_cas.commit_next(fresh, pa.table({"writer": ["fresh"]}, schema))
+    assert not delta_cas.commit_next(stale, pa.table({"writer": ["stale"]}, schema))
+    reread = delta_cas.open_or_create(uri, schema, name="cas", description="compare-and-swap probe")
+    assert reread.version() == 1 and reread.to_pyarrow_table().column("writer").to_pylist() == ["fresh"]
+
+
+def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstore, bootstrap, topic_name,  # noqa: F811
+                                                          tmp_path):
+    warehouse = objectstore.warehouse()
+    common = ["--pipeline", PIPELINE.name, "--warehouse", warehouse, "--bootstrap", bootstrap]
+    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=5, malformed_rate=0.03,
+                 out=QUIET)
+    for step in (["archive", *common, "--topic", topic_name, "--fraction", "0.8"], ["backfill", *common],
+                 ["handoff", *common]):
+        result = _switchyard(*step)
+        assert result.returncode == 0, result.stderr[-3000:]
+    tables = Tables(warehouse, PIPELINE.name)
+    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    assert storage.exists(storage.join(tables.archive, "_archive.json"))
+
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1")
+    try:
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
+        total = _latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
+        wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
+        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
+                   what="CAUGHT_UP", timeout=600)
+    finally:
+        _stop(proc, log)
+
+    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    assert statuses[:5] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "STREAM_STARTED",
+                            "SWITCHED"] and statuses[-1] == "STOPPED"
+    checkpoint = storage.join(tables.stream_dir, handoff.handoff_id, "checkpoints", "keyed")
+    assert "0" in storage.list_dir(storage.join(checkpoint, "commits"))
+    assert_matches_oracle(s3a_spark, bootstrap, topic_name, tables)
+
+    status = _switchyard("status", *common, "--json")
+    assert status.returncode == 0, status.stderr
+    figures = json.loads(status.stdout)
+    assert figures["phase"] == "stopped" and figures["handoff_id"] == handoff.handoff_id
+    assert figures["late"] >= 12 and figures["dead_lettered"] > 0
+    _no_local_s3a_folder(ROOT, tmp_path)
