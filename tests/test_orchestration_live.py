@@ -85,6 +85,7 @@ def handed_off(spark, bootstrap, tmp_path) -> Tables:
     return tables
 
 
+@pytest.mark.timeout(2400)  # two stream starts, a rebase and a stop: minutes each on a loaded two-core machine
 def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tmp_path):
     tables = handed_off
     defs = build_definitions(_resources(tables, bootstrap))
