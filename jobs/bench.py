@@ -19,6 +19,9 @@ from state_handoff.kafka_security import spark_options
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"A": "streaming_only", "B": "switchyard", "C": "batch_only"}
+#: Every run of a full bench, by label, in the order they run.
+RUNS = {"C": "batch_only", "C-full": "batch_full", "B": "switchyard", "A": "streaming_only", "B-hash": "backfill_hash"}
+ARMS = tuple(RUNS)
 
 
 @dataclass
@@ -226,14 +229,17 @@ def states_identical(warehouses: list[str]) -> tuple[bool, list]:
 
 def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction: float, json_file: str,
               out_dir: str = "bench-out", seed: int = 42, days: int = 7, max_offsets: int = 1_000_000,
-              latency_seconds: float = 20.0, out=print) -> dict:
-    from deploy.spark import build_spark
+              latency_seconds: float = 20.0, arms: tuple[str, ...] = ARMS, out=print) -> dict:
+    from deploy.spark import build_spark, spark_master
     from jobs.archive import archive_cut, run_archive
     from jobs.generate import run_generate
     from state_handoff.kafka_io import offset_bounds, partitions_of
     from state_handoff.pipelines import get_pipeline
     from state_handoff.tables import Tables
 
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        raise UserError(f"--arms {','.join(arms)}: name some of {', '.join(ARMS)}")
     if events < 1000 or not 0 < fraction < 1:
         raise UserError("--events must be at least 1000 and --archived-fraction strictly between 0 and 1")
     base = Path(out_dir).resolve() / f"n{events}-k{keys}-p{partitions}-s{seed}"
@@ -268,13 +274,29 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         shutil.copytree(Tables(fresh["switchyard"], "demo").archive, Tables(fresh[mode], "demo").archive)
 
     runs = {}
-    for label, mode in (("C", "batch_only"), ("C-full", "batch_full"), ("B", "switchyard"), ("A", "streaming_only"),
-                        ("B-hash", "backfill_hash")):
+    for label, mode in RUNS.items():
+        if label not in arms:
+            continue
         out(f"running {label} ({mode})")
         runs[mode] = _run_worker(mode, fresh[mode], bootstrap, topic, max_offsets, log)
         runs[mode].records = events
         out(f"  {mode}: {runs[mode].seconds:.1f}s {runs[mode].stages}")
-    identical, sums = states_identical([fresh[m] for m in ("streaming_only", "switchyard", "batch_only", "batch_full")])
+    compared = [m for m in ("streaming_only", "switchyard", "batch_only", "batch_full") if m in runs]
+    identical, sums = states_identical([fresh[m] for m in compared]) if len(compared) > 1 else (None, [])
+    if set(arms) != set(ARMS):
+        result = {"events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
+                  "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB", "spark_master": spark_master(),
+                  "arms": list(arms), "archive_s": round(archive_s, 3),
+                  **{f"{m}_s": r.seconds for m, r in runs.items()}, "states_identical": identical,
+                  "state_checksums": [list(map(str, s)) for s in sums],
+                  "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()}}
+        Path(json_file).write_text(json.dumps(result, indent=2))
+        for mode, r in runs.items():
+            out(f"{mode:<16} {r.seconds:>8.1f}s {r.records_per_s:>11,.0f} records/s  JVM {r.peak_jvm_mb} MB  "
+                f"on {spark_master()}")
+        if identical is False:
+            raise RuntimeError(f"the runs ended in different keyed state: {sums}")
+        return result
 
     latency = None
     if latency_seconds > 0:
@@ -287,7 +309,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
     a, b, c = runs["streaming_only"], runs["switchyard"], runs["batch_only"]
     result = {
         "events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
-        "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB",
+        "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB", "spark_master": spark_master(),
         "archive_s": round(archive_s, 3),
         "streaming_only_s": a.seconds, "switchyard_s": b.seconds, "batch_only_s": c.seconds,
         "ratio_streaming_over_switchyard": round(a.seconds / b.seconds, 3),

@@ -208,6 +208,9 @@ def add_pipeline_commands(commands, common) -> None:
     bench.add_argument("--max-offsets-per-trigger", type=int, default=1_000_000,
                        help="the streaming runs' batch cap, tuned for catch-up")
     bench.add_argument("--latency-seconds", type=float, default=20.0, help="0 skips the latency measurement")
+    bench.add_argument("--arms", default="C,C-full,B,A,B-hash",
+                       help="which runs, comma-separated (default all: C, C-full, B, A, B-hash); e.g. B alone to "
+                            "time the switch on a cluster")
     common(bench)
     bench.set_defaults(handler=run_bench_command)
 
@@ -271,5 +274,6 @@ def run_bench_command(args) -> int:
     from jobs.bench import run_bench
 
     run_bench(args.bootstrap, args.events, args.keys, args.partitions, args.archived_fraction, args.json_file,
-              out_dir=args.out_dir, max_offsets=args.max_offsets_per_trigger, latency_seconds=args.latency_seconds)
+              out_dir=args.out_dir, max_offsets=args.max_offsets_per_trigger, latency_seconds=args.latency_seconds,
+              arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
     return 0
