@@ -11,6 +11,10 @@ import pytest
 from deploy import kafka_broker
 from deploy.spark import build_spark
 
+# Streams in tests (in process or in a `switchyard stream` subprocess) keep two state-store partitions, as the test
+# profile keeps two shuffle partitions: small batches on a busy 2-core machine. The shipped default is 4.
+os.environ.setdefault("SWITCHYARD_STATE_PARTITIONS", "2")
+
 
 def _free_port_pair() -> int:
     for _ in range(50):
