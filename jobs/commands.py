@@ -188,7 +188,7 @@ def add_pipeline_commands(commands, common) -> None:
                         help="interval of the Delta-writing queries (dead letters, late, windows, state)")
     stream.add_argument("--state-partitions", type=int, metavar="N",
                         help="state-store partitions of a handoff's new checkpoints, fixed for that handoff "
-                             "(env SWITCHYARD_STATE_PARTITIONS, default 4)")
+                             "(env SWITCHYARD_STATE_PARTITIONS, default 2)")
     common(stream)
     stream.set_defaults(handler=run_stream_command)
 

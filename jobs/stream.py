@@ -42,7 +42,7 @@ from state_handoff.tables import Tables
 
 KEYED = "keyed"
 COMMAND = "switchyard stream"
-DEFAULT_STATE_PARTITIONS = 4
+DEFAULT_STATE_PARTITIONS = 2  # what this 2-core machine always ran; raise it on a cluster
 
 
 @dataclass
@@ -64,7 +64,7 @@ class StreamSettings:
     # Hysteresis: after a switch back, none again until the stream has been caught up this long.
     switch_back_hold: float = 120.0
     requests_every_seconds: float = 1.0
-    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS, default 4.
+    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS, default 2.
     state_partitions: int | None = None
 
     def __post_init__(self):
