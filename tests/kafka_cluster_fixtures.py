@@ -6,7 +6,7 @@ environment of a `switchyard` command that talks to it."""
 from __future__ import annotations
 
 import os
-import socket
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,12 +27,11 @@ SASL_ENV = {
 
 
 def free_base_port(ports: int) -> int:
-    """A port P with P .. P + ports - 1 all free on 127.0.0.1."""
-    for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + ports < 65000 and all(kafka_broker._port_free(base + i) for i in range(ports)):
+    """A port P with P .. P + ports - 1 all free on 127.0.0.1, below Linux's ephemeral range (32768 and up): a node
+    stopped and started again must find its ports free, and an outgoing connection may take any ephemeral port."""
+    for _ in range(200):
+        base = random.randrange(20000, 32700 - ports)
+        if all(kafka_broker._port_free(base + i) for i in range(ports)):
             return base
     raise RuntimeError(f"no {ports} consecutive free ports on 127.0.0.1")
 
