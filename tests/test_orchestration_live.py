@@ -140,8 +140,9 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
 
         seq = _last_seq(tables)
         process = start_stream(tables, bootstrap, log)
-        wait_until(lambda: _status_after(tables, seq, handoff_log.SWITCHED) is not None and lease.stream_running(tables),
-                   process, log, "the stream running again", timeout=900)
+        # a restart resumes its checkpoint: STREAM_STARTED again, no second SWITCHED
+        wait_until(lambda: _status_after(tables, seq, handoff_log.STREAM_STARTED) is not None
+                   and lease.stream_running(tables), process, log, "the stream running again", timeout=900)
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
         killed = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
