@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from deploy.jars import kafka_classpath
 from deploy.java import check_java
+from deploy.local_processes import is_zombie as _is_zombie, port_accepts as _port_accepts, port_free as _port_free
 from deploy.paths import kafka_home
 from state_handoff import kafka_security
 from state_handoff.errors import UserError
@@ -146,22 +146,6 @@ sasl.mechanism.controller.protocol=PLAIN
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.controller.plain.sasl.jaas.config={plain_login}
 """
-
-
-def _port_accepts(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((HOST, port)) == 0
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def _pid(broker: Broker) -> int | None:
@@ -348,13 +332,6 @@ def stop(broker: Broker) -> str:
         return f"{broker.name} is not running"
     wait_stopped(broker, pid, time.monotonic() + STOP_TIMEOUT_S)
     return f"{broker.name} stopped (pid {pid})"
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def running_pid(broker: Broker) -> int | None:

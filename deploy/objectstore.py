@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from deploy.jars import objectstore_classpath
 from deploy.java import check_java
+from deploy.local_processes import is_zombie as _is_zombie, port_free as _port_free
 from deploy.paths import objectstore_home
 from state_handoff.errors import UserError
 
@@ -96,16 +96,6 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as fh:
         fh.write(text)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def _pid(store: ObjectStore) -> int | None:
@@ -201,14 +191,6 @@ def stop(store: ObjectStore) -> str:
             time.sleep(0.1)
     store.pid_file.unlink(missing_ok=True)
     return f"objectstore on {store.endpoint} stopped (pid {pid})"
-
-
-def _is_zombie(pid: int) -> bool:
-    """Gone, or exited and not yet reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
 
 
 def status(store: ObjectStore) -> tuple[bool, str]:

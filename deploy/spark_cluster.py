@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.java import check_java
+from deploy.local_processes import is_zombie as _is_zombie, port_free as _port_free
 from deploy.paths import spark_cluster_home
 from state_handoff.errors import UserError
 
@@ -97,13 +98,6 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _is_zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
-
-
 def _running(record: Path, *markers: str) -> int | None:
     """The recorded pid, if that process still runs and is the one we started (its command line has `markers`)."""
     pid = _read(record).get("pid")
@@ -119,16 +113,6 @@ def master_pid(cluster: Cluster) -> int | None:
 
 def worker_pid(cluster: Cluster, worker: Worker) -> int | None:
     return _running(worker.record, WORKER_CLASS, str(worker.home / "worker.conf"), cluster.master_url)
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
 
 
 def free_port() -> int:
