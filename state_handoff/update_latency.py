@@ -11,7 +11,7 @@ from state_handoff.aggregates import LAST_BY_ID
 from state_handoff.kafka_io import consumer
 from state_handoff.spec import Pipeline
 
-SAMPLE_PER_PARTITION = 500
+SAMPLE_PER_PARTITION = 200
 # Only inputs produced this recently count: older ones in the tail are a backlog the stream caught up on, whose
 # wait says how long the stream was away, not how fast it updates (offsets behind says that).
 RECENT_S = 300.0
@@ -56,7 +56,7 @@ def _json(value: bytes) -> dict:
 
 
 def sample(bootstrap: str, pipeline: Pipeline, topic: str, per_partition: int = SAMPLE_PER_PARTITION,
-           recent_s: float = RECENT_S, timeout_s: float = 10.0) -> UpdateLatency | None:
+           recent_s: float = RECENT_S, timeout_s: float = 30.0) -> UpdateLatency | None:
     """Latency over the newest inputs of the last `recent_s` seconds that have an update naming them; None when
     none has (no recent input, or a pipeline without a last-value aggregate, whose updates name no event)."""
     since_ms = (time.time() - recent_s) * 1000
