@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 KAFKA_PORT ?= 9092
 export SWITCHYARD_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: setup demo test ui kafka-start kafka-stop clean
+.PHONY: setup demo test test-extended ui kafka-start kafka-stop clean
 
 setup:
 	@deploy/setup.sh
@@ -20,7 +20,11 @@ demo: kafka-start
 	@deploy/demo.sh
 
 test: setup
-	@deploy/run_tests.sh
+	@deploy/run_tests.sh -m "not extended" --durations=15
+
+# The proofs test_scale_out already covers end to end, one part at a time (backlog on the cluster, switch on S3).
+test-extended: setup
+	@deploy/run_tests.sh -m extended --durations=15
 
 # The Dagster UI on http://127.0.0.1:3000 (DAGSTER_PORT to change), with the daemon for schedules and sensors.
 ui: setup

@@ -27,10 +27,16 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):
     out(f"stop {tables.pipeline}: SIGTERM sent to the stream (pid {owner.owner_pid}); waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        stopped = [e for e in handoff_log.entries(None, tables)[seen:] if e.status == handoff_log.STOPPED]
+        gone = lease.owner(tables) is None  # before the log: STOPPED is written before the lease is let go
+        since = handoff_log.entries(None, tables)[seen:]
+        stopped = [e for e in since if e.status == handoff_log.STOPPED]
         if stopped:
             return stopped[-1]
-        if lease.owner(tables) is None:  # gone without STOPPED: it failed on the way out
+        if gone:  # gone without STOPPED: it failed on the way out
+            failed = [e for e in since if e.status == handoff_log.FAILED]
+            if failed:
+                out(f"stop {tables.pipeline}: the stream failed on the way out: "
+                    f"{handoff_log.details(failed[-1]).get('reason')}")
             return None
         time.sleep(1.0)
     raise UserError(f"the stream of pipeline {tables.pipeline} (pid {owner.owner_pid}) did not stop within "

@@ -539,11 +539,11 @@ def _query_error(err) -> str:
 
 def _keep_recent_progress(queries, paths: StreamPaths) -> None:
     """Each query's last batches (rows, per-phase durations) beside the checkpoints, for where the time goes."""
-    history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"]}
-                        for p in q.recentProgress] for q in queries}
     try:
+        history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"]}
+                            for p in q.recentProgress] for q in queries}
         write_json_atomically(paths.root / "recent_progress.json", history)
-    except OSError:
+    except Exception:  # a diagnostic: never what keeps a stop from draining and logging STOPPED
         pass
 
 

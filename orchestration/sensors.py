@@ -8,6 +8,7 @@ from orchestration.resources import KafkaResource, StreamMonitorResource, Wareho
 from orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed, problem,
                                          progress_from, sample_latency, transition_metadata, verdicts)
 from state_handoff import handoff_log
+from state_handoff.lease import stream_running
 
 
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING)
@@ -16,8 +17,9 @@ def stream_health(context: dg.SensorEvaluationContext, warehouse: WarehouseResou
     """Observe the stream's lag, rates, update latency and watermark delay on every progress, and each transition
     and rebase as it is logged; evaluate the stream's health checks whenever one changes verdict."""
     tables = warehouse.tables()
+    running = stream_running(tables)
     entries = handoff_log.entries(None, tables)
-    progress = progress_from(tables, entries)
+    progress = progress_from(tables, entries, running)
     if progress is None:
         return dg.SkipReason("no handoff yet: nothing streams")
     now = time.time()

@@ -93,10 +93,13 @@ class Progress:
 
 def read_progress(tables: Tables) -> Progress | None:
     """None before any handoff."""
-    return progress_from(tables, handoff_log.entries(None, tables))
+    running = stream_running(tables)
+    return progress_from(tables, handoff_log.entries(None, tables), running)
 
 
-def progress_from(tables: Tables, entries: list) -> Progress | None:
+def progress_from(tables: Tables, entries: list, running: bool) -> Progress | None:
+    """`running`: the lease read before `entries` (a stream logs STOPPED, then lets go of its lease: read the other
+    way round, a clean stop could look like a process gone without one)."""
     handoff = next((e for e in reversed(entries) if e.status == handoff_log.HANDOFF_COMMITTED), None)
     if handoff is None:
         return None
@@ -105,7 +108,7 @@ def progress_from(tables: Tables, entries: list) -> Progress | None:
     rebased = [handoff_log.details(e) for e in entries
                if e.status == handoff_log.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
     progress = read_json(stream_dir(tables, handoff.handoff_id) / "progress.json") or {}
-    return Progress(handoff.handoff_id, latest.status, stream_running(tables), progress.get("updated"),
+    return Progress(handoff.handoff_id, latest.status, running, progress.get("updated"),
                     progress.get("batch_id"), _behind(progress.get("offsets_behind")),
                     progress.get("input_rows_per_s"), progress.get("processed_rows_per_s"),
                     progress.get("stream_watermark"), topic=handoff_log.details(handoff).get("topic"),

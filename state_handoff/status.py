@@ -27,9 +27,9 @@ _RUNNING = {handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT
 
 
 def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
+    owner = lease.owner(tables)  # before the log: a stream logs STOPPED, then lets go of its lease
     entries = handoff_log.entries(None, tables)
     last = entries[-1] if entries else None
-    owner = lease.owner(tables)
     running = owner is not None and owner.command == lease.STREAM
     phase = PHASES[last.status if last else None]
     if last is not None and last.status in _RUNNING and not running:

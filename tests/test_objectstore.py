@@ -69,6 +69,7 @@ def test_a_commit_at_a_version_another_writer_took_is_refused(objectstore):  # n
     assert reread.version() == 1 and reread.to_pyarrow_table().column("writer").to_pylist() == ["fresh"]
 
 
+@pytest.mark.extended  # test_scale_out runs the same switch on this store, on a cluster
 @pytest.mark.timeout(2400)  # four JVMs (archive, backfill, handoff, stream), each doing many small S3 requests
 def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstore, bootstrap, topic_name,  # noqa: F811
                                                           tmp_path):

@@ -81,6 +81,7 @@ def test_executors_run_the_shipped_code_not_the_checkout(spark_cluster):
     assert not any("/switchyard-" in p for p in report["driver_path"]), "the driver imports from its checkout"
 
 
+@pytest.mark.extended  # test_scale_out runs the whole switch on this cluster
 @pytest.mark.timeout(1800)  # a few minutes on a quiet machine; each step starts a driver and executors
 def test_backlog_on_the_cluster_matches_the_oracle(spark_cluster, bootstrap, spark, topic_name, tmp_path):
     env = spark_cluster.env(SWITCHYARD_BOOTSTRAP=bootstrap, SWITCHYARD_WAREHOUSE=str(tmp_path / "warehouse"))
