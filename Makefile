@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 KAFKA_PORT ?= 9092
 export SWITCHYARD_BOOTSTRAP ?= 127.0.0.1:$(KAFKA_PORT)
 
-.PHONY: setup demo test test-extended ui kafka-start kafka-stop clean
+.PHONY: setup demo demo-live stop test test-extended ui kafka-start kafka-stop clean
 
 setup:
 	@deploy/setup.sh
@@ -16,8 +16,16 @@ kafka-start: setup
 kafka-stop:
 	@$(BIN)/switchyard kafka stop --port $(KAFKA_PORT)
 
+# The life of a pipeline in a few minutes: backfill, switch, live, a scheduled backfill that rebases it, stop.
 demo: kafka-start
 	@deploy/demo.sh
+
+# The same, leaving the stream and its producer live for `make ui`; `make stop` stops them.
+demo-live: kafka-start
+	@deploy/demo.sh --live
+
+stop:
+	@deploy/demo.sh --stop
 
 test: setup
 	@deploy/run_tests.sh -m "not extended" --durations=15

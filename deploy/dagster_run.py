@@ -40,9 +40,15 @@ def main(argv=None) -> int:
     parser.add_argument("--job", required=True)
     parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")
     parser.add_argument("--to", dest="last", help="last day of the partition range (YYYY-MM-DD)")
+    parser.add_argument("--detach-stream", action="store_true",
+                        help="the stream asset returns once SWITCHED and the stream outlives the run")
+    parser.add_argument("--caught-up-lag", type=int, default=0,
+                        help="the stream's caught-up bar in offsets behind (live input never leaves it at 0)")
     args = parser.parse_args(argv)
+    stream = {"caught_up_lag": args.caught_up_lag, **({"until_caught_up": False} if args.detach_stream else {})}
+    config = {"ops": {"stream": {"config": stream}}} if args.detach_stream or args.caught_up_lag else None
     try:
-        return 0 if run_job(args.job, args.first, args.last) else 1
+        return 0 if run_job(args.job, args.first, args.last, config) else 1
     except UserError as err:
         print(f"switchyard: {err}", file=sys.stderr)
         return 2

@@ -108,10 +108,24 @@ def run_status_command(args) -> int:
     return 0
 
 
+def run_stop_command(args) -> int:
+    from jobs.stop import stop_stream
+
+    _, tables = _pipeline_and_tables(args)
+    stopped = stop_stream(tables, timeout_s=args.timeout)
+    if stopped is None:
+        print(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its process.log")
+        return 1
+    print(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
+    return 0
+
+
 def add_pipeline_commands(commands, common) -> None:
     from jobs.generate import add_generate_command
+    from jobs.live import add_live_command
 
     add_generate_command(commands, common)
+    add_live_command(commands, common)
 
     archive = commands.add_parser("archive", help="archive a topic up to a cut into Parquet day folders")
     archive.add_argument("--pipeline", required=True)
@@ -191,6 +205,13 @@ def add_pipeline_commands(commands, common) -> None:
                              "(env SWITCHYARD_STATE_PARTITIONS, default 2)")
     common(stream)
     stream.set_defaults(handler=run_stream_command)
+
+    stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
+    stop.add_argument("--pipeline", required=True)
+    stop.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                      help="how long to wait for STOPPED (default 300)")
+    common(stop)
+    stop.set_defaults(handler=run_stop_command)
 
     status = commands.add_parser("status", help="phase, handoff, offsets, watermarks, lag, rates, counts")
     status.add_argument("--pipeline", required=True)

@@ -274,7 +274,7 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitions: int, days: int, seed: int,
-                 malformed_rate: float, out=sys.stdout) -> str:
+                 malformed_rate: float, start: datetime = DEFAULT_START, out=sys.stdout) -> str:
     """Create `topic` if missing, produce the demo events, print progress to `out`; return a summary line."""
     from state_handoff.kafka_io import produce
 
@@ -288,7 +288,7 @@ def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitio
               file=out, flush=True)
 
     records = generate_records(events=events, keys=keys, partitions=partitions, days=days, seed=seed,
-                               malformed_rate=malformed_rate)
+                               malformed_rate=malformed_rate, start=start)
     sent = produce(bootstrap, topic, ((r.key, r.value, r.partition, r.timestamp_ms) for r in records),
                    on_progress=progress, progress_every=100_000)
     if sent % 100_000:
@@ -309,11 +309,23 @@ def add_generate_command(commands, common) -> None:
     parser.add_argument("--seed", type=int, default=42, help="random seed; same flags give the same records (default 42)")
     parser.add_argument("--malformed-rate", type=float, default=0.01,
                         help="share of malformed records, 0 <= R < 1 (default 0.01)")
+    parser.add_argument("--start", default=DEFAULT_START.date().isoformat(), metavar="DATE",
+                        help="the first event time, YYYY-MM-DD (UTC midnight) or an ISO time with its zone; "
+                             "events spread over --days from there (default %(default)s)")
     common(parser)
     parser.set_defaults(handler=_handle)
 
 
+def parse_start(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise UserError(f"--start {text!r}: give a day (YYYY-MM-DD) or an ISO time (2026-01-01T09:30:00Z)") from None
+    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+
+
 def _handle(args) -> int:
     print(run_generate(args.bootstrap, args.topic, events=args.events, keys=args.keys, partitions=args.partitions,
-                       days=args.days, seed=args.seed, malformed_rate=args.malformed_rate))
+                       days=args.days, seed=args.seed, malformed_rate=args.malformed_rate,
+                       start=parse_start(args.start)))
     return 0

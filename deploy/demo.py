@@ -1,0 +1,242 @@
+"""`make demo`: the life of a pipeline in a few minutes, through Dagster, recorded in the instance `make ui` shows.
+
+1. History: three days of events ending at today's midnight (UTC) on a fresh topic; 80% archived.
+2. The Dagster run `backfill_then_stream` over the archived days: tiles, state and windows, the Great Expectations
+   gates, the handoff, and the stream, which stays live after the run (detached).
+3. Live: `switchyard live` writes events stamped with the current time; the Dagster daemon's `stream_health`
+   sensor observes the stream (lag, rates, update latency, watermark delay) and evaluates its health checks.
+4. The nightly archiver's part: the archive grows to midnight. Then yesterday's backfill runs as the schedule
+   runs it (`backfill_days`, one partition): with the stream live it rebases it at a cut, reconciled, and the
+   same stream process goes on from the new handoff.
+5. Live again, then the stop: the Dagster job `stop_stream`, the producer, the daemon.
+
+`--live` (`make demo-live`) leaves the stream and the producer running; `--stop` (`make stop`) stops them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from deploy.paths import PROJECT_ROOT, runtime_home
+from state_handoff import handoff_log, lease
+from state_handoff.errors import UserError
+from state_handoff.tables import Tables
+
+PIPELINE = "demo"
+TOPIC_PREFIX = "demo.events."
+HISTORY_DAYS = 3
+
+
+def demo_home() -> Path:
+    return runtime_home() / "demo"
+
+
+class Demo:
+    def __init__(self, warehouse: str, bootstrap: str, rate: float, live_seconds: float):
+        self.warehouse, self.bootstrap, self.rate, self.live_seconds = warehouse, bootstrap, rate, live_seconds
+        self.tables = Tables(warehouse, PIPELINE)
+        self.started = time.monotonic()
+        self.daemon: subprocess.Popen | None = None
+        self.producer: subprocess.Popen | None = None
+        self.env = {**os.environ, "SWITCHYARD_WAREHOUSE": warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap,
+                    "PYTHONUNBUFFERED": "1"}
+
+    def say(self, line: str) -> None:
+        elapsed = time.monotonic() - self.started
+        print(f"[demo {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {line}", flush=True)
+
+    def run(self, *args: str) -> None:
+        done = subprocess.run([sys.executable, *args], cwd=PROJECT_ROOT, env=self.env)
+        if done.returncode != 0:
+            raise UserError(f"`{' '.join(args)}` failed with exit code {done.returncode} (its output is above)")
+
+    def switchyard(self, *args: str) -> None:
+        self.run("-m", "jobs.cli", *args)
+
+    def dagster(self, job: str, first: str, last: str, *extra: str) -> None:
+        self.run("-m", "deploy.dagster_run", "--job", job, "--from", first, "--to", last, *extra)
+
+    # ------------------------------------------------------------ the phases
+
+    def history(self) -> tuple[str, dict[int, int], str, str]:
+        from state_handoff.kafka_io import offset_bounds
+
+        _delete_old_topics(self.bootstrap)
+        shutil.rmtree(Path(self.warehouse) / PIPELINE, ignore_errors=True)
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        first = midnight - timedelta(days=HISTORY_DAYS)
+        topic = f"{TOPIC_PREFIX}{int(time.time())}"
+        self.say(f"history: 20,000 events over {first.date()}..{(midnight - timedelta(days=1)).date()} on {topic}")
+        self.switchyard("generate", "--topic", topic, "--events", "20000", "--keys", "500", "--partitions", "4",
+                        "--days", str(HISTORY_DAYS), "--start", first.isoformat(), "--seed", "7",
+                        "--malformed-rate", "0.01")
+        until_midnight = {p: hi for p, (_, hi) in offset_bounds(self.bootstrap, topic).items()}
+        self.say("archive 80% of each partition (the nightly archiver has not written the rest of yesterday yet)")
+        self.switchyard("archive", "--pipeline", PIPELINE, "--topic", topic, "--fraction", "0.8")
+        days = sorted(p.name.removeprefix("event_date=") for p in (Path(self.warehouse) / PIPELINE / "archive")
+                      .glob("event_date=*"))
+        return topic, until_midnight, days[0], days[-1]
+
+    def start_daemon(self, dagster_home: Path) -> None:
+        log = demo_home() / "daemon.log"
+        self.say(f"the Dagster daemon (sensors: the stream's health every 30 s), log {log}")
+        self.daemon = subprocess.Popen([str(PROJECT_ROOT / ".venv/bin/dagster-daemon"), "run", "-w", "workspace.yaml"],
+                                       cwd=PROJECT_ROOT, env={**self.env, "DAGSTER_HOME": str(dagster_home)},
+                                       stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_producer(self, topic: str) -> None:
+        log = demo_home() / "live.log"
+        self.say(f"live: {self.rate:g} events/s stamped with the current time (switchyard live), log {log}")
+        self.producer = subprocess.Popen([sys.executable, "-m", "jobs.cli", "live", "--topic", topic, "--rate",
+                                          f"{self.rate:g}"], cwd=PROJECT_ROOT, env=self.env, stdout=open(log, "w"),
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        (demo_home() / "live.pid").write_text(str(self.producer.pid))
+
+    def wait_caught_up(self, after_seq: int, timeout: float = 600.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            entries = [e for e in handoff_log.entries(None, self.tables) if e.seq > after_seq]
+            failed = next((e for e in entries if e.status == handoff_log.FAILED), None)
+            if failed is not None:
+                raise UserError(f"the stream FAILED: {handoff_log.details(failed).get('reason')}")
+            if any(e.status == handoff_log.CAUGHT_UP for e in entries):
+                return
+            if not lease.stream_running(self.tables) and any(e.status == handoff_log.SWITCHED for e in entries):
+                raise UserError("the stream process is gone: see its process.log beside the checkpoints")
+            time.sleep(2)
+        raise UserError(f"the stream did not catch up within {timeout:.0f}s: see `switchyard status`")
+
+    def watch_live(self) -> None:
+        from state_handoff.status import pipeline_status
+
+        until = time.monotonic() + self.live_seconds
+        while time.monotonic() < until:
+            time.sleep(min(15.0, max(0.0, until - time.monotonic())))
+            status = pipeline_status(self.tables, self.bootstrap)
+            behind = status.get("offsets_behind")
+            rate = status.get("input_rows_per_s")
+            self.say(f"  live: {status['phase']}, "
+                     f"{sum(behind.values()) if isinstance(behind, dict) else '-'} offsets behind, "
+                     f"{'-' if rate is None else f'{rate:.0f}'} rows/s in")
+
+    def last_seq(self) -> int:
+        return max([-1] + [e.seq for e in handoff_log.entries(None, self.tables)])
+
+    def stop_daemon(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            os.killpg(self.daemon.pid, signal.SIGTERM)
+            try:
+                self.daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.daemon.pid, signal.SIGKILL)
+
+
+def _delete_old_topics(bootstrap: str) -> None:
+    from state_handoff.kafka_io import admin_client
+
+    with admin_client(bootstrap) as admin:
+        old = [t for t in admin.list_topics() if t.startswith(TOPIC_PREFIX)]
+        if old:
+            admin.delete_topics(old)
+
+
+def stop_demo(warehouse: str, out=print) -> None:
+    """`make stop`: the demo's stream (cleanly, through its lease's owner) and its producer."""
+    from jobs.stop import stop_stream
+
+    tables = Tables(warehouse, PIPELINE)
+    if lease.stream_running(tables):
+        stopped = stop_stream(tables, out=out)
+        out("the stream: " + ("STOPPED" if stopped else "ended without STOPPED (see `switchyard status`)"))
+    else:
+        out("the stream: not running")
+    pid_file = demo_home() / "live.pid"
+    if pid_file.exists():
+        pid = int(pid_file.read_text())
+        try:
+            os.kill(pid, signal.SIGTERM)
+            out(f"the producer (pid {pid}): stopped")
+        except ProcessLookupError:
+            out("the producer: not running")
+        pid_file.unlink()
+    else:
+        out("the producer: not running")
+
+
+def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
+    if lease.stream_running(demo.tables):
+        raise UserError("a demo stream is running (make demo-live left it?): `make stop` first")
+    stop_demo(demo.warehouse, out=lambda _line: None)  # a producer an earlier demo-live left
+    topic, until_midnight, first, last = demo.history()
+    demo.start_daemon(dagster_home)
+    seq = demo.last_seq()
+    demo.say(f"Dagster: backfill_then_stream over {first}..{last}; the stream stays live after the run")
+    demo.dagster("backfill_then_stream", first, last, "--detach-stream", "--caught-up-lag",
+                 str(int(demo.rate * 15)))  # the tables' queries run every 5 s: 15 s of input is caught up
+    demo.wait_caught_up(seq)
+    demo.start_producer(topic)
+    demo.watch_live()
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    demo.say("the archive grows to midnight (the rest of yesterday)")
+    demo.switchyard("archive", "--pipeline", PIPELINE, "--topic", topic, "--until-offsets",
+                    "{" + ", ".join(f'"{p}": {o}' for p, o in sorted(until_midnight.items())) + "}")
+    seq = demo.last_seq()
+    demo.say(f"Dagster: backfill_days for {yesterday}, as the schedule runs it: the live stream rebases at a cut")
+    demo.dagster("backfill_days", yesterday, yesterday)
+    demo.wait_caught_up(seq)
+    demo.watch_live()
+    if leave_running:
+        demo.say("the stream and the producer stay live: `make ui` to watch them, `make stop` to stop them")
+        return
+    demo.say("Dagster: stop_stream; then the producer")
+    demo.run("-m", "deploy.dagster_run", "--job", "stop_stream")
+    stop_demo(demo.warehouse)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m deploy.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--live", action="store_true", help="leave the stream and the producer running")
+    parser.add_argument("--stop", action="store_true", help="stop what --live left running")
+    parser.add_argument("--rate", type=float, default=20.0, help="live events per second (default 20)")
+    parser.add_argument("--live-seconds", type=float, default=45.0,
+                        help="how long each live phase lasts (default 45: the sensor ticks every 30 s)")
+    args = parser.parse_args(argv)
+    warehouse = str(Path(os.environ.get("SWITCHYARD_WAREHOUSE", "warehouse")).resolve())
+    bootstrap = os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092")
+    dagster_home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".dagster_home")).resolve()
+    demo_home().mkdir(parents=True, exist_ok=True)
+    try:
+        if args.stop:
+            stop_demo(warehouse)
+            return 0
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT_ROOT / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
+        os.environ["DAGSTER_HOME"] = str(dagster_home)
+        demo = Demo(warehouse, bootstrap, args.rate, args.live_seconds)
+        demo.env["DAGSTER_HOME"] = str(dagster_home)
+        try:
+            play(demo, dagster_home, args.live)
+        except BaseException:
+            stop_demo(warehouse)
+            raise
+        finally:
+            demo.stop_daemon()
+        demo.say(f"done; the runs, checks and observations are in {dagster_home}: `make ui`, then "
+                 f"http://127.0.0.1:{os.environ.get('DAGSTER_PORT', '3000')}")
+        demo.run("-m", "jobs.cli", "status", "--pipeline", PIPELINE)
+        return 0
+    except UserError as err:
+        print(f"switchyard demo: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""`switchyard live`: events stamped with the current time at a steady rate, until stopped (SIGTERM or Ctrl-C) or
+for a set time: the input of a live pipeline, for the demo and for watching the stream in Dagster.
+
+The records have `generate`'s shape and key space (`key-000000`.. Zipf-skewed, the same kinds), so they land
+on the keys a generated backlog has built up; event ids carry the producer's start so that two runs never
+share one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import random
+import signal
+import time
+from datetime import UTC, datetime
+
+from jobs.generate import _KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
+from state_handoff.errors import UserError
+
+
+def live_records(rate: float, keys: int, seed: int, seconds: float | None, stopped, clock=time.time):
+    """(key, value) pairs paced at `rate` per second from now, until `stopped()` or `seconds` have passed."""
+    rng = random.Random(seed)
+    cdf = list(itertools.accumulate(1.0 / (k + 1) ** ZIPF_EXPONENT for k in range(keys)))
+    kind_cdf = list(itertools.accumulate(_KIND_WEIGHTS.tolist()))
+    started = clock()
+    run = f"live{int(started)}"
+    i = 0
+    while not stopped():
+        now = clock()
+        if seconds is not None and now - started >= seconds:
+            return
+        due = started + i / rate
+        if due > now:
+            time.sleep(min(due - now, 0.2))
+            continue
+        rank = min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), keys - 1)
+        key = f"key-{rank:06d}"
+        kind = KINDS[min(bisect.bisect_right(kind_cdf, rng.random() * kind_cdf[-1]), len(KINDS) - 1)]
+        at = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        amount = rng.randint(-10_000, 100_000) / 100
+        yield key.encode(), (f'{{"event_id":"{run}-{i}","key":"{key}","event_time":"{at}",'
+                             f'"amount":{amount!r},"kind":"{kind}"}}').encode()
+        i += 1
+
+
+def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
+             out=print) -> int:
+    """Produce until SIGTERM/SIGINT or `seconds`; every record acknowledged (acks=all); returns how many."""
+    from state_handoff.kafka_io import partitions_of, produce
+
+    if rate <= 0 or keys < 1:
+        raise UserError("--rate must be above 0 and --keys at least 1")
+    partitions_of(bootstrap, topic)  # a missing topic is one line, before anything is sent
+    stop: list[str] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: stop.append(signal.Signals(s).name))
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    started = time.monotonic()
+    out(f"live: {rate:g} events/s stamped with the current time to {topic}"
+        + (f" for {seconds:g}s" if seconds is not None else " until stopped (SIGTERM or Ctrl-C)"))
+
+    def progress(sent: int) -> None:
+        out(f"live: {sent:,} events sent in {time.monotonic() - started:.0f}s")
+
+    try:
+        sent = produce(bootstrap, topic, live_records(rate, keys, seed, seconds, lambda: bool(stop)),
+                       on_progress=progress, progress_every=max(1, int(rate * 30)))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    out(f"live: stopped{' on ' + stop[0] if stop else ''}; {sent:,} events sent and acknowledged in "
+        f"{time.monotonic() - started:.0f}s")
+    return sent
+
+
+def add_live_command(commands, common) -> None:
+    parser = commands.add_parser("live", help="produce events stamped with the current time at a steady rate")
+    parser.add_argument("--topic", required=True, help="an existing Kafka topic")
+    parser.add_argument("--rate", type=float, default=20.0, help="events per second (default 20)")
+    parser.add_argument("--keys", type=int, default=500, help="distinct keys, Zipf-skewed (default 500)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--for", dest="seconds", type=float, metavar="SECONDS",
+                        help="stop after SECONDS (default: until SIGTERM or Ctrl-C)")
+    common(parser)
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args) -> int:
+    run_live(args.bootstrap, args.topic, args.rate, args.keys, args.seed, args.seconds)
+    return 0

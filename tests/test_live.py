@@ -1,0 +1,75 @@
+"""`switchyard live` (events stamped with the current time, paced) and `generate --start`, on a real broker."""
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from jobs.generate import parse_start, run_generate
+from jobs.live import run_live
+from state_handoff.errors import UserError
+from state_handoff.kafka_io import create_topic
+from tests.oracle import read_topic
+from tests.test_generate import parse_event
+
+
+def test_live_events_are_paced_stamped_now_and_well_formed(bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, partitions=2)
+    lines = []
+    before = datetime.now(UTC)
+    started = time.monotonic()
+    sent = run_live(bootstrap, topic_name, rate=40, keys=50, seed=3, seconds=3.0, out=lines.append)
+    took = time.monotonic() - started
+    after = datetime.now(UTC)
+    assert 100 <= sent <= 125 and took >= 2.9, (sent, took)  # 40/s for 3 s, not a burst
+    records = read_topic(bootstrap, topic_name)
+    assert len(records) == sent
+    events = [parse_event(r.value) for r in records]
+    assert all(e is not None for e in events), "every live event has the demo's shape"
+    times = [datetime.fromisoformat(e["event_time"]) for e in events]
+    assert before - timedelta(seconds=1) <= min(times) and max(times) <= after
+    assert {e["key"] for e in events} <= {f"key-{k:06d}" for k in range(50)}
+    assert len({e["event_id"] for e in events}) == sent
+    assert all(r.key == e["key"].encode() for r, e in zip(records, events))
+    assert lines[-1].startswith(f"live: stopped; {sent:,} events sent and acknowledged")
+
+
+def test_live_stops_cleanly_on_sigterm(bootstrap, topic_name):
+    create_topic(bootstrap, topic_name, partitions=1)
+    process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "live", "--topic", topic_name, "--rate", "50",
+                                "--bootstrap", bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not read_topic(bootstrap, topic_name):
+        time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("live: stopped on SIGTERM;"), output
+    sent = int(last.split(";")[1].split()[0].replace(",", ""))
+    assert sent == len(read_topic(bootstrap, topic_name)) > 0
+
+
+def test_live_to_a_missing_topic_is_one_line(bootstrap):
+    with pytest.raises(UserError) as err:
+        run_live(bootstrap, "no.such.topic.live", rate=10, keys=5, seed=1, seconds=1.0, out=lambda _l: None)
+    assert "no.such.topic.live" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_generate_start_moves_the_event_times(bootstrap, topic_name):
+    start = parse_start("2026-11-19")
+    assert start == datetime(2026, 11, 19, tzinfo=UTC)
+    assert parse_start("2026-11-19T06:00:00+02:00") == datetime(2026, 11, 19, 4, tzinfo=UTC)
+    run_generate(bootstrap, topic_name, events=400, keys=20, partitions=2, days=3, seed=5, malformed_rate=0.0,
+                 start=start, out=io.StringIO())
+    times = [datetime.fromisoformat(parse_event(r.value)["event_time"]) for r in read_topic(bootstrap, topic_name)]
+    assert start - timedelta(minutes=5) <= min(times) and max(times) < start + timedelta(days=3)
+    with pytest.raises(UserError) as err:
+        parse_start("yesterday")
+    assert "--start" in str(err.value)
