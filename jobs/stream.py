@@ -6,6 +6,7 @@ It owns the lifecycle: it holds the pipeline's lease, starts the three queries o
 STOPPED, FAILED), and rebases: when a REBASE_REQUESTED appears in the log (from `switchyard rebase` or a
 `backfill` under the live stream) or the lag stays above the switch-back threshold, it pauses the queries at a
 cut, runs the backlog phase up to it (jobs/rebase.py), and resumes with the new handoff in the same process.
+Launched by Dagster, it reports its transitions and figures through Pipes as well (jobs/stream_pipes.py).
 
 What a restart needs is in the checkpoints or in Delta (the handoff log, `stream_batches`); files beside the
 checkpoints are caches for `status`. Every Delta write of a batch carries (txnAppId, txnVersion = batch id),
@@ -28,6 +29,7 @@ from jobs import rebase
 from jobs.delta_txn import TxnApp, checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
 from jobs.stream_keyed import KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, write_seed
+from jobs.stream_pipes import Silent, reporting
 from jobs.stream_state import StateSink, updates_start
 from state_handoff import faults, handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
@@ -172,24 +174,27 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     settings = settings or StreamSettings()
     if current_handoff(None, tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
-    if lease is not None:
-        return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out).run()
-    with leases.hold(tables, COMMAND) as held:
-        return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out).run()
+    with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process
+        if lease is not None:
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out, report).run()
+        with leases.hold(tables, COMMAND) as held:
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
 
 
 class Supervisor:
     """One handoff's queries at a time; between them, the rebases."""
 
-    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out):
+    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out, report=None):
         self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
         self.settings, self.lease, self.out = settings, lease, out
+        self.report = report or Silent()
         self.started = time.monotonic()
         self.stop_signal: list[str] = []
         self.last_switch_back: float | None = None
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
+        self.report.logged(handoff_id, status)
 
     def run(self) -> StreamResult:
         previous = {sig: signal.signal(sig, lambda s, _f: self.stop_signal.append(signal.Signals(s).name))
@@ -516,11 +521,12 @@ class Monitor:
         return measured
 
     def _write_progress(self, lag: dict[int, int] | None, snapshot: dict) -> None:
+        progress = {"pid": os.getpid(), "updated": time.time(), "handoff_id": self.handoff.handoff_id,
+                    **snapshot, "offsets_behind": lag, "lag_error": self.lag_error,
+                    "lag_unknown_since": self.lag_unknown_since}
+        self.sup.report.progress(self.handoff.topic, progress)
         try:
-            write_json_atomically(self.paths.progress, {
-                "pid": os.getpid(), "updated": time.time(), "handoff_id": self.handoff.handoff_id,
-                **snapshot, "offsets_behind": lag, "lag_error": self.lag_error,
-                "lag_unknown_since": self.lag_unknown_since})
+            write_json_atomically(self.paths.progress, progress)
         except OSError as err:  # a cache for status: the stream goes on without it
             self.lag_error = self.lag_error or f"progress file not written: {_first_line(err)}"
 

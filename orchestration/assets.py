@@ -172,7 +172,8 @@ def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: Kafk
 @dg.asset(deps=[handoff], group_name=SWITCH, kinds={"spark", "kafka"})
 def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
            warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """The stream (isBacklog = false) in its own process, from the handoff's offsets; each transition is observed."""
+    """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition and
+    its figures through Dagster Pipes, observed on this asset, and its death fails the run."""
     tables = warehouse.tables()
     if config.until_caught_up and config.for_seconds is not None:
         raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)

@@ -116,6 +116,15 @@ def progress_from(tables: Tables, entries: list, running: bool) -> Progress | No
                     reconciliation_keys_different=rebased[-1]["reconciliation"]["keys_different"] if rebased else None)
 
 
+def reported_progress(phase: str, progress: dict, update_latency: dict | None) -> Progress:
+    """What a stream reported of itself through Pipes: its phase, the figures it writes to progress.json, and the
+    update latency it sampled (jobs/stream_pipes.py)."""
+    return Progress(progress["handoff_id"], phase, True, progress.get("updated"), progress.get("batch_id"),
+                    _behind(progress.get("offsets_behind")), progress.get("input_rows_per_s"),
+                    progress.get("processed_rows_per_s"), progress.get("stream_watermark"),
+                    latency=UpdateLatency(**update_latency) if update_latency else None)
+
+
 def sample_latency(progress: Progress, bootstrap: str, pipeline) -> Progress:
     """The progress with the update latency sampled from Kafka, while a stream runs; a broker out of reach leaves
     it unknown (the lag figures already say so)."""

@@ -1,4 +1,5 @@
-"""The stream as its own process (`switchyard stream`), its transitions relayed to Dagster as asset observations."""
+"""The stream as its own process (`switchyard stream`) in a Dagster Pipes session: what it reports (its transitions,
+lag, rates, update latency; jobs/stream_pipes.py) becomes observations of `stream`, and its death fails the run."""
 
 import os
 import signal
@@ -11,7 +12,8 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from orchestration.stream_health import is_observed, transition_metadata
+from jobs.stream_pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION, entry_from_payload
+from orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from state_handoff import handoff_log, storage
 from state_handoff.handoff import Handoff
 from state_handoff.stream_control import stream_dir
@@ -45,11 +47,6 @@ def command(config: StreamConfig, tables: Tables, bootstrap: str) -> list[str]:
     return cmd
 
 
-def _transitions(tables: Tables, after_seq: int) -> list:
-    """The stream's transitions and the steps of its rebases logged after `after_seq`."""
-    return [e for e in handoff_log.entries(None, tables) if e.seq > after_seq and is_observed(e)]
-
-
 def process_log(tables: Tables, handoff_id: str) -> Path:
     """Where the stream process's output goes: beside its checkpoints in a local warehouse; under the local
     runtime folder when the warehouse is on an object store, which cannot append to a file."""
@@ -61,7 +58,7 @@ def process_log(tables: Tables, handoff_id: str) -> Path:
     return Path(folder) / "process.log"
 
 
-def _tail(log: Path, lines: int = 20) -> str:
+def _tail(log: Path, lines: int = 30) -> str:
     try:
         with open(log, errors="replace") as fh:
             return "".join(deque(fh, maxlen=lines))
@@ -69,47 +66,97 @@ def _tail(log: Path, lines: int = 20) -> str:
         return ""
 
 
+class _Reports:
+    """What the stream reported through Pipes so far, each message logged as an observation of `stream` as it
+    arrives: a transition with `transition_metadata`, its figures under the sensor's stable keys."""
+
+    def __init__(self, context: dg.AssetExecutionContext, tables: Tables, switch: Handoff):
+        self.context, self.tables, self.switch = context, tables, switch
+        self.transitions: list = []
+        self.kinds: set[str] = set()
+        self.relayed = 0
+
+    def relay(self, session: dg.PipesSession) -> None:
+        messages = session.get_custom_messages()
+        for message in messages[self.relayed:]:
+            self.kinds.add(message.get("kind"))
+            metadata = self._metadata(message)
+            if metadata is not None:
+                self.context.log_event(dg.AssetObservation(asset_key="stream", metadata=metadata))
+        self.relayed = len(messages)
+
+    def _metadata(self, message: dict) -> dict | None:
+        if message.get("kind") == TRANSITION:
+            entry = entry_from_payload(message["entry"])
+            if not is_observed(entry):
+                return None
+            self.transitions.append(entry)
+            self.context.log.info(f"stream {entry.status} at {entry.at}")
+            start = self.switch.start_offsets if entry.handoff_id == self.switch.handoff_id else None
+            return transition_metadata(entry, self.tables, start)
+        if message.get("kind") == FIGURES:
+            progress = reported_progress(message["phase"], message["progress"], message.get("update_latency"))
+            return progress.metadata(progress.updated or time.time())
+        return None
+
+
+def _exit_reason(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+
+
 def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, tables: Tables, bootstrap: str,
                      switch: Handoff, env: dict[str, str], poll_seconds: float = 1.0) -> list:
-    """Start the stream process and relay each new transition of the handoff as an observation of `stream`.
+    """Start the stream process in a Pipes session and log what it reports (each entry of the handoff log from
+    now on, its figures) as observations of `stream`.
 
-    Returns the transitions seen. Waits for the process to end, or only until SWITCHED when detached; a run
-    that is stopped stops the stream cleanly with it (SIGTERM), unless the stream was meant to outlive the run.
+    Returns the transitions seen. Waits for the process to end; when detached, only until it is live (it hands
+    over then, and the `stream_health` sensor observes it from there). A process that dies fails the run with the
+    last lines of its output; a run that is stopped stops the stream cleanly with it (SIGTERM), unless the
+    stream was meant to outlive the run.
     """
-    handoff_id = switch.handoff_id
-    log = process_log(tables, handoff_id)
+    log = process_log(tables, switch.handoff_id)
     log.parent.mkdir(parents=True, exist_ok=True)
     after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
-    with open(log, "a") as out:
-        process = subprocess.Popen(command(config, tables, bootstrap), stdout=out, stderr=subprocess.STDOUT,
-                                   env={**os.environ, **env}, start_new_session=True)
-    context.log.info(f"stream process {process.pid} started; its output goes to {log}")
-    seen: list = []
-    try:
-        while True:
-            exited = process.poll() is not None
-            for entry in _transitions(tables, after_seq):
-                after_seq = entry.seq
-                seen.append(entry)
-                context.log.info(f"stream {entry.status} at {entry.at}")
-                start = switch.start_offsets if entry.handoff_id == switch.handoff_id else None
-                context.log_event(dg.AssetObservation(asset_key="stream",
-                                                      metadata=transition_metadata(entry, tables, start)))
-            if exited:
-                break
-            if config.detached and any(e.status == handoff_log.SWITCHED for e in seen):
-                return seen
-            time.sleep(poll_seconds)
-    finally:
-        if process.poll() is None and not (config.detached and any(e.status == handoff_log.SWITCHED for e in seen)):
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-    if process.returncode != 0:
-        raise dg.Failure(description=f"the stream process exited with code {process.returncode}: "
-                                     f"{_tail(log, 1).strip() or 'no output'}",
-                         metadata={"log": dg.MetadataValue.path(str(log)),
-                                   "output": dg.MetadataValue.md(f"```\n{_tail(log)}\n```")})
-    return seen
+    reports = _Reports(context, tables, switch)
+    handed_over = False
+    with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
+                               message_reader=dg.PipesTempFileMessageReader(),
+                               extras={AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:
+        with open(log, "a") as out:
+            process = subprocess.Popen(command(config, tables, bootstrap), stdout=out, stderr=subprocess.STDOUT,
+                                       env={**os.environ, **env, **session.get_bootstrap_env_vars()},
+                                       start_new_session=True)
+        context.log.info(f"stream process {process.pid} started; its output goes to {log}")
+        try:
+            while True:
+                exited = process.poll() is not None
+                reports.relay(session)
+                handed_over = config.detached and not exited and HANDED_OVER in reports.kinds
+                if exited or handed_over:
+                    break
+                time.sleep(poll_seconds)
+            deadline = time.monotonic() + 10
+            while handed_over and not session.message_handler.received_closed_message and time.monotonic() < deadline:
+                time.sleep(0.2)  # its `closed` follows at once: the session then ends without a warning
+        finally:
+            if process.poll() is None and not handed_over:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+    reports.relay(session)  # what the session read as it closed
+    if handed_over:
+        context.log.info(f"stream process {process.pid} is live and outlives this run; the stream_health sensor "
+                         "observes it from here")
+    elif process.returncode != 0:
+        phase = reports.transitions[-1].status if reports.transitions else "none reported"
+        tail = _tail(log)
+        last_line = tail.rstrip("\n").rpartition("\n")[2].strip()
+        raise dg.Failure(description=f"the stream process {_exit_reason(process.returncode)} (last phase {phase}): "
+                                     f"{last_line or 'no output'}",
+                         metadata={"exit_code": process.returncode, "last_phase": phase,
+                                   "log": dg.MetadataValue.path(str(log)),
+                                   "output": dg.MetadataValue.md(f"```\n{tail}\n```")})
+    return reports.transitions

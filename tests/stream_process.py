@@ -24,7 +24,33 @@ def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: di
         stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
 
 
-def wait_until(condition, proc: subprocess.Popen, log: Path, what: str, timeout: float = 300) -> None:
+class LaunchedStream:
+    """A stream process Dagster launched from this test process (a detached run returns without a handle to it):
+    watched and reaped through its pid, as a `subprocess.Popen` would be."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"stream process {self.pid}", timeout)
+            time.sleep(0.5)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+
+def wait_until(condition, proc: subprocess.Popen | LaunchedStream, log: Path, what: str, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():

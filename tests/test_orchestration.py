@@ -30,6 +30,8 @@ TOPIC = "orchestration.backlog"
 DAYS = ("2025-12-31", "2026-01-01", "2026-01-02")
 STREAM_CHECKS = ("stream_is_healthy", "stream_process_alive", "stream_caught_up", "stream_update_latency",
                  "stream_reconciled")
+PLOTTED = ("offsets_behind", "update_latency_p50_s", "update_latency_p99_s", "input_rate", "processed_rate",
+           "watermark_delay_s")
 RANGE = {"dagster/asset_partition_range_start": DAYS[0], "dagster/asset_partition_range_end": DAYS[-1]}
 
 
@@ -157,11 +159,23 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
 
     switch = done["handoff"][0].metadata
     assert switch["start_offsets"].value == {str(p): hi for p, (_, hi) in backlog.cut.items()}
-    stream_states = [o.metadata["phase"].value for o in _observations(result, "stream")]
+    # what the stream process reported of itself through Pipes: each transition, and its figures under the
+    # sensor's stable keys, as observations of `stream` while it ran to CAUGHT_UP
+    reported = [o.metadata for o in _observations(result, "stream")]
+    transitions = [m for m in reported if "at" in m]
+    figures = [m for m in reported if "update_latency_p50_s" in m]
+    assert len(transitions) + len(figures) == len(reported)
+    stream_states = [m["phase"].value for m in transitions]
     assert stream_states[:2] == ["STREAM_STARTED", "SWITCHED"] and "CAUGHT_UP" in stream_states
-    caught_up = next(o.metadata for o in _observations(result, "stream") if o.metadata["phase"].value == "CAUGHT_UP")
+    assert stream_states[-1] == "STOPPED", "what the stream logs as it ends is reported too"
+    caught_up = next(m for m in transitions if m["phase"].value == "CAUGHT_UP")
     assert caught_up["handoff_id"].value == switch["handoff_id"].value and caught_up["offsets_behind"].value == 0
     assert caught_up["start_offsets"].value == switch["start_offsets"].value
+    assert figures and all(set(PLOTTED) <= set(m) for m in figures), [sorted(m) for m in figures]
+    assert {m["handoff_id"].value for m in figures} == {switch["handoff_id"].value}
+    assert figures[-1]["phase"].value == "CAUGHT_UP" and figures[-1]["offsets_behind"].value == 0.0
+    assert figures[-1]["watermark_delay_s"].value is None and figures[-1]["event_times"].value.startswith(
+        "historical"), "January's events: no delay against the wall clock"
     assert done["stream"][0].metadata["caught_up"].value is True
 
     checks = _check_evaluations(result)

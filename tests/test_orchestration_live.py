@@ -1,10 +1,12 @@
-"""A live stream as Dagster sees it and steers it: figures under stable keys, the health checks green while it
-runs, the rebase and stop jobs, and the alive check red once the process is killed."""
+"""A live stream as Dagster sees it and steers it: launched detached through Pipes, figures under stable keys, the
+health checks green while it runs, the rebase and stop jobs; restarted and killed, a failed run carrying its last
+log lines and the alive check red."""
 
 import io
 import json
 import os
 import signal
+import threading
 import time
 from datetime import datetime, timezone
 
@@ -14,20 +16,24 @@ import pytest
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.generate import run_generate
+from orchestration.assets import stream
 from orchestration.checks import stream_checks
 from orchestration.definitions import build_definitions
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
 from orchestration.stream_health import read_progress
+from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from tests.stream_process import start_stream, wait_until
+from tests.stream_process import LaunchedStream, wait_until
 
 PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.live"
+DETACHED = {"ops": {"stream": {"config": {"until_caught_up": False}}}}
+FOR_A_WHILE = {"ops": {"stream": {"config": {"until_caught_up": False, "for_seconds": 900.0}}}}
 PLOTTED = ("offsets_behind", "update_latency_p50_s", "update_latency_p99_s", "input_rate", "processed_rate",
            "watermark_delay_s")
 
@@ -74,6 +80,17 @@ def _last_seq(tables: Tables) -> int:
     return handoff_log.entries(None, tables)[-1].seq
 
 
+def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> None:
+    """SIGKILL the stream started after `after_seq` as soon as it runs (STREAM_STARTED, the lease held)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        started = _status_after(tables, after_seq, handoff_log.STREAM_STARTED)
+        if started is not None and lease.stream_running(tables):
+            os.kill(handoff_log.details(started)["pid"], signal.SIGKILL)
+            return
+        time.sleep(0.5)
+
+
 @pytest.fixture
 def handed_off(spark, bootstrap, tmp_path) -> Tables:
     run_generate(bootstrap, TOPIC, events=300, keys=10, partitions=2, days=1, seed=3, malformed_rate=0.0,
@@ -86,12 +103,19 @@ def handed_off(spark, bootstrap, tmp_path) -> Tables:
 
 
 @pytest.mark.timeout(2400)  # two stream starts, a rebase and a stop: minutes each on a loaded two-core machine
-def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tmp_path):
+def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     tables = handed_off
     defs = build_definitions(_resources(tables, bootstrap))
-    log = tmp_path / "stream.log"
-    process = start_stream(tables, bootstrap, log)
+    # detached: the run returns once the stream is SWITCHED; the stream outlives it, and the sensor observes it
+    launched = dg.materialize([stream], resources=_resources(tables, bootstrap), run_config=DETACHED)
+    assert launched.success
+    assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
+    assert launched.asset_materializations_for_node("stream")[0].metadata["still_running"].value is True
+    started = handoff_log.latest(None, tables, handoff_log.STREAM_STARTED)
+    process = LaunchedStream(handoff_log.details(started)["pid"])
+    log = process_log(tables, started.handoff_id)
     try:
+        assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
         wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, _live_events(200, "live"))
@@ -140,13 +164,24 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap, tm
         refused = defs.resolve_job_def("stop_stream").execute_in_process(raise_on_error=False)
         assert not refused.success, "nothing to stop"
 
+        # restarted through Dagster (it resumes its checkpoint) and killed: the run fails with the last log lines
         seq = _last_seq(tables)
-        process = start_stream(tables, bootstrap, log)
-        # a restart resumes its checkpoint: STREAM_STARTED again, no second SWITCHED
-        wait_until(lambda: _status_after(tables, seq, handoff_log.STREAM_STARTED) is not None
-                   and lease.stream_running(tables), process, log, "the stream running again", timeout=900)
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=60)
+        killer = threading.Thread(target=_kill_once_running, args=(tables, seq), daemon=True)
+        killer.start()
+        died = dg.materialize([stream], resources=_resources(tables, bootstrap), run_config=FOR_A_WHILE,
+                              raise_on_error=False)
+        killer.join(timeout=60)
+        assert not died.success
+        failure = next(e.step_failure_data.user_failure_data for e in died.all_events
+                       if e.event_type_value == "STEP_FAILURE")
+        phases = [o["phase"] for o in _observations(died) if "at" in o]
+        assert phases[0] == "STREAM_STARTED" and "SWITCHED" not in phases, phases
+        assert failure.description.startswith(f"the stream process was killed by SIGKILL (last phase {phases[-1]})")
+        restart_log = process_log(tables, _status_after(tables, seq, handoff_log.STREAM_STARTED).handoff_id)
+        output = failure.metadata["output"].value.strip("`\n").splitlines()
+        assert output and set(output) <= set(restart_log.read_text().splitlines())
+        assert any("resuming from checkpoint" in line for line in output), output
+        assert failure.description.endswith(output[-1].strip())
         killed = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
                                 selection=dg.AssetSelection.checks(stream_checks), raise_on_error=False)
         evaluations = {e.event_specific_data.check_name: e.event_specific_data for e in killed.all_events
