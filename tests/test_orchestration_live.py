@@ -2,63 +2,33 @@
 health checks green while it runs, the rebase and stop jobs; restarted and killed, a failed run carrying its last
 log lines and the alive check red."""
 
-import io
-import json
 import os
 import signal
 import threading
 import time
-from datetime import datetime, timezone
 
 import dagster as dg
 import pytest
 
-from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
 from orchestration.assets import stream
 from orchestration.checks import stream_checks
 from orchestration.definitions import build_definitions
-from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration.sensors import stream_health
-from orchestration.stream_health import read_progress
 from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
-from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from tests.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.stream_process import LaunchedStream, wait_until
 
-PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.live"
 DETACHED = {"ops": {"stream": {"config": {"until_caught_up": False}}}}
 FOR_A_WHILE = {"ops": {"stream": {"config": {"until_caught_up": False, "for_seconds": 900.0}}}}
-PLOTTED = ("offsets_behind", "update_latency_p50_s", "update_latency_p99_s", "input_rate", "processed_rate",
-           "watermark_delay_s")
 
 
 def _quiet(*_):
     pass
-
-
-def _resources(tables: Tables, bootstrap: str) -> dict:
-    return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
-            "monitor": StreamMonitorResource(max_offsets_behind=50, max_update_latency_s=120)}
-
-
-def _tick(tables: Tables, bootstrap: str, cursor: str | None = None) -> dg.SensorResult:
-    resources = _resources(tables, bootstrap)
-    context = dg.build_sensor_context(cursor=cursor, resources={k: resources[k] for k in ("warehouse", "kafka",
-                                                                                          "monitor")})
-    return stream_health(context)
-
-
-def _live_events(n: int, tag: str) -> list[tuple]:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    return [(f"k{i % 7}".encode(), json.dumps({"event_id": f"{tag}-{i}", "key": f"k{i % 7}", "event_time": now,
-                                               "amount": 1.0, "kind": "live"}).encode()) for i in range(n)]
 
 
 def _observations(result) -> list[dict]:
@@ -68,12 +38,6 @@ def _observations(result) -> list[dict]:
 
 def _status_after(tables: Tables, seq: int, status: str):
     return next((e for e in handoff_log.entries(None, tables) if e.seq > seq and e.status == status), None)
-
-
-def _read_past(tables: Tables, since: float) -> bool:
-    """The stream has read everything on the topic at a moment after `since`."""
-    progress = read_progress(tables)
-    return progress.updated is not None and progress.updated > since + 2 and progress.offsets_behind == 0
 
 
 def _last_seq(tables: Tables) -> int:
@@ -93,10 +57,7 @@ def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> 
 
 @pytest.fixture
 def handed_off(spark, bootstrap, tmp_path) -> Tables:
-    run_generate(bootstrap, TOPIC, events=300, keys=10, partitions=2, days=1, seed=3, malformed_rate=0.0,
-                 out=io.StringIO())
-    tables = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
-    run_archive(spark, PIPELINE, tables, bootstrap, TOPIC, archive_cut(bootstrap, TOPIC, fraction=0.8), out=_quiet)
+    tables = archived_topic(spark, bootstrap, TOPIC, str(tmp_path / "warehouse"))
     run_backfill(spark, PIPELINE, tables, out=_quiet)
     run_handoff(spark, PIPELINE, tables, bootstrap)
     return tables
@@ -105,9 +66,9 @@ def handed_off(spark, bootstrap, tmp_path) -> Tables:
 @pytest.mark.timeout(2400)  # two stream starts, a rebase and a stop: minutes each on a loaded two-core machine
 def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     tables = handed_off
-    defs = build_definitions(_resources(tables, bootstrap))
+    defs = build_definitions(resources(tables, bootstrap))
     # detached: the run returns once the stream is SWITCHED; the stream outlives it, and the sensor observes it
-    launched = dg.materialize([stream], resources=_resources(tables, bootstrap), run_config=DETACHED)
+    launched = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=DETACHED)
     assert launched.success
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
     assert launched.asset_materializations_for_node("stream")[0].metadata["still_running"].value is True
@@ -118,11 +79,11 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
         wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
-        produce(bootstrap, TOPIC, _live_events(200, "live"))
+        produce(bootstrap, TOPIC, live_events(200, "live"))
         sent_at = time.time()
-        wait_until(lambda: _read_past(tables, sent_at), process, log, "the live events streamed", timeout=600)
+        wait_until(lambda: read_past(tables, sent_at), process, log, "the live events streamed", timeout=600)
 
-        first = _tick(tables, bootstrap)
+        first = tick(tables, bootstrap)
         observations = [{k: v.value for k, v in e.metadata.items()} for e in first.asset_events
                         if isinstance(e, dg.AssetObservation)]
         figures = observations[-1]
@@ -144,7 +105,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         assert steps["HANDOFF_COMMITTED"]["reconciliation_keys_different"] == 0
         assert steps["HANDOFF_COMMITTED"]["rebase_s"] > 0
 
-        after_rebase = _tick(tables, bootstrap, first.cursor)
+        after_rebase = tick(tables, bootstrap, first.cursor)
         reconciled = next(e for e in after_rebase.asset_events if isinstance(e, dg.AssetCheckEvaluation)
                           and e.check_name == "stream_reconciled")
         assert reconciled.passed and "reconciled" in reconciled.description
@@ -155,7 +116,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
             f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(None, tables) if e.seq > seq]}\n" \
             f"{log.read_text()[-3000:]}"
         assert process.wait(timeout=300) == 0
-        checks = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
+        checks = dg.materialize([stream_checks], resources=resources(tables, bootstrap),
                                 selection=dg.AssetSelection.checks(stream_checks))
         alive = {e.event_specific_data.check_name: e.event_specific_data for e in checks.all_events
                  if e.event_type_value == "ASSET_CHECK_EVALUATION"}["stream_process_alive"]
@@ -168,7 +129,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         seq = _last_seq(tables)
         killer = threading.Thread(target=_kill_once_running, args=(tables, seq), daemon=True)
         killer.start()
-        died = dg.materialize([stream], resources=_resources(tables, bootstrap), run_config=FOR_A_WHILE,
+        died = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=FOR_A_WHILE,
                               raise_on_error=False)
         killer.join(timeout=60)
         assert not died.success
@@ -182,14 +143,14 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         assert output and set(output) <= set(restart_log.read_text().splitlines())
         assert any("resuming from checkpoint" in line for line in output), output
         assert failure.description.endswith(output[-1].strip())
-        killed = dg.materialize([stream_checks], resources=_resources(tables, bootstrap),
+        killed = dg.materialize([stream_checks], resources=resources(tables, bootstrap),
                                 selection=dg.AssetSelection.checks(stream_checks), raise_on_error=False)
         evaluations = {e.event_specific_data.check_name: e.event_specific_data for e in killed.all_events
                        if e.event_type_value == "ASSET_CHECK_EVALUATION"}
         alive = evaluations["stream_process_alive"]
         assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
         assert "gone without a clean stop" in alive.description
-        noticed = _tick(tables, bootstrap, after_rebase.cursor)
+        noticed = tick(tables, bootstrap, after_rebase.cursor)
         red = {e.check_name: e for e in noticed.asset_events if isinstance(e, dg.AssetCheckEvaluation)}
         assert not red["stream_process_alive"].passed and not red["stream_is_healthy"].passed
     finally:
