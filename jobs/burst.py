@@ -141,8 +141,9 @@ class Trickle(threading.Thread):
                 if self.stop_at is not None and self.sent >= self.stop_at:
                     break
                 pause = started + self.sent / self.rate - time.monotonic()
-                if pause > 0:
-                    producer.poll(min(pause, 0.05))
+                if pause > 0:  # sleep, then serve delivery reports: poll()'s timeout is whole milliseconds
+                    time.sleep(min(pause, 0.05))
+                    producer.poll(0)
                     continue
                 key, value = trickle_record(self.sent, self.keys, self.seed)
                 producer.produce(self.topic, value, key)

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from jobs.archive import archive_cut, run_archive
-from jobs.generate import run_generate
+from jobs.generate import DEFAULT_START, run_generate
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
 from orchestration.stream_health import read_progress
@@ -26,10 +26,12 @@ def _quiet(*_):
     pass
 
 
-def archived_topic(spark, bootstrap: str, topic: str, warehouse: str, *, seed: int = 3) -> Tables:
-    """300 events of one demo day on two partitions, the first 80% of each archived; the rest is the stream's."""
+def archived_topic(spark, bootstrap: str, topic: str, warehouse: str, *, seed: int = 3,
+                   start: datetime = DEFAULT_START) -> Tables:
+    """300 events over 24 hours from `start` on two partitions, the first 80% of each archived; the rest is the
+    stream's."""
     run_generate(bootstrap, topic, events=300, keys=10, partitions=2, days=1, seed=seed, malformed_rate=0.0,
-                 out=io.StringIO())
+                 start=start, out=io.StringIO())
     tables = Tables(warehouse, PIPELINE.name)
     run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.8), out=_quiet)
     return tables

@@ -1,46 +1,39 @@
-"""The Dagster UI for real: `make ui`'s webserver and daemon on 127.0.0.1, the asset graph in headless Chromium,
-and a backfill run launched through the GraphQL API that the daemon dequeues and runs to success."""
+"""The Dagster UI in a real browser: `make ui`'s webserver and daemon on 127.0.0.1 and headless Chromium (Playwright)
+through the asset graph with the stream's checks, a two-day backfill launched from the partitions dialog and run by
+the daemon, the stream's plots from the sensor's observations, and a red health check once the stream is killed.
+Screenshots land in test-artifacts/ui/."""
 
-import io
 import json
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
 import time
 import urllib.request
+from datetime import datetime, timezone
 from pathlib import Path
 
+import dagster as dg
 import pytest
+from playwright.sync_api import Page, expect, sync_playwright
 
-from jobs.archive import archive_cut, run_archive
-from jobs.generate import run_generate
+from jobs.backfill import commit_state
+from state_handoff import handoff_log
 from state_handoff.archive_files import list_archive
-from state_handoff.pipelines import get_pipeline
+from state_handoff.handoff import run_handoff
+from state_handoff.kafka_io import produce
 from state_handoff.tables import Tables
+from tests.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
+from tests.stream_process import start_stream, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-DAY = "2026-01-01"
-LAUNCH = """
-mutation Launch($executionParams: ExecutionParams!) {
-  launchRun(executionParams: $executionParams) {
-    __typename
-    ... on LaunchRunSuccess { run { runId status } }
-    ... on PythonError { message }
-    ... on RunConfigValidationInvalid { errors { message } }
-    ... on InvalidSubsetError { message }
-    ... on PipelineNotFoundError { message }
-  }
-}"""
-RUN_STATUS = "query Run($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"
-FAILURES = """query Logs($id: ID!) { logsForRun(runId: $id) { ... on EventConnection { events {
-  __typename ... on ExecutionStepFailureEvent { stepKey error { message } } } } } }"""
-PARTITIONS = '{ assetNodeOrError(assetKey: {path: ["tiles"]}) { ... on AssetNode { partitionKeys } } }'
-TILES = """{ assetOrError(assetKey: {path: ["tiles"]}) { ... on Asset {
-  assetMaterializations(limit: 5) { partition runId } } } }"""
+ARTIFACTS = ROOT / "test-artifacts" / "ui"
+TOPIC = "orchestration.ui"
+NOON = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+STREAM_CHECKS = ("stream_process_alive", "stream_caught_up", "stream_update_latency", "stream_reconciled",
+                 "stream_is_healthy")
+WAIT_MS = 60_000
 
 
 def _free_port() -> int:
@@ -49,16 +42,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _graphql(base: str, query: str, variables: dict | None = None) -> dict:
-    request = urllib.request.Request(f"{base}/graphql", headers={"Content-Type": "application/json"},
-                                     data=json.dumps({"query": query, "variables": variables or {}}).encode())
-    with urllib.request.urlopen(request, timeout=60) as response:
-        body = json.load(response)
-    assert "errors" not in body, body["errors"]
-    return body["data"]
-
-
-def _wait_for_server(base: str, process: subprocess.Popen, log: Path, timeout: float = 180) -> dict:
+def _wait_for_server(base: str, process: subprocess.Popen, log: Path, timeout: float = 240) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -71,49 +55,35 @@ def _wait_for_server(base: str, process: subprocess.Popen, log: Path, timeout: f
     pytest.fail(f"the webserver did not answer within {timeout:.0f}s:\n{log.read_text()[-3000:]}")
 
 
-def _page_text(url: str, profile: Path) -> str:
-    """The page as headless Chromium renders it, once its scripts have run (the DOM, not the HTML served)."""
-    shutil.rmtree(profile, ignore_errors=True)
-    rendered = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", f"--user-data-dir={profile}",
-         "--virtual-time-budget=15000", "--dump-dom", url],
-        capture_output=True, text=True, timeout=120)
-    assert rendered.returncode == 0, rendered.stderr[-2000:]
-    return rendered.stdout
-
-
-def _texts(dom: str) -> set[str]:
-    """Every text node of the rendered page."""
-    dom = re.sub(r"<(script|style)\b.*?</\1>", "", dom, flags=re.S)
-    return {t.strip() for t in re.findall(r">([^<>]+)<", dom) if t.strip()}
+def _shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
 
 
 @pytest.fixture
 def warehouse(spark, bootstrap, tmp_path) -> Tables:
-    topic = "orchestration.ui"
-    run_generate(bootstrap, topic, events=200, keys=8, partitions=1, days=1, seed=5, malformed_rate=0.05,
-                 out=io.StringIO())
-    tables = Tables(str(tmp_path / "warehouse"), get_pipeline("demo").name)
-    run_archive(spark, get_pipeline("demo"), tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0),
-                out=lambda *_: None)
-    return tables
+    """An archive of two days (noon to noon), nothing backfilled yet: the partitions dialog has something to do."""
+    return archived_topic(spark, bootstrap, TOPIC, str(tmp_path / "warehouse"), seed=5, start=NOON)
 
 
 @pytest.fixture
-def ui(warehouse, bootstrap, tmp_path):
-    """`make ui` (deploy/dagster_ui.sh) on a free port, with its own instance; stopped with its process group."""
+def ui(warehouse, bootstrap, tmp_path, monkeypatch):
+    """`make ui` (deploy/dagster_ui.sh) on a free port with its own instance, which this process opens too;
+    stopped with its process group (webserver, daemon, their code servers and the runs they launched)."""
     assert os.access(CHROMIUM, os.X_OK), "Debian's chromium is missing: run deploy/setup.sh (make setup)"
-    port = _free_port()
-    log = tmp_path / "ui.log"
+    port, home, log = _free_port(), tmp_path / "dagster_home", tmp_path / "ui.log"
     env = {**{k: v for k, v in os.environ.items() if k != "SWITCHYARD_FIRST_DAY"},  # partitions from the archive
-           "DAGSTER_HOME": str(tmp_path / "dagster_home"), "DAGSTER_PORT": str(port),
-           "SWITCHYARD_ENV": "test", "SWITCHYARD_WAREHOUSE": warehouse.warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap}
+           "DAGSTER_HOME": str(home), "DAGSTER_PORT": str(port), "SWITCHYARD_ENV": "test",
+           "SWITCHYARD_WAREHOUSE": warehouse.warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap}
     process = subprocess.Popen([str(ROOT / "deploy" / "dagster_ui.sh")], cwd=ROOT, env=env, stdout=open(log, "w"),
                                stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        yield base, process, log
+        info = _wait_for_server(base, process, log)
+        assert info["dagster_webserver_version"] == dg.__version__
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        with dg.DagsterInstance.get() as instance:
+            yield base, instance, log
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:
@@ -123,35 +93,109 @@ def ui(warehouse, bootstrap, tmp_path):
             process.wait(timeout=30)
 
 
-def test_webserver_shows_the_asset_graph_and_runs_a_launched_backfill(ui, warehouse, tmp_path):
-    base, process, log = ui
-    info = _wait_for_server(base, process, log)
-    assert info["dagster_webserver_version"] == "1.13.27"
-    days = _graphql(base, PARTITIONS)["assetNodeOrError"]["partitionKeys"]
-    assert days[0] == str(min(f.day for f in list_archive(warehouse.archive))), "partitions begin at the archive"
+@pytest.fixture
+def page():
+    """Debian's Chromium, headless, driven by Playwright; the last page is kept as a screenshot, also on failure."""
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900}, timezone_id="UTC")
+            page.set_default_timeout(WAIT_MS)
+            yield page
+            _shot(page, "last")
+        finally:
+            browser.close()
 
-    backlog = _texts(_page_text(f"{base}/locations/switchyard/asset-groups/backlog", tmp_path / "chromium"))
-    assert {"archive", "tiles", "state", "windows", "window_state"} <= backlog, sorted(backlog)[:80]
-    switch = _texts(_page_text(f"{base}/locations/switchyard/asset-groups/switch", tmp_path / "chromium"))
-    assert {"handoff", "stream"} <= switch, sorted(switch)[:80]
 
-    launched = _graphql(base, LAUNCH, {"executionParams": {
-        "selector": {"repositoryLocationName": "switchyard", "repositoryName": "__repository__",
-                     "jobName": "backfill_days"},
-        "runConfigData": {},
-        "executionMetadata": {"tags": [{"key": "dagster/partition", "value": DAY}]},
-    }})["launchRun"]
-    assert launched["__typename"] == "LaunchRunSuccess", launched
-    run_id = launched["run"]["runId"]
+def _record(instance: dg.DagsterInstance, result) -> None:
+    """What the daemon does with a sensor's result: its observations and check evaluations into the instance."""
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
 
-    deadline = time.monotonic() + 600
-    status = launched["run"]["status"]
-    while status not in ("SUCCESS", "FAILURE", "CANCELED") and time.monotonic() < deadline:
-        time.sleep(2)
-        status = _graphql(base, RUN_STATUS, {"id": run_id})["runOrError"]["status"]
-    failures = [e for e in _graphql(base, FAILURES, {"id": run_id})["logsForRun"]["events"]
-                if e["__typename"] == "ExecutionStepFailureEvent"]
-    assert status == "SUCCESS", (status, failures, log.read_text()[-2000:])
 
-    materialized = _graphql(base, TILES)["assetOrError"]["assetMaterializations"]
-    assert {"partition": DAY, "runId": run_id} in materialized
+def _wait_for_backfill(instance: dg.DagsterInstance, log: Path, timeout: float = 900):
+    """The backfill the dialog launched, once the daemon has run it to an end."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        backfills = instance.get_backfills()
+        if backfills and backfills[0].status.value not in ("REQUESTED", "CANCELING", "FAILING"):
+            return backfills[0]
+        time.sleep(3)
+    pytest.fail(f"the backfill did not finish within {timeout:.0f}s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.mark.timeout(1800)
+def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spark, bootstrap, page, tmp_path):
+    base, instance, log = ui
+    days = sorted({str(f.day) for f in list_archive(warehouse.archive)})
+    assert len(days) == 2, f"the test archive should span two days, not {days}"
+
+    # the asset graph: both groups, the stream with its checks
+    page.goto(f"{base}/asset-groups")
+    for name in ("archive", "tiles", "state", "handoff", "stream"):
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    _shot(page, "01-asset-graph")
+
+    # a ranged backfill of both days from the partitions dialog; the daemon launches and runs it
+    page.goto(f"{base}/assets/tiles")
+    page.get_by_test_id("materialize-button").click()
+    dialog = page.get_by_test_id("choose-partitions-dialog")
+    expect(dialog).to_be_visible()
+    dialog.get_by_test_id("dimension-range-input").fill(f"[{days[0]}...{days[1]}]")
+    dialog.get_by_test_id("dimension-range-input").press("Enter")
+    expect(dialog.get_by_text("2 partitions")).to_be_visible()
+    _shot(page, "02-partitions-dialog")
+    dialog.get_by_test_id("launch-button").click()
+    expect(dialog).to_be_hidden()
+    backfill = _wait_for_backfill(instance, log)
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
+    assert backfill.status.value in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill.status, log.read_text()[-3000:])
+    assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS], "one run for both days (single-run policy)"
+    assert runs[0].tags.get("dagster/asset_partition_range_start") == days[0]
+    assert runs[0].tags.get("dagster/asset_partition_range_end") == days[1]
+    page.goto(f"{base}/runs/b/{backfill.backfill_id}")
+    expect(page.get_by_text("Completed").first).to_be_visible()
+    _shot(page, "03-backfill-completed")
+
+    # the switch, a live stream, and the sensor's observations of it recorded into the instance
+    commit_state(spark, PIPELINE, warehouse, out=lambda *_: None)
+    run_handoff(spark, PIPELINE, warehouse, bootstrap)
+    stream_log = tmp_path / "stream.log"
+    process = start_stream(warehouse, bootstrap, stream_log)
+    try:
+        wait_until(lambda: handoff_log.latest(None, warehouse, handoff_log.CAUGHT_UP) is not None, process,
+                   stream_log, "CAUGHT_UP", timeout=900)
+        cursor = None
+        for round_ in range(2):
+            produce(bootstrap, TOPIC, live_events(50, f"live{round_}"))
+            sent_at = time.time()
+            wait_until(lambda: read_past(warehouse, sent_at), process, stream_log, "the live events streamed",
+                       timeout=600)
+            result = tick(warehouse, bootstrap, cursor)
+            _record(instance, result)
+            cursor = result.cursor
+
+        page.goto(f"{base}/assets/stream?view=events")
+        page.get_by_role("button", name="Plots").click()
+        for series in ("offsets_behind", "input_rate", "processed_rate"):
+            expect(page.get_by_text(series, exact=True).first).to_be_visible()
+        _shot(page, "04-stream-plots")
+
+        page.goto(f"{base}/assets/stream?view=checks")
+        for name in STREAM_CHECKS:
+            expect(page.get_by_text(name, exact=True).first).to_be_visible()
+
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+        _record(instance, tick(warehouse, bootstrap, cursor))
+    finally:
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=60)
+
+    page.goto(f"{base}/assets/stream?view=checks")
+    expect(page.get_by_text("gone without a clean stop").first).to_be_visible()
+    _shot(page, "05-stream-check-failed")
+    page.goto(f"{base}/asset-groups")
+    expect(page.get_by_text("stream", exact=True).first).to_be_visible()
+    _shot(page, "06-asset-graph-failed-check")
