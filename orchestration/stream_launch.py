@@ -6,7 +6,10 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections import deque
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -100,6 +103,21 @@ class _Reports:
         return None
 
 
+@contextmanager
+def _pipes_session(context: dg.AssetExecutionContext, extras: dict) -> Iterator[dg.PipesSession]:
+    """A Pipes session whose context travels in the environment and whose messages in a temporary file."""
+    with ExitStack() as stack:
+        with warnings.catch_warnings():
+            # Dagster 1.13 opening a session reads a preview property of every message reader and the deprecated
+            # `context.run_id` itself: warnings about Dagster's own code, not about an API this project calls
+            warnings.filterwarnings("ignore", message=r".*expected_writer_count", category=dg.PreviewWarning)
+            warnings.filterwarnings("ignore", message=r".*run_id is deprecated", category=DeprecationWarning)
+            session = stack.enter_context(dg.open_pipes_session(
+                context=context, context_injector=dg.PipesEnvContextInjector(),
+                message_reader=dg.PipesTempFileMessageReader(), extras=extras))
+        yield session
+
+
 def _exit_reason(code: int) -> str:
     return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
@@ -119,9 +137,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
     reports = _Reports(context, tables, switch)
     handed_over = False
-    with dg.open_pipes_session(context=context, context_injector=dg.PipesEnvContextInjector(),
-                               message_reader=dg.PipesTempFileMessageReader(),
-                               extras={AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:
+    with _pipes_session(context, {AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:
         with open(log, "a") as out:
             process = subprocess.Popen(command(config, tables, bootstrap), stdout=out, stderr=subprocess.STDOUT,
                                        env={**os.environ, **env, **session.get_bootstrap_env_vars()},
