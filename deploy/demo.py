@@ -100,19 +100,19 @@ class Demo:
                                          stderr=subprocess.STDOUT, start_new_session=True)
         (demo_home() / "live.pid").write_text(str(self.producer.pid))
 
-    def wait_caught_up(self, after_seq: int, timeout: float = 600.0) -> None:
+    def wait_for(self, status: str, after_seq: int, timeout: float = 600.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             entries = [e for e in handoff_log.entries(None, self.tables) if e.seq > after_seq]
             failed = next((e for e in entries if e.status == handoff_log.FAILED), None)
             if failed is not None:
                 raise UserError(f"the stream FAILED: {handoff_log.details(failed).get('reason')}")
-            if any(e.status == handoff_log.CAUGHT_UP for e in entries):
+            if any(e.status == status for e in entries):
                 return
             if not lease.stream_running(self.tables) and any(e.status == handoff_log.SWITCHED for e in entries):
                 raise UserError("the stream process is gone: see its process.log beside the checkpoints")
             time.sleep(2)
-        raise UserError(f"the stream did not catch up within {timeout:.0f}s: see `switchyard status`")
+        raise UserError(f"no {status} from the stream within {timeout:.0f}s: see `switchyard status`")
 
     def watch_live(self) -> None:
         from state_handoff.status import pipeline_status
@@ -180,8 +180,8 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     seq = demo.last_seq()
     demo.say(f"Dagster: backfill_then_stream over {first}..{last}; the stream stays live after the run")
     demo.dagster("backfill_then_stream", first, last, "--detach-stream", "--caught-up-lag",
-                 str(int(demo.rate * 15)))  # the tables' queries run every 5 s: 15 s of input is caught up
-    demo.wait_caught_up(seq)
+                 str(int(demo.rate * 60)))  # under live input never 0 behind: a minute of input is caught up
+    demo.wait_for(handoff_log.CAUGHT_UP, seq)
     demo.start_producer(topic)
     demo.watch_live()
     yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
@@ -191,7 +191,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     seq = demo.last_seq()
     demo.say(f"Dagster: backfill_days for {yesterday}, as the schedule runs it: the live stream rebases at a cut")
     demo.dagster("backfill_days", yesterday, yesterday)
-    demo.wait_caught_up(seq)
+    demo.wait_for(handoff_log.SWITCHED, seq)  # the same stream process, on the handoff at the cut
     demo.watch_live()
     if leave_running:
         demo.say("the stream and the producer stay live: `make ui` to watch them, `make stop` to stop them")
