@@ -171,7 +171,7 @@ def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: Kafk
 
 @dg.asset(deps=[handoff], group_name=SWITCH, kinds={"spark", "kafka"})
 def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
-           warehouse: WarehouseResource) -> dg.MaterializeResult:
+           warehouse: WarehouseResource):
     """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition and
     its figures through Dagster Pipes, observed on this asset, and its death fails the run."""
     tables = warehouse.tables()
@@ -184,11 +184,11 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
         raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",
                          allow_retries=False)
     env = {"SWITCHYARD_SPARK_PROFILE": spark.profile, **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
-    seen = launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
+    seen = yield from launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
     statuses = [e.status for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     behind = final.get("offsets_behind") or {}
-    return dg.MaterializeResult(metadata={
+    yield dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
         "phase": statuses[-1] if statuses else "",
         "transitions": " → ".join(statuses),

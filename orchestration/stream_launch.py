@@ -8,7 +8,7 @@ import sys
 import time
 import warnings
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -70,8 +70,8 @@ def _tail(log: Path, lines: int = 30) -> str:
 
 
 class _Reports:
-    """What the stream reported through Pipes so far, each message logged as an observation of `stream` as it
-    arrives: a transition with `transition_metadata`, its figures under the sensor's stable keys."""
+    """What the stream reported through Pipes so far, each message an observation of `stream` as it arrives: a
+    transition with `transition_metadata`, its figures under the sensor's stable keys."""
 
     def __init__(self, context: dg.AssetExecutionContext, tables: Tables, switch: Handoff):
         self.context, self.tables, self.switch = context, tables, switch
@@ -79,14 +79,16 @@ class _Reports:
         self.kinds: set[str] = set()
         self.relayed = 0
 
-    def relay(self, session: dg.PipesSession) -> None:
+    def relay(self, session: dg.PipesSession) -> list[dg.AssetObservation]:
         messages = session.get_custom_messages()
+        observations = []
         for message in messages[self.relayed:]:
             self.kinds.add(message.get("kind"))
             metadata = self._metadata(message)
             if metadata is not None:
-                self.context.log_event(dg.AssetObservation(asset_key="stream", metadata=metadata))
+                observations.append(dg.AssetObservation(asset_key="stream", metadata=metadata))
         self.relayed = len(messages)
+        return observations
 
     def _metadata(self, message: dict) -> dict | None:
         if message.get("kind") == TRANSITION:
@@ -123,9 +125,10 @@ def _exit_reason(code: int) -> str:
 
 
 def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, tables: Tables, bootstrap: str,
-                     switch: Handoff, env: dict[str, str], poll_seconds: float = 1.0) -> list:
-    """Start the stream process in a Pipes session and log what it reports (each entry of the handoff log from
-    now on, its figures) as observations of `stream`.
+                     switch: Handoff, env: dict[str, str],
+                     poll_seconds: float = 1.0) -> Generator[dg.AssetObservation, None, list]:
+    """Start the stream process in a Pipes session and yield what it reports (each entry of the handoff log from
+    now on, its figures) as observations of `stream`, as they arrive.
 
     Returns the transitions seen. Waits for the process to end; when detached, only until it is live (it hands
     over then, and the `stream_health` sensor observes it from there). A process that dies fails the run with the
@@ -146,7 +149,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
         try:
             while True:
                 exited = process.poll() is not None
-                reports.relay(session)
+                yield from reports.relay(session)
                 handed_over = config.detached and not exited and HANDED_OVER in reports.kinds
                 if exited or handed_over:
                     break
@@ -162,7 +165,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait()
-    reports.relay(session)  # what the session read as it closed
+    yield from reports.relay(session)  # what the session read as it closed
     if handed_over:
         context.log.info(f"stream process {process.pid} is live and outlives this run; the stream_health sensor "
                          "observes it from here")

@@ -18,6 +18,7 @@ from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
+from state_handoff.stream_control import read_json, stream_dir
 from state_handoff.tables import Tables
 from tests.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.stream_process import LaunchedStream, wait_until
@@ -45,13 +46,16 @@ def _last_seq(tables: Tables) -> int:
 
 
 def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> None:
-    """SIGKILL the stream started after `after_seq` as soon as it runs (STREAM_STARTED, the lease held)."""
+    """SIGKILL the stream started after `after_seq` mid-run: its queries started and its monitor reporting."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         started = _status_after(tables, after_seq, handoff_log.STREAM_STARTED)
         if started is not None and lease.stream_running(tables):
-            os.kill(handoff_log.details(started)["pid"], signal.SIGKILL)
-            return
+            pid = handoff_log.details(started)["pid"]
+            progress = read_json(stream_dir(tables, started.handoff_id) / "progress.json") or {}
+            if progress.get("pid") == pid:
+                os.kill(pid, signal.SIGKILL)
+                return
         time.sleep(0.5)
 
 
