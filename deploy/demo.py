@@ -149,15 +149,20 @@ def _delete_old_topics(bootstrap: str) -> None:
 
 
 def stop_demo(warehouse: str, out=print) -> None:
-    """`make stop`: the demo's stream (cleanly, through its lease's owner) and its producer."""
+    """`make stop`: the demo's producer, then its stream (cleanly, through its lease's owner)."""
     from jobs.stop import stop_stream
 
+    stop_producer(out)
     tables = Tables(warehouse, PIPELINE)
     if lease.stream_running(tables):
         stopped = stop_stream(tables, out=out)
         out("the stream: " + ("STOPPED" if stopped else "ended without STOPPED (see `switchyard status`)"))
     else:
         out("the stream: not running")
+
+
+def stop_producer(out=print) -> None:
+    """The producer first: the stream then drains everything it wrote."""
     pid_file = demo_home() / "live.pid"
     if pid_file.exists():
         pid = int(pid_file.read_text())
@@ -196,9 +201,9 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     if leave_running:
         demo.say("the stream and the producer stay live: `make ui` to watch them, `make stop` to stop them")
         return
-    demo.say("Dagster: stop_stream; then the producer")
+    demo.say("the producer stops; then the Dagster job stop_stream (the stream drains what it wrote)")
+    stop_producer()
     demo.run("-m", "deploy.dagster_run", "--job", "stop_stream")
-    stop_demo(demo.warehouse)
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from state_handoff import handoff_log, lease, stream_progress
+from state_handoff import handoff_log, lease, storage, stream_progress
 from state_handoff.stream_control import read_json, stream_dir
 from state_handoff.tables import Tables
 
@@ -50,8 +50,10 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
         "dead_lettered": 0,
         "late": 0,
     }
-    if backfill is not None:
-        status["dead_lettered"] = handoff_log.details(backfill).get("dead_lettered", 0)
+    # Counted in the tables, from their commit statistics: across rebases each record is in one of them at most
+    # once, while the log's figures are each backfill's and each handoff's own.
+    status["dead_lettered"] = _rows(tables.dead_letter)
+    status["late"] = _rows(tables.late)
     rebased = [e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED
                and "reconciliation" in handoff_log.details(e)]
     status["rebases"] = len(rebased)
@@ -64,12 +66,23 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     return status
 
 
+def _rows(uri: str) -> int:
+    """Rows of an append-only Delta table, from its files' statistics (no data read); 0 before it exists."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        actions = pa.table(DeltaTable(uri, storage_options=storage.delta_options(uri)).get_add_actions(flatten=True))
+    except TableNotFoundError:
+        return 0
+    return int(sum(n or 0 for n in actions.column("num_records").to_pylist()))
+
+
 def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None) -> None:
     progress = read_json(stream_dir(tables, handoff_id) / "progress.json") or {}
     batches = stream_progress.batches(tables, handoff_id)
     per_partition = stream_progress.accounting(batches)
-    status["dead_lettered"] += sum(a["dead_lettered"] for a in per_partition.values())
-    status["late"] = sum(a["late"] for a in per_partition.values())
     status["stream_accounting"] = per_partition
     status["stream_batches"] = len(batches)
     last = batches[-1] if batches else None
