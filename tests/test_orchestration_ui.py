@@ -5,6 +5,7 @@ Screenshots land in test-artifacts/ui/."""
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -101,6 +102,7 @@ def page():
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900}, timezone_id="UTC")
             page.set_default_timeout(WAIT_MS)
+            expect.set_options(timeout=WAIT_MS)  # a page of a loaded machine's webserver takes seconds to fill
             yield page
             _shot(page, "last")
         finally:
@@ -114,50 +116,86 @@ def _record(instance: dg.DagsterInstance, result) -> None:
 
 
 def _wait_for_backfill(instance: dg.DagsterInstance, log: Path, timeout: float = 900):
-    """The backfill the dialog launched, once the daemon has run it to an end."""
+    """The one backfill the dialog launched, once the daemon has run it to an end."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         backfills = instance.get_backfills()
         if backfills and backfills[0].status.value not in ("REQUESTED", "CANCELING", "FAILING"):
+            assert len(backfills) == 1, [b.backfill_id for b in backfills]
             return backfills[0]
         time.sleep(3)
     pytest.fail(f"the backfill did not finish within {timeout:.0f}s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.mark.timeout(1800)
+def _checks_summary(page: Page, base: str):
+    """The stream node's asset-checks row in the `switch` group's graph ("n / 5 Passed", its icon)."""
+    page.goto(f"{base}/locations/switchyard/asset-groups/switch")
+    expect(page.get_by_text("handoff", exact=True).first).to_be_visible()
+    return page.locator('a[href="/assets/stream?view=checks"]')
+
+
+def _check_row(page: Page, name: str):
+    """A check in the stream's Checks tab: its name and latest status."""
+    return page.locator("[class*='checkRow']").filter(has_text=name)
+
+
+def _until(page: Page, assertion, timeout: float = 120) -> None:
+    """Reload until `assertion` holds: the daemon's own sensor ticks into the same instance every 30 s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return assertion()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            page.reload()
+
+
+@pytest.mark.timeout(1800)  # a backfill run and a stream start, each a JVM, on a loaded two-core machine
 def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spark, bootstrap, page, tmp_path):
     base, instance, log = ui
     days = sorted({str(f.day) for f in list_archive(warehouse.archive)})
-    assert len(days) == 2, f"the test archive should span two days, not {days}"
+    assert days == ["2026-01-01", "2026-01-02"], f"the test archive should span two days, not {days}"
 
-    # the asset graph: both groups, the stream with its checks
-    page.goto(f"{base}/asset-groups")
-    for name in ("archive", "tiles", "state", "handoff", "stream"):
-        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+    # the asset graph: the switch group, the stream with its five checks, none evaluated yet
+    checks = _checks_summary(page, base)
+    expect(page.get_by_text("stream", exact=True).first).to_be_visible()
+    expect(checks).to_have_text("0 / 5 Passed")
     _shot(page, "01-asset-graph")
 
-    # a ranged backfill of both days from the partitions dialog; the daemon launches and runs it
+    # a ranged backfill of both days from the partitions dialog; the daemon launches its run
     page.goto(f"{base}/assets/tiles")
-    page.get_by_test_id("materialize-button").click()
-    dialog = page.get_by_test_id("choose-partitions-dialog")
-    expect(dialog).to_be_visible()
-    dialog.get_by_test_id("dimension-range-input").fill(f"[{days[0]}...{days[1]}]")
-    dialog.get_by_test_id("dimension-range-input").press("Enter")
-    expect(dialog.get_by_text("2 partitions")).to_be_visible()
+    page.locator("button").filter(has_text=re.compile("^Materialize")).first.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_text("Launch runs to materialize tiles")).to_be_visible()
+    # the dialog opens on the last 90 days: the archive's days are older
+    narrowed, all_time = dialog.get_by_text("Show all partitions"), dialog.locator("button", has_text="All time")
+    expect(narrowed.or_(all_time)).to_be_visible()
+    if narrowed.is_visible():
+        narrowed.click()
+    expect(all_time).to_be_visible()
+    days_box = dialog.get_by_role("textbox").first
+    days_box.fill(f"[{days[0]}...{days[1]}]")
+    days_box.press("Enter")
+    expect(dialog.get_by_text("2 partitions", exact=True)).to_be_visible()
+    expect(dialog.get_by_text("Backfills all partitions in a single run.")).to_be_visible()
     _shot(page, "02-partitions-dialog")
-    dialog.get_by_test_id("launch-button").click()
-    expect(dialog).to_be_hidden()
+    dialog.get_by_role("button", name="Launch backfill").click()
+    expect(dialog).to_have_count(0)
     backfill = _wait_for_backfill(instance, log)
     runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill.backfill_id}))
     assert backfill.status.value in ("COMPLETED", "COMPLETED_SUCCESS"), (backfill.status, log.read_text()[-3000:])
     assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS], "one run for both days (single-run policy)"
-    assert runs[0].tags.get("dagster/asset_partition_range_start") == days[0]
-    assert runs[0].tags.get("dagster/asset_partition_range_end") == days[1]
+    assert (runs[0].tags["dagster/asset_partition_range_start"], runs[0].tags["dagster/asset_partition_range_end"]) \
+        == (days[0], days[1])
     page.goto(f"{base}/runs/b/{backfill.backfill_id}")
-    expect(page.get_by_text("Completed").first).to_be_visible()
+    expect(page.get_by_text(f"{days[0]}...{days[1]}", exact=True)).to_be_visible()
+    expect(page.get_by_text("Succeeded", exact=True).first).to_be_visible()
+    expect(page.get_by_role("link", name="tiles")).to_be_visible()
+    expect(page.get_by_text("100% completed", exact=True)).to_be_visible()
     _shot(page, "03-backfill-completed")
 
-    # the switch, a live stream, and the sensor's observations of it recorded into the instance
+    # the switch and a live stream; the sensor's observations of it recorded into the instance
     commit_state(spark, PIPELINE, warehouse, out=lambda *_: None)
     run_handoff(spark, PIPELINE, warehouse, bootstrap)
     stream_log = tmp_path / "stream.log"
@@ -166,8 +204,8 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
         wait_until(lambda: handoff_log.latest(None, warehouse, handoff_log.CAUGHT_UP) is not None, process,
                    stream_log, "CAUGHT_UP", timeout=900)
         cursor = None
-        for round_ in range(2):
-            produce(bootstrap, TOPIC, live_events(50, f"live{round_}"))
+        for batch in range(2):
+            produce(bootstrap, TOPIC, live_events(50, f"live{batch}"))
             sent_at = time.time()
             wait_until(lambda: read_past(warehouse, sent_at), process, stream_log, "the live events streamed",
                        timeout=600)
@@ -175,15 +213,17 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
             _record(instance, result)
             cursor = result.cursor
 
-        page.goto(f"{base}/assets/stream?view=events")
+        page.goto(f"{base}/assets/stream?view=overview")
         page.get_by_role("button", name="Plots").click()
-        for series in ("offsets_behind", "input_rate", "processed_rate"):
-            expect(page.get_by_text(series, exact=True).first).to_be_visible()
+        for series in ("offsets_behind", "input_rate", "processed_rate", "update_latency_p99_s"):
+            chart = page.locator(f"xpath=//span[text()='{series}']/ancestor::div[.//canvas][1]//canvas")
+            expect(chart).to_be_visible()
+        page.get_by_text("Metadata", exact=True).evaluate("heading => heading.scrollIntoView({block: 'start'})")
         _shot(page, "04-stream-plots")
 
         page.goto(f"{base}/assets/stream?view=checks")
         for name in STREAM_CHECKS:
-            expect(page.get_by_text(name, exact=True).first).to_be_visible()
+            expect(_check_row(page, name)).to_contain_text("Succeeded")
 
         os.kill(process.pid, signal.SIGKILL)
         process.wait(timeout=60)
@@ -194,8 +234,13 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
             process.wait(timeout=60)
 
     page.goto(f"{base}/assets/stream?view=checks")
-    expect(page.get_by_text("gone without a clean stop").first).to_be_visible()
+    _until(page, lambda: expect(_check_row(page, "stream_process_alive")).to_contain_text("Failed", timeout=5_000))
+    expect(_check_row(page, "stream_is_healthy")).to_contain_text("Failed")
+    _check_row(page, "stream_process_alive").click()
+    expect(page.get_by_text("the stream process is gone without a clean stop").first).to_be_visible()
     _shot(page, "05-stream-check-failed")
-    page.goto(f"{base}/asset-groups")
-    expect(page.get_by_text("stream", exact=True).first).to_be_visible()
+
+    checks = _checks_summary(page, base)
+    expect(checks).to_have_text(re.compile(r"^[0-3] / 5 Passed$"))
+    expect(checks.get_by_role("img", name="close")).to_be_visible()
     _shot(page, "06-asset-graph-failed-check")
