@@ -6,6 +6,7 @@ Screenshots land in test-artifacts/ui/."""
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -97,6 +98,7 @@ def ui(warehouse, bootstrap, tmp_path, monkeypatch):
 @pytest.fixture
 def page():
     """Debian's Chromium, headless, driven by Playwright; the last page is kept as a screenshot, also on failure."""
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # this run's screenshots only
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
