@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -14,9 +15,12 @@ from pyspark.sql import functions as F
 from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_partials_from_tiles)
 from state_handoff import faults, handoff_log, storage
-from state_handoff.archive_files import ArchiveFile, list_archive, missing_column, recorded_ranges, unreadable
+from state_handoff.archive_files import (ArchiveFile, archive_meta, list_archive, missing_column, recorded_ranges,
+                                         unreadable)
 from state_handoff.errors import UserError
 from state_handoff.aggregates import partial_columns
+from state_handoff.kafka_io import latest_offsets, offset_bounds
+from state_handoff.kafka_security import spark_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import read_json, write_json_atomically
@@ -41,13 +45,18 @@ class BackfillResult:
     boundary: dict[int, int] = field(default_factory=dict)
     seconds: float = 0.0
     message: str = ""
+    kafka_tail: dict = field(default_factory=dict)  # topic, from, to, records, accounting: what the commit read
 
     def summary(self, pipeline: str) -> str:
         if self.handoff_id is None:
             return self.message
-        rate = self.records_read / self.seconds if self.seconds else 0.0
-        return (f"backfill {pipeline} {self.first_day}..{self.last_day}: read {self.records_read:,} records, "
-                f"{self.keys:,} keys, {self.dead_lettered:,} dead-lettered, {self.seconds:.1f}s, {rate:,.0f} records/s")
+        tail = self.kafka_tail.get("records")
+        read = self.records_read + (tail or 0)
+        rate = read / self.seconds if self.seconds else 0.0
+        dead = self.dead_lettered + sum(a["dead_lettered"] for a in self.kafka_tail.get("accounting", {}).values())
+        return (f"backfill {pipeline} {self.first_day}..{self.last_day}: read {self.records_read:,} archived records"
+                + (f" and {tail:,} from the Kafka tail up to its end" if tail is not None else "")
+                + f", {self.keys:,} keys, {dead:,} dead-lettered, {self.seconds:.1f}s, {rate:,.0f} records/s")
 
 
 def _day(text: str | None, flag: str) -> date | None:
@@ -107,6 +116,28 @@ def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) 
         return spark.createDataFrame([], schema)
     return (spark.read.option("basePath", tables.archive).parquet(*[f.path for f in files])
             .select(*ARCHIVE_COLUMNS, F.col("event_date").cast("date")))
+
+
+def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int],
+                with_key: bool = False) -> DataFrame:
+    """The records of [start, end) per partition, read in batch, shaped as the stream's readers see them."""
+    ranges = {p: (start.get(p, 0), end[p]) for p in end if end[p] > start.get(p, 0)}
+    if not ranges:
+        key = ", kafka_key BINARY" if with_key else ""
+        return spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
+                                         f"{key}, value BINARY")
+    bounds = offset_bounds(bootstrap, topic)
+    for p, (lo, _) in sorted(ranges.items()):
+        if bounds[p][0] > lo:
+            raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
+                            f"{bounds[p][0]}), which the backlog must read: archive past it, then run again")
+    key = [F.col("key").alias("kafka_key")] if with_key else []
+    return (spark.read.format("kafka").options(**spark_options(bootstrap)).option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
+            .option("failOnDataLoss", "true").load()
+            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                    F.col("timestamp").alias("kafka_timestamp"), *key, "value"))
 
 
 def newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
@@ -186,6 +217,42 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     return result
 
 
+TAIL_PHASE = "kafka-tail"
+
+
+def _kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tail: KafkaTail):
+    """The tail's day tiles (kept on local disk), its dead letters, and its accounting identity per partition,
+    counted from the records read, the tiles and `dead_letter`."""
+    parsed = parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic, tail.start, tail.end)).withColumn(
+        "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist(StorageLevel.DISK_ONLY)
+    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
+    dead = parsed.where(F.col("error").isNotNull()).select(
+        "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"), F.lit(TAIL_PHASE).alias("phase"),
+        F.current_timestamp().alias("recorded_at"),
+        F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
+    # replaces what an interrupted attempt wrote from the same start, whatever end it had reached
+    anywhere_in_tail = " OR ".join(f"(kafka_partition = {p} AND kafka_offset >= {tail.start.get(p, 0)})"
+                                   for p in sorted(tail.end))
+    (dead.write.format("delta").mode("overwrite").partitionBy("event_date")
+     .option("replaceWhere", f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})").save(tables.dead_letter))
+    count_col = pipeline.count_column
+    well_formed = (tiles.groupBy("kafka_partition").agg(F.sum(count_col)) if count_col else
+                   parsed.where("error IS NULL").groupBy("kafka_partition").count())
+    offsets = parsed.select("kafka_partition", "kafka_offset")
+    lettered = (spark.read.format("delta").load(tables.dead_letter).where(F.col("phase") == TAIL_PHASE)
+                .join(offsets, ["kafka_partition", "kafka_offset"], "left_semi").groupBy("kafka_partition").count())
+    counts: dict[str, dict[str, int]] = {}
+    for name, df in (("read", offsets.groupBy("kafka_partition").count()), ("well_formed", well_formed),
+                     ("dead_lettered", lettered)):
+        for partition, n in df.collect():
+            counts.setdefault(str(partition), {"read": 0, "well_formed": 0, "dead_lettered": 0})[name] = int(n)
+    unbalanced = {p: a for p, a in counts.items() if a["read"] != a["well_formed"] + a["dead_lettered"]}
+    if unbalanced:
+        raise RuntimeError(f"accounting identity broken over the Kafka tail (read != well-formed + "
+                           f"dead-lettered): {unbalanced}")
+    return parsed, tiles, dict(sorted(counts.items()))
+
+
 def _not_dead_lettered_by_a_stream(spark: SparkSession, tables: Tables, dead: DataFrame) -> DataFrame:
     """Archived records a stream dead-lettered already (before the archive grew over them) stay its own:
     a record is in `dead_letter` once."""
@@ -218,6 +285,36 @@ def pending_tiles_run(tables: Tables) -> BackfillResult | None:
 
 
 @dataclass
+class KafkaTail:
+    """The backlog's second input (DESIGN: "or a bounded Kafka offset range read in batch"): the topic's
+    records after the archive's cut, up to `end` (exclusive, per partition), aggregated sort-based with the
+    archived ones. The handoff then starts the stream at `end`, so the stream's first batch carries the seed
+    and no backlog: what micro-batches would do with window MERGEs and state upserts, one batch pass does.
+    Like the archive, the tail is backlog: none of it is late, the backlog watermark covers it."""
+
+    bootstrap: str
+    topic: str
+    start: dict[int, int]
+    end: dict[int, int]
+
+    @property
+    def records(self) -> int:
+        return sum(max(0, o - self.start.get(p, 0)) for p, o in self.end.items())
+
+    def as_details(self) -> dict:
+        return {"topic": self.topic, "from": {str(p): o for p, o in sorted(self.start.items())},
+                "to": {str(p): o for p, o in sorted(self.end.items())}}
+
+
+def kafka_tail_to_latest(tables: Tables, bootstrap: str) -> KafkaTail:
+    """The tail from the archive's cut to the topic's end now."""
+    meta = archive_meta(tables.archive)
+    start = {int(p): int(o) for p, o in meta["cut"].items()}
+    latest = latest_offsets(bootstrap, [meta["topic"]])[meta["topic"]]
+    return KafkaTail(bootstrap, meta["topic"], start, {p: max(o, start.get(p, 0)) for p, o in latest.items()})
+
+
+@dataclass
 class AtCut:
     """A backfill under a stream's history (jobs/rebase.py): the backlog ends at a cut, not at the archive's end.
 
@@ -235,15 +332,24 @@ class AtCut:
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
-                 out=print, at_cut: AtCut | None = None) -> BackfillResult:
-    """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here)."""
+                 out=print, at_cut: AtCut | None = None, kafka_tail_from: str | None = None) -> BackfillResult:
+    """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
+    `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too."""
     started = time.monotonic()
     first, last, files, _ = _resolve_range(tables, None, None)
     readable = [f for f in files if unreadable(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
+    tail = tail_parsed = tail_tiles = None
     with _failure_logged(spark, tables, run.handoff_id):
-        out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         tiles = spark.read.format("delta").load(tables.tiles)
+        if kafka_tail_from is not None and at_cut is None:
+            tail = kafka_tail_to_latest(tables, kafka_tail_from)
+            out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
+                + ", ".join(f"p{p}:{tail.start.get(p, 0)}..{o}" for p, o in sorted(tail.end.items())) + ")")
+            tail_parsed, tail_tiles, tail_accounting = _kafka_tail_tiles(spark, pipeline, tables, tail)
+            run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
+            tiles = tiles.unionByName(tail_tiles)
+        out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         partials = tiles
         if at_cut is not None:
             columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
@@ -270,6 +376,10 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                     read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
         if at_cut is not None:
             boundary = {p: o - 1 for p, o in at_cut.cut.items()}
+        if tail is not None:
+            boundary.update({p: o - 1 for p, o in tail.end.items() if o > tail.start.get(p, 0)})
+            for cached in (tail_parsed, tail_tiles):
+                cached.unpersist()
         whole = accounting(spark, pipeline, tables, readable, first, last)
         missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
@@ -291,6 +401,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
                                 "duration_s": round(result.seconds, 3),
+                                **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})
     if missing:
@@ -305,12 +416,13 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
 
 def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                  last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                 out=print) -> BackfillResult:
-    """`switchyard backfill`: the day tiles of a range, then the state over all tiles."""
+                 out=print, kafka_tail_from: str | None = None) -> BackfillResult:
+    """`switchyard backfill`: the day tiles of a range, then the state over all tiles (and, given
+    `kafka_tail_from`, the archived topic's records after the archive up to the topic's end)."""
     tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out)
     if tiles_run.handoff_id is None:
         return tiles_run
-    return commit_state(spark, pipeline, tables, tiles_run, out)
+    return commit_state(spark, pipeline, tables, tiles_run, out, kafka_tail_from=kafka_tail_from)
 
 
 def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, examples: int = 5) -> dict:

@@ -95,7 +95,7 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 
         tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet)
         stage("backfill_tiles")
-        commit_state(spark, pipeline, tables, tiles_run, out=quiet)
+        commit_state(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap)
         stage("commit_state")
         run_handoff(spark, pipeline, tables, bootstrap)
         stage("handoff")

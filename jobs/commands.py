@@ -52,14 +52,19 @@ def run_rebase_command(args) -> int:
 def run_backfill_command(args) -> int:
     from jobs.backfill import run_backfill
     from state_handoff import lease
+    from state_handoff.errors import UserError
     from state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
+        if args.kafka_tail:
+            raise UserError(f"pipeline {pipeline.name} already streams: a backfill now rebases it at a cut and reads "
+                            "Kafka up to that cut anyway; drop --kafka-tail")
         return _rebase(args)
     with lease.hold(tables, lease.BACKFILL):  # taken before the JVM starts, so a refusal costs none
         result = run_backfill(_spark("backfill"), pipeline, tables, args.from_day, args.to_day,
-                              skip_bad_files=args.skip_bad_files, strategy=args.aggregation)
+                              skip_bad_files=args.skip_bad_files, strategy=args.aggregation,
+                              kafka_tail_from=args.bootstrap if args.kafka_tail else None)
     print(result.summary(pipeline.name))
     return 0
 
@@ -144,6 +149,9 @@ def add_pipeline_commands(commands, common) -> None:
                           help="skip unreadable Parquet files (recorded in the handoff log) instead of stopping")
     backfill.add_argument("--aggregation", choices=["sort", "hash"], default="sort",
                           help="sort-based (default, FLIP-140) or Spark's hash aggregation")
+    backfill.add_argument("--kafka-tail", action="store_true",
+                          help="also aggregate the archived topic's records after the archive, up to its end now, "
+                               "in batch: the handoff then starts the stream there, with no backlog to stream")
     backfill.add_argument("--no-rebase", action="store_true",
                           help="refuse instead of rebasing when a stream is live")
     backfill.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",

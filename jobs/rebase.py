@@ -22,14 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, state_from_partials, tiles_from_events
-from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
+from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range
 from state_handoff import faults, handoff_log, storage, stream_progress
 from state_handoff.aggregates import partial_columns
 from state_handoff.archive_files import archive_meta
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
-from state_handoff.kafka_io import latest_offsets, offset_bounds
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_io import latest_offsets
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -99,28 +98,6 @@ def pause_cut(bootstrap: str, handoff: Handoff, paths) -> Cut:
     keyed = {p: keyed.get(p, start.get(p, 0)) for p in latest}
     events = {p: events.get(p, start.get(p, 0)) for p in latest}
     return Cut({p: max(hi, keyed[p], events[p]) for p, hi in latest.items()}, keyed, events)
-
-
-def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int],
-                with_key: bool = False) -> DataFrame:
-    """The records of [start, end) per partition, read in batch, shaped as the stream's readers see them."""
-    ranges = {p: (start.get(p, 0), end[p]) for p in end if end[p] > start.get(p, 0)}
-    if not ranges:
-        key = ", kafka_key BINARY" if with_key else ""
-        return spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
-                                         f"{key}, value BINARY")
-    bounds = offset_bounds(bootstrap, topic)
-    for p, (lo, _) in sorted(ranges.items()):
-        if bounds[p][0] > lo:
-            raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
-                            f"{bounds[p][0]}), which the rebase must read: archive past it, then rebase again")
-    key = [F.col("key").alias("kafka_key")] if with_key else []
-    return (spark.read.format("kafka").options(**spark_options(bootstrap)).option("subscribe", topic)
-            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
-            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
-            .option("failOnDataLoss", "true").load()
-            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
-                    F.col("timestamp").alias("kafka_timestamp"), *key, "value"))
 
 
 def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,

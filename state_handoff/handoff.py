@@ -228,6 +228,9 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
                         f"(records not yet tiled per partition: {details['records_not_backfilled']}): "
                         "backfill the remaining days, then hand off")
     topic = archive_meta(tables.archive)["topic"]
+    if boundary == TIME and details.get("kafka_tail"):
+        raise UserError(f"the backfill {backfill.handoff_id} read the Kafka tail up to its end, so its boundary is "
+                        "those offsets: hand off with --boundary offsets, or rerun the backfill without --kafka-tail")
     bounds = offset_bounds(bootstrap, topic)
     if boundary == TIME:
         start, boundary_details = _time_boundary(spark, pipeline, tables, backfill.handoff_id, at, bootstrap,

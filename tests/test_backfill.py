@@ -11,11 +11,12 @@ from datetime import timedelta
 import pytest
 
 from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
+from jobs.backfill import TAIL_PHASE, commit_state, run_backfill
 from jobs.generate import run_generate
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import produce
+from state_handoff.handoff import run_handoff
+from state_handoff.kafka_io import offset_bounds, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests import oracle
@@ -74,7 +75,7 @@ def backlog(spark, bootstrap, tmp_path_factory):
     cut = archive_cut(bootstrap, topic, fraction=0.8)
     run_archive(spark, PIPELINE, tables, bootstrap, topic, cut, out=lambda *_: None)
     records = [r for r in oracle.read_topic(bootstrap, topic) if r.offset < cut[r.partition][1]]
-    return {"tables": tables, "records": records, "cut": cut}
+    return {"tables": tables, "records": records, "cut": cut, "topic": topic}
 
 
 @pytest.fixture
@@ -117,6 +118,47 @@ def test_backfill_matches_the_oracle(spark, backlog, tables):
     assert committed.state_version == result.state_version
     assert committed.backlog_watermark == expected.backlog_watermark
     assert handoff_log.details(committed)["boundary"] == {str(p): hi - 1 for p, (_, hi) in backlog["cut"].items()}
+
+
+def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spark, bootstrap, backlog, tables):
+    """`backfill --kafka-tail`: the topic's records after the archive, up to its end, aggregated in batch as
+    backlog (none of them late), so the handoff starts the stream at the topic's end; against the oracle
+    over every record of the topic."""
+    topic = backlog["topic"]
+    ends = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic).items()}
+    run_backfill(spark, PIPELINE, tables, out=_quiet, kafka_tail_from=bootstrap)
+    # the commit again (as after a crash before BACKFILL_COMMITTED): its tail's dead letters replace the first's
+    result = commit_state(spark, PIPELINE, tables, out=_quiet, kafka_tail_from=bootstrap)
+    everything = oracle.read_topic(bootstrap, topic)
+    expected = oracle.backlog(everything)
+    assert len(everything) > len(backlog["records"])  # a fifth of the topic is only in Kafka
+
+    assert_state_matches(spark, tables, expected)
+    assert result.backlog_watermark == expected.backlog_watermark
+    assert_windows_match(spark, tables.windows, expected.final_windows())
+    assert_windows_match(spark, tables.window_state, expected.open_windows())
+    dead = {(r.kafka_partition, r.kafka_offset): (r.reason, r.phase) for r in _rows(spark, tables.dead_letter)}
+    assert {k: v[0] for k, v in dead.items()} == expected.dead_letter
+    cut = {p: hi for p, (_, hi) in backlog["cut"].items()}
+    assert {k: v[1] for k, v in dead.items()} == {(p, o): "backfill" if o < cut[p] else TAIL_PHASE for p, o in dead}
+    assert any(v[1] == TAIL_PHASE for v in dead.values())
+
+    # the accounting identity per partition, archive and tail together, against the oracle's counts
+    committed = handoff_log.details(handoff_log.latest(spark, tables, handoff_log.BACKFILL_COMMITTED))
+    tail = committed["kafka_tail"]
+    assert tail["to"] == {str(p): o for p, o in ends.items()} and tail["records"] == len(everything) - len(
+        backlog["records"])
+    for p in expected.read:
+        archived, kafka = committed["archive_accounting"][str(p)], tail["accounting"][str(p)]
+        assert archived["read"] + kafka["read"] == expected.read[p]
+        assert archived["well_formed"] + kafka["well_formed"] == expected.well_formed[p]
+        assert kafka["read"] == kafka["well_formed"] + kafka["dead_lettered"]
+    assert result.boundary == {p: o - 1 for p, o in ends.items()}
+
+    with pytest.raises(UserError, match="--boundary offsets"):
+        run_handoff(spark, PIPELINE, tables, bootstrap, boundary="time")
+    assert run_handoff(spark, PIPELINE, tables, bootstrap).start_offsets == ends
+
 
 
 def _state_snapshot(spark, tables):

@@ -15,7 +15,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
 from deploy.paths import PROJECT_ROOT
-from jobs.rebase import kafka_range
+from jobs.backfill import kafka_range
 from jobs.stream_keyed import update_messages
 from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
 from state_handoff.kafka_security import spark_options
