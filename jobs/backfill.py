@@ -23,7 +23,7 @@ from state_handoff.kafka_io import latest_offsets, offset_bounds
 from state_handoff.kafka_security import spark_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
-from state_handoff.stream_control import read_json, write_json_atomically
+from state_handoff.stream_control import read_json, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")
@@ -217,6 +217,16 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     return result
 
 
+def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, state_version: int):
+    """What the handoff's stream would otherwise do first, done while this JVM is warm: the seed's files (the
+    state just written), and the tables the stream appends to. The stream checks and skips both."""
+    from jobs.stream_events import ensure_tables
+    from jobs.stream_keyed import seed_files
+
+    seed_files(spark, pipeline, tables, state_version, stream_dir(tables, handoff_id) / "seed")
+    ensure_tables(spark, pipeline, tables)
+
+
 TAIL_PHASE = "kafka-tail"
 
 
@@ -363,6 +373,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             recomputed.unpersist()
         state_version = _delta_version(spark, tables.state)
         state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
+        prepare_stream(spark, pipeline, tables, run.handoff_id, state_version)
         if at_cut is not None:
             watermark = at_cut.watermark
         else:

@@ -247,6 +247,10 @@ def add_pipeline_commands(commands, common) -> None:
     latency.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
     latency.add_argument("--seconds", type=float, default=30.0, help="seconds of steady input per rate")
     latency.add_argument("--trigger-seconds", type=float, default=0.0)
+    latency.add_argument("--tables-trigger-seconds", type=float, default=5.0,
+                         help="how often the Delta-writing queries run while latency is measured")
+    latency.add_argument("--warmup-seconds", type=float, default=20.0,
+                         help="steady input before each rate's measurement, not counted")
     latency.add_argument("--json", dest="json_file", metavar="FILE")
     common(latency)
     latency.set_defaults(handler=run_latency_command)
@@ -280,7 +284,8 @@ def run_latency_command(args) -> int:
         rates = [int(r) for r in args.rates.split(",") if r.strip()]
     except ValueError:
         raise UserError(f"--rates must be comma-separated integers, not {args.rates!r}") from None
-    report = run_latency_bench(args.warehouse, args.bootstrap, rates, args.seconds, args.trigger_seconds)
+    report = run_latency_bench(args.warehouse, args.bootstrap, rates, args.seconds, args.trigger_seconds,
+                               args.tables_trigger_seconds, args.warmup_seconds)
     print(report.table())
     print(f"SWITCHED {report.seconds_to_switched:.1f}s and CAUGHT_UP {report.seconds_to_caught_up:.1f}s after stream start")
     if args.json_file:

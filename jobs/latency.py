@@ -64,40 +64,47 @@ def _event(key: str, event_id: str, when: datetime, amount: float) -> bytes:
 
 
 def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: str, sent_at: dict) -> int:
-    """Send `rate` events per second, each to a fresh key so that one update answers exactly one input."""
-    from kafka import KafkaProducer
+    """Send `rate` events per second, each to a fresh key so that one update answers exactly one input.
+    Through librdkafka: kafka-python's per-record Python work took a third of a core from the stream."""
+    from confluent_kafka import Producer
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, **client_kwargs(), acks="all", linger_ms=0)
+    from state_handoff.kafka_security import librdkafka_config
+
+    producer = Producer({**librdkafka_config(bootstrap), "acks": "all", "linger.ms": 0})
     started = time.monotonic()
     n = 0
     while time.monotonic() - started < seconds:
-        due = started + n / rate
-        pause = due - time.monotonic()
-        if pause > 0:
-            time.sleep(pause)
+        pause = started + n / rate - time.monotonic()
+        if pause > 0:  # sleep, then serve delivery reports: poll()'s timeout is whole milliseconds
+            time.sleep(min(pause, 0.05))
+            producer.poll(0)
+            continue
         now = datetime.now(timezone.utc)
         event_id = f"{tag}-{n}"
-        producer.send(topic, key=event_id.encode(), value=_event(event_id, event_id, now, 1.0))
+        producer.produce(topic, _event(event_id, event_id, now, 1.0), event_id.encode())
         sent_at[event_id] = None
         n += 1
-    producer.flush()
-    producer.close()
+    producer.flush(120)
     return n
 
 
 def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:
-    from kafka import KafkaConsumer, TopicPartition
+    from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(), enable_auto_commit=False)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-    consumer.assign(parts)
-    consumer.seek_to_end()
-    while not stop.is_set():
-        for batch in consumer.poll(timeout_ms=200).values():
-            for message in batch:
-                update = json.loads(message.value)
-                seen.setdefault(update.get("last_by_event_id"), message.timestamp)
-    consumer.close()
+    from state_handoff.kafka_io import partitions_of
+    from state_handoff.kafka_security import librdkafka_config
+
+    consumer = Consumer({**librdkafka_config(bootstrap), "group.id": f"latency-{time.time_ns()}",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in partitions_of(bootstrap, topic)])
+    try:
+        while not stop.is_set():
+            for message in consumer.consume(num_messages=10_000, timeout=0.2):
+                if message.error() is None:
+                    update = json.loads(message.value())
+                    seen.setdefault(update.get("last_by_event_id"), message.timestamp()[1])
+    finally:
+        consumer.close()
 
 
 def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict[str, int]:
@@ -118,7 +125,8 @@ def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict
 
 
 def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
-                      trigger_seconds: float = 0.0, out=print) -> LatencyReport:
+                      trigger_seconds: float = 0.0, tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
+                      warmup_seconds: float = 20.0, out=print) -> LatencyReport:
     """Set up a small switched pipeline, then measure at each rate in turn."""
     from deploy.spark import build_spark
     from jobs.archive import archive_cut, run_archive
@@ -148,16 +156,17 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     started = time.monotonic()
     proc = subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", pipeline.name, "--warehouse", warehouse,
-         "--bootstrap", bootstrap, "--caught-up-lag", "0", "--trigger-seconds", str(trigger_seconds)],
+         "--bootstrap", bootstrap, "--caught-up-lag", "0", "--trigger-seconds", str(trigger_seconds),
+         "--tables-trigger-seconds", str(tables_trigger_seconds)],
         stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
     report = LatencyReport(trigger=f"update query processingTime={trigger_seconds:g}s, Delta-writing queries every "
-                                   f"{max(trigger_seconds, StreamSettings.tables_trigger_seconds):g}s, "
-                                   "RocksDB state store")
+                                   f"{max(trigger_seconds, tables_trigger_seconds):g}s, "
+                                   f"RocksDB state store, {warmup_seconds:g}s of warm-up input per rate")
     try:
         report.seconds_to_switched = _wait_for(tables, handoff_log.SWITCHED, handoff.handoff_id, proc, started)
         report.seconds_to_caught_up = _wait_for(tables, handoff_log.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
-            report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds))
+            report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds, warmup_seconds))
             out(report.table().splitlines()[-1])
     finally:
         os.kill(proc.pid, signal.SIGTERM)
@@ -179,7 +188,12 @@ def _wait_for(tables: Tables, status: str, handoff_id: str, proc: subprocess.Pop
     raise RuntimeError(f"no {status} within {timeout}s")
 
 
-def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds: float) -> RateResult:
+def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds: float,
+             warmup_seconds: float) -> RateResult:
+    """Steady input at `rate`: first `warmup_seconds` not counted (each query's first batches at a new rate
+    compile code and grow their Delta tables' first files), then `seconds` measured."""
+    if warmup_seconds > 0:
+        _steady_input(bootstrap, topic, rate, warmup_seconds, f"warmup-r{rate}-{time.time_ns()}", {})
     start = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic).items()}
     seen: dict[str, int] = {}
     stop = threading.Event()

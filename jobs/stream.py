@@ -146,6 +146,19 @@ class StreamResult:
         return "; ".join(parts)
 
 
+class Laps:
+    """Named lap times since a start, in seconds."""
+
+    def __init__(self, started: float):
+        self.mark = started
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.mark, 3)
+        self.mark = now
+
+
 class StreamFailed(Failed):
     """A query of the stream failed, or the supervisor could not go on: FAILED is in the log."""
 
@@ -189,6 +202,7 @@ class Supervisor:
         self.settings, self.lease, self.out = settings, lease, out
         self.report = report or Silent()
         self.started = time.monotonic()
+        self.startup = Laps(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
         self.stop_signal: list[str] = []
         self.last_switch_back: float | None = None
 
@@ -227,21 +241,28 @@ class Supervisor:
 
     def start(self, handoff: Handoff):
         spark, pipeline, tables, bootstrap = self.spark, self.pipeline, self.tables, self.bootstrap
+        if self.startup.laps:  # a handoff after a rebase: its own laps
+            self.startup = Laps(time.monotonic())
+        lap = self.startup.lap
         paths = StreamPaths.of(tables, handoff.handoff_id)
         entries = handoff_log.entries(None, tables)
         check_resumable(tables, handoff, paths, entries)
         restart = storage.exists(paths.keyed_checkpoint)
+        lap("checks")
         write_seed(spark, pipeline, tables, handoff, paths)
+        lap("seed")
         ensure_tables(spark, pipeline, tables)
         create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
                      exist_ok=True, compacted=True)
         updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
+        lap("tables_and_topic")
         self.log(handoff.handoff_id, handoff_log.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
                           "updates_from": updates_from})
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
+        lap("stream_started_logged")
 
         # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
         # from configuration, not from its cores (a handoff's new checkpoints take a changed value). RocksDB
@@ -262,6 +283,7 @@ class Supervisor:
                  .option("checkpointLocation", str(paths.state_checkpoint))
                  .trigger(**self.tables_trigger()).start())
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+        lap("queries_started")
         return (keyed, events, state), events_sink, updates_from
 
     def app_id(self, handoff: Handoff) -> str:
@@ -408,13 +430,16 @@ class Monitor:
                 if not switched and storage.exists(self.paths.keyed_checkpoint / "commits" / "0"):
                     switched = True
                     result.switched_after_s = time.monotonic() - sup.started
+                    sup.startup.lap("first_batch")
                     self.log(handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
                              backlog_watermark=handoff.backlog_watermark,
                              details={"seconds_since_start": round(result.switched_after_s, 3),
+                                      "startup_s": sup.startup.laps,
+                                      "seconds_since_process_start": _process_age(),
                                       "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint),
                                       **({"request_id": request_id} if request_id else {})})
                     sup.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
-                            "committed")
+                            f"committed ({', '.join(f'{k} {v:.1f}s' for k, v in sup.startup.laps.items())})")
                 now = time.monotonic()
                 if now >= self.next_lag_at:
                     measured = self._measure_lag()
@@ -529,6 +554,16 @@ class Monitor:
             write_json_atomically(self.paths.progress, progress)
         except OSError as err:  # a cache for status: the stream goes on without it
             self.lag_error = self.lag_error or f"progress file not written: {_first_line(err)}"
+
+
+def _process_age() -> float | None:
+    """Seconds since this process began (its JVM start included), from /proc; None where there is none."""
+    try:
+        started_ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 3)
 
 
 def _first_line(err) -> str:

@@ -152,6 +152,10 @@ def ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> No
     """Tables the stream appends to but the backfill may not have made (no malformed or late records yet)."""
     from delta.tables import DeltaTable
 
+    from state_handoff import storage
+
+    if all(storage.exists(storage.join(path, "_delta_log")) for path in (tables.dead_letter, tables.late)):
+        return  # both there: no JVM call needed
     if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
         spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY, reason STRING, "
                                   "phase STRING, recorded_at TIMESTAMP, event_date DATE") \

@@ -92,14 +92,19 @@ class KeyedCrashPoint(StreamingQueryListener):
 
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
-    """The state at the handoff's version, once, as the seed source's files."""
-    if storage.exists(paths.seed_written):
-        return
-    if storage.exists(paths.keyed_checkpoint):
-        raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream checkpoint "
-                        "refers to it: restore the folder from a backup, or start over with `switchyard backfill` "
-                        "and `switchyard handoff`")
-    state = spark.read.format("delta").option("versionAsOf", handoff.state_version).load(tables.state)
-    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
-                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(paths.seed))
+    """The state at the handoff's version, once, as the seed source's files: the backfill's commit wrote them
+    with the state (seed_files); a handoff without them (or an interrupted write) gets them here."""
+    if not storage.exists(paths.seed_written):
+        if storage.exists(paths.keyed_checkpoint):
+            raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream "
+                            "checkpoint refers to it: restore the folder from a backup, or start over with "
+                            "`switchyard backfill` and `switchyard handoff`")
+        seed_files(spark, pipeline, tables, handoff.state_version, paths.seed)
     faults.reach("stream.after_seed")
+
+
+def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_version: int, seed: str) -> None:
+    """Write the state at `state_version` as seed rows (Spark's job commit writes `_SUCCESS` last)."""
+    state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
+    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
+                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(seed))
