@@ -97,10 +97,11 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         stage("backfill_tiles")
         commit_state(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap)
         stage("commit_state")
-        run_handoff(spark, pipeline, tables, bootstrap)
+        handoff = run_handoff(spark, pipeline, tables, bootstrap)
         stage("handoff")
         run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
         stage("stream")
+        _stream_laps(tables, handoff.handoff_id, stages)
     elif mode == "backfill_hash":
         from jobs.backfill import backfill_tiles
 
@@ -115,6 +116,20 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
     else:
         raise ValueError(mode)
     return {"seconds": round(time.monotonic() - started, 3), "stages": stages}
+
+
+def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
+    """The stream stage's parts, from its SWITCHED and CAUGHT_UP entries: `stream.<lap>` seconds."""
+    from state_handoff import handoff_log
+
+    switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff_id)
+    caught_up = handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id)
+    if switched is None:
+        return
+    details = handoff_log.details(switched)
+    stages.update({f"stream.{k}": v for k, v in details.get("startup_s", {}).items()})
+    if caught_up is not None:
+        stages["stream.switched_to_caught_up"] = round((caught_up.at - switched.at).total_seconds(), 3)
 
 
 def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table: bool = False) -> None:
@@ -376,6 +391,76 @@ def _chart(result: dict, path: Path) -> None:
     plt.close(fig)
 
 
+SCALING_ARMS = (("streaming_only", "A streaming-only", "#b0b0b0"), ("switchyard", "B switchyard", "#2a7ab9"),
+                ("batch_only", "C batch-only", "#6fbf73"), ("batch_full", "C, every table", "#a9d8ab"))
+
+
+def scaling(results: list[dict]) -> dict:
+    """Wall time per arm and B's JVM peak at each size, from bench JSON results (full or `--arms` runs)."""
+    sizes: dict[int, dict] = {}
+    for result in results:
+        row = sizes.setdefault(result["events"], {"events": result["events"]})
+        for mode, _label, _color in SCALING_ARMS:
+            run = result["runs"].get(mode)
+            if run:
+                row[f"{mode}_s"] = run["seconds"]
+                row[f"{mode}_jvm_mb"] = run["peak_jvm_mb"]
+    return {"sizes": [sizes[n] for n in sorted(sizes)]}
+
+
+def run_scaling(json_files: list[str], chart: str, out=print) -> dict:
+    """`switchyard bench-scaling`: how each arm's wall time grows with the events written (log-log), and B's
+    JVM peak beside it (flat when the sort spills rather than grows)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = []
+    for name in json_files:
+        try:
+            results.append(json.loads(Path(name).read_text()))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{name}: not a bench result ({err}); give files `switchyard bench --json` wrote") from None
+    table = scaling(results)
+    rows = table["sizes"]
+    fig, (times, memory) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    for mode, label, color in SCALING_ARMS:
+        points = [(r["events"], r[f"{mode}_s"]) for r in rows if f"{mode}_s" in r]
+        if points:
+            times.plot(*zip(*points), marker="o", label=label, color=color)
+    times.set_xscale("log")
+    times.set_yscale("log")
+    times.set_xlabel("events written")
+    times.set_ylabel("wall time to an up-to-date state (s)")
+    times.legend()
+    times.grid(True, which="both", alpha=0.3)
+    peaks = [(r["events"], r["switchyard_jvm_mb"]) for r in rows if "switchyard_jvm_mb" in r]
+    if peaks:
+        memory.plot(*zip(*peaks), marker="o", color="#2a7ab9")
+        memory.set_xscale("log")
+        memory.set_ylim(0, max(p for _, p in peaks) * 1.3)
+    memory.set_xlabel("events written")
+    memory.set_ylabel("B's JVM peak RSS (MB)")
+    memory.grid(True, which="both", alpha=0.3)
+    fig.suptitle(f"switchyard bench, {os.cpu_count()} cores: cost against size")
+    fig.tight_layout()
+    fig.savefig(chart, dpi=120)
+    plt.close(fig)
+    header = f"{'events':>12} " + " ".join(f"{label:>16}" for _, label, _ in SCALING_ARMS) + f" {'B JVM MB':>9}"
+    out(header)
+    for r in rows:
+        out(f"{r['events']:>12,} " + " ".join(f"{r[f'{m}_s']:>15.1f}s" if f"{m}_s" in r else f"{'-':>16}"
+                                              for m, _, _ in SCALING_ARMS)
+            + f" {r.get('switchyard_jvm_mb', '-'):>9}")
+    Path(chart).with_suffix(".json").write_text(json.dumps(table, indent=2))
+    return table
+
+
 if __name__ == "__main__":
     mode, warehouse, bootstrap, topic, max_offsets = sys.argv[1:6]
-    print(json.dumps(_worker(mode, warehouse, bootstrap, topic, int(max_offsets))))
+    print(json.dumps(_worker(mode, warehouse, bootstrap, topic, int(max_offsets))), flush=True)
+    # The figures are out. Skip the interpreter's teardown: with the JVM going down beside it, one worker in
+    # two aborted there ("terminate called without an active exception", exit -6) after a complete run.
+    sys.stderr.flush()
+    os._exit(0)

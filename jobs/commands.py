@@ -243,6 +243,12 @@ def add_pipeline_commands(commands, common) -> None:
     common(bench)
     bench.set_defaults(handler=run_bench_command)
 
+    scale = commands.add_parser("bench-scaling", help="a log-log chart of the bench's wall times against size, "
+                                                      "from several `bench --json` results")
+    scale.add_argument("results", nargs="+", metavar="FILE", help="bench results at different --events")
+    scale.add_argument("--chart", required=True, metavar="PNG", help="the chart to write (its table beside it, .json)")
+    scale.set_defaults(handler=run_scaling_command)
+
     latency = commands.add_parser("bench-latency", help="stream latency at fixed input rates (a benchmark)")
     latency.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
     latency.add_argument("--seconds", type=float, default=30.0, help="seconds of steady input per rate")
@@ -301,6 +307,13 @@ def run_burst_command(args) -> int:
                     partitions=args.partitions, backlog=args.backlog, switch_back_lag=args.switch_back_lag,
                     switch_back_after=args.switch_back_after, caught_up_seconds=args.caught_up_seconds,
                     timeout=args.timeout, keep_topics=args.keep_topics)
+    return 0
+
+
+def run_scaling_command(args) -> int:
+    from jobs.bench import run_scaling
+
+    run_scaling(args.results, args.chart)
     return 0
 
 

@@ -155,6 +155,15 @@ def _malformed_value(kind: str, eid: str, key_json: str, ts: str, amt: str, ev_k
 def generate_records(*, events: int, keys: int, partitions: int, days: int, seed: int,
                      malformed_rate: float, start: datetime = DEFAULT_START) -> Iterator[GeneratedRecord]:
     """Yield `events` demo records in production order; same arguments => byte-identical output."""
+    for key, value, partition, timestamp_ms in _records(events=events, keys=keys, partitions=partitions, days=days,
+                                                        seed=seed, malformed_rate=malformed_rate, start=start):
+        yield GeneratedRecord(partition, key, value, timestamp_ms)
+
+
+def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, malformed_rate: float,
+             start: datetime) -> Iterator[tuple]:
+    """generate_records as (key, value, partition, timestamp_ms), the producer's order, built a chunk at a
+    time: one comprehension formats a chunk's well-formed values, then its few malformed ones are replaced."""
     from kafka.partitioner.default import murmur2
 
     rng = np.random.default_rng(seed)
@@ -235,18 +244,18 @@ def generate_records(*, events: int, keys: int, partitions: int, days: int, seed
 
         kidx = key_idx.tolist()
         parts = key_partition[key_idx].tolist()
-        for j, (eid, k, ts, amt, kind, t_ms, part) in enumerate(
-                zip(ids, kidx, times, amounts, ev_kinds.tolist(), ts_ms, parts)):
-            i = lo + j
-            bad = bad_kind.get(i) if n_bad else None
-            if bad is None:
-                value = f'{{"event_id":"{eid}","key":{key_json[k]},"event_time":"{ts}","amount":{amt},"kind":"{kind}"}}'
-                yield GeneratedRecord(part, key_bytes[k], value.encode(), t_ms)
-            elif bad in _KEYED_MALFORMED:
-                yield GeneratedRecord(part, key_bytes[k], _malformed_value(bad, eid, key_json[k], ts, amt, kind), t_ms)
-            else:
-                yield GeneratedRecord(i % partitions, None,
-                                      _malformed_value(bad, eid, key_json[k], ts, amt, kind), t_ms)
+        kjson = [key_json[k] for k in kidx]
+        kinds = ev_kinds.tolist()
+        values = [f'{{"event_id":"{eid}","key":{kj},"event_time":"{ts}","amount":{amt},"kind":"{kind}"}}'.encode()
+                  for eid, kj, ts, amt, kind in zip(ids, kjson, times, amounts, kinds)]
+        record_keys = [key_bytes[k] for k in kidx]
+        first, last = np.searchsorted(bad_positions, [lo, hi])
+        for i in bad_positions[first:last].tolist():
+            j, bad = i - lo, bad_kind[i]
+            values[j] = _malformed_value(bad, ids[j], kjson[j], times[j], amounts[j], kinds[j])
+            if bad not in _KEYED_MALFORMED:
+                record_keys[j], parts[j] = None, i % partitions
+        yield from zip(record_keys, values, parts, ts_ms)
 
 
 def _validate(topic: str, events: int, keys: int, partitions: int, days: int, seed: int,
@@ -287,10 +296,9 @@ def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitio
         print(f"generate: {sent:,} of {events:,} events ({100 * sent / events:.1f}%), {sent / elapsed:,.0f} events/s",
               file=out, flush=True)
 
-    records = generate_records(events=events, keys=keys, partitions=partitions, days=days, seed=seed,
-                               malformed_rate=malformed_rate, start=start)
-    sent = produce(bootstrap, topic, ((r.key, r.value, r.partition, r.timestamp_ms) for r in records),
-                   on_progress=progress, progress_every=100_000)
+    records = _records(events=events, keys=keys, partitions=partitions, days=days, seed=seed,
+                       malformed_rate=malformed_rate, start=start)
+    sent = produce(bootstrap, topic, records, on_progress=progress, progress_every=100_000)
     if sent % 100_000:
         progress(sent)
     seconds = max(time.monotonic() - started, 1e-9)

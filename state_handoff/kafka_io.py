@@ -180,27 +180,38 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple],
             producer.purge()
             raise _unreachable(bootstrap, KafkaException(fatal[0]))
 
+    # Delivery reports for failures only: a Python callback per acknowledged record cost more than the send.
     producer = Producer({**kafka_security.librdkafka_config(bootstrap), "acks": "all", "linger.ms": 50,
                          "batch.size": 1 << 20, "message.max.bytes": 8 << 20, "partitioner": "murmur2_random",
                          "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
-                         "message.timeout.ms": 120_000, "on_delivery": delivered, "error_cb": client_error})
+                         "message.timeout.ms": 120_000, "on_delivery": delivered, "error_cb": client_error,
+                         "delivery.report.only.error": True})
     send = producer.produce
     sent = 0
+    next_progress = progress_every if on_progress else -1
     for record in records:
-        key, value, partition, timestamp_ms = (*record, None, None)[:4]
-        while True:
-            try:
-                send(topic, value, key, -1 if partition is None else partition, timestamp=timestamp_ms or 0)
-                break
-            except BufferError:  # the local queue is full: let the broker catch up
+        if len(record) == 4:
+            key, value, partition, timestamp_ms = record
+        else:
+            key, value, partition, timestamp_ms = (*record, None, None)[:4]
+        try:
+            send(topic, value, key, -1 if partition is None else partition, timestamp=timestamp_ms or 0)
+        except BufferError:  # the local queue is full: let the broker catch up, then send it
+            while True:
                 producer.poll(0.05)
                 check()
+                try:
+                    send(topic, value, key, -1 if partition is None else partition, timestamp=timestamp_ms or 0)
+                    break
+                except BufferError:
+                    continue
         sent += 1
         if sent & 0x3FFF == 0:
             producer.poll(0)
             check()
-        if on_progress and sent % progress_every == 0:
+        if sent == next_progress:
             on_progress(sent)
+            next_progress += progress_every
     while producer.flush(1.0):
         check()
     if failures:
