@@ -265,12 +265,17 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         present = sum(hi - lo for lo, hi in offset_bounds(bootstrap, topic).values())
     except UserError:
         present = 0
-    if present != events:
+    if present == events:
+        generated = {"generate_s": None, "generate_events_per_s": None}  # the topic was there: not timed
+    else:
         if present:
             raise UserError(f"topic {topic} holds {present} records, not {events}: delete it or pick another --seed")
         out(f"generating {events:,} events into {topic}")
+        started = time.monotonic()
         run_generate(bootstrap, topic, events=events, keys=keys, partitions=partitions, days=days, seed=seed,
                      malformed_rate=0.001)
+        generated = {"generate_s": round(time.monotonic() - started, 3),
+                     "generate_events_per_s": round(events / (time.monotonic() - started))}
     assert len(partitions_of(bootstrap, topic)) == partitions
 
     pipeline = get_pipeline("demo")
@@ -301,7 +306,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
     if set(arms) != set(ARMS):
         result = {"events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
                   "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB", "spark_master": spark_master(),
-                  "arms": list(arms), "archive_s": round(archive_s, 3),
+                  "arms": list(arms), "archive_s": round(archive_s, 3), **generated,
                   **{f"{m}_s": r.seconds for m, r in runs.items()}, "states_identical": identical,
                   "state_checksums": [list(map(str, s)) for s in sums],
                   "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()}}
@@ -325,7 +330,8 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
     result = {
         "events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
         "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB", "spark_master": spark_master(),
-        "archive_s": round(archive_s, 3),
+        "archive_s": round(archive_s, 3), **generated,
+        "switchyard_stream_stage_s": b.stages.get("stream"),
         "streaming_only_s": a.seconds, "switchyard_s": b.seconds, "batch_only_s": c.seconds,
         "ratio_streaming_over_switchyard": round(a.seconds / b.seconds, 3),
         "ratio_switchyard_over_batch": round(b.seconds / c.seconds, 3),

@@ -5,6 +5,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
+from pydantic import Field
 
 from jobs.backfill import backfill_tiles, commit_state
 from orchestration.errors import user_errors_as_failures
@@ -100,6 +101,12 @@ def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: War
     })
 
 
+class KeyedStateConfig(dg.Config):
+    kafka_tail: bool = Field(False, description=(
+        "Also aggregate the archived topic's records after the archive, up to its end now, in batch "
+        "(`switchyard backfill --kafka-tail`): the handoff then starts the stream there, with no backlog to stream."))
+
+
 @dg.multi_asset(
     name="keyed_state",
     specs=[
@@ -112,7 +119,8 @@ def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: War
                      description="Open windows, carried into the stream as state."),
     ],
 )
-def keyed_state(context: dg.AssetExecutionContext, spark: SparkResource, warehouse: WarehouseResource):
+def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spark: SparkResource,
+                warehouse: WarehouseResource, kafka: KafkaResource):
     """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
     session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
     if current_handoff(None, tables) is not None:  # the rebase in `tiles` committed the state at its cut
@@ -127,7 +135,8 @@ def keyed_state(context: dg.AssetExecutionContext, spark: SparkResource, warehou
                                                                  "path": dg.MetadataValue.path(tables.path(name))})
         return
     with user_errors_as_failures():
-        run = commit_state(session, pipeline, tables, out=context.log.info)
+        run = commit_state(session, pipeline, tables, out=context.log.info,
+                           kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(session, tables, handoff_log.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key="state", metadata={
         "handoff_id": run.handoff_id,
