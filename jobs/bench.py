@@ -85,6 +85,8 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
     settings = StreamSettings(until_caught_up=True, max_offsets_per_trigger=max_offsets)
     quiet = lambda *_: None  # noqa: E731
     if mode == "streaming_only":
+        # streaming only: never switching back to the batch path, which is what B is
+        settings.switch_back_lag = None
         _empty_start(spark, pipeline, tables, topic)
         run_handoff(spark, pipeline, tables, bootstrap)
         stage("empty_start")
