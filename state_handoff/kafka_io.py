@@ -104,12 +104,21 @@ def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30
     raise Failed(f"topic {topic} was created but its {partitions} partitions have no leader after {timeout_s:.0f}s")
 
 
-def topic_config(bootstrap: str, topic: str) -> dict[str, str]:
-    """The topic's effective configuration."""
+def topic_config(bootstrap: str, topic: str, wait_s: float = 10.0) -> dict[str, str]:
+    """The topic's effective configuration. A topic created a moment ago may not have reached the broker asked
+    yet (an error code, or no entries, on a multi-broker cluster): asked again until `wait_s` has passed."""
     from kafka.admin import ConfigResource, ConfigResourceType
 
+    deadline = time.monotonic() + wait_s
     with admin_client(bootstrap) as admin:
-        described = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])[0].resources[0][4]
+        while True:
+            error, message, _kind, _name, described = admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic)])[0].resources[0][:5]
+            if (error == 0 and described) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+    if error != 0:
+        raise UserError(f"topic {topic} on {bootstrap}: its configuration could not be read ({message or error})")
     return {entry[0]: entry[1] for entry in described}
 
 
