@@ -13,7 +13,6 @@ from deploy.shipped_code import ship_project_code
 from state_handoff.errors import UserError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
-_FAIR_POOLS = Path(__file__).with_name("fairscheduler.xml")
 
 PROFILES = {
     "default": {
@@ -113,7 +112,6 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # The stream's queries run in pools of their own, so the keyed (update) jobs never queue behind a
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
         "spark.scheduler.mode": "FAIR",
-        "spark.scheduler.allocation.file": str(_FAIR_POOLS),
         **object_store_conf(),
         **PROFILES[profile],
         **_shuffle_partitions(),
