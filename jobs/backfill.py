@@ -340,7 +340,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     first, last, files, _ = _resolve_range(tables, None, None)
     readable = [f for f in files if unreadable(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
-    tail = tail_parsed = tail_tiles = None
+    tail = tail_parsed = None
     with _failure_logged(spark, tables, run.handoff_id):
         tiles = spark.read.format("delta").load(tables.tiles)
         if kafka_tail_from is not None and at_cut is None:
