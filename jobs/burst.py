@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from state_handoff import handoff_log
+from state_handoff import delta_cas, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
 
@@ -500,8 +500,7 @@ class ArmRun:
         try:
             from deltalake import DeltaTable
 
-            self.arm.dead_letter_rows = DeltaTable(self.tables.dead_letter).to_pyarrow_table(columns=["kafka_offset"]) \
-                .num_rows
+            self.arm.dead_letter_rows = delta_cas.read(DeltaTable(self.tables.dead_letter), ["kafka_offset"]).num_rows
         except Exception:  # informative only
             self.arm.dead_letter_rows = None
 
@@ -518,8 +517,7 @@ class ArmRun:
 def read_state(warehouse: str):
     from deltalake import DeltaTable
 
-    table = DeltaTable(Tables(warehouse, PIPELINE).state).to_pyarrow_table()
-    return table.sort_by("key")
+    return delta_cas.read(DeltaTable(Tables(warehouse, PIPELINE).state), order_by="key")
 
 
 def compare_states(left, right, rel: float = 1e-9) -> dict:

@@ -96,7 +96,8 @@ def offset_ranges(path: str) -> dict[int, tuple[int, int, int]]:
     import pyarrow.parquet as pq
 
     with storage.open_input(path) as source:
-        table = pq.read_table(source, columns=["kafka_partition", "kafka_offset"])
+        # ParquetFile, not read_table's dataset scan: see delta_cas.read on the aborts its threads leave at exit
+        table = pq.ParquetFile(source).read(columns=["kafka_partition", "kafka_offset"], use_threads=False)
     grouped = table.group_by("kafka_partition").aggregate(
         [("kafka_offset", "min"), ("kafka_offset", "max"), ("kafka_offset", "count")])
     return {int(p): (int(lo), int(hi), int(n)) for p, lo, hi, n in zip(

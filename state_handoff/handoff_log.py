@@ -108,7 +108,7 @@ def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]
         log = DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
     except TableNotFoundError:
         return []
-    rows = log.to_pyarrow_table(columns=SCHEMA.names).sort_by("seq").to_pylist()
+    rows = delta_cas.read(log, SCHEMA.names, order_by="seq").to_pylist()
     return [SimpleNamespace(**{**row, "at": _naive_utc(row["at"]),
                                "backlog_watermark": _naive_utc(row["backlog_watermark"])}) for row in rows]
 

@@ -26,10 +26,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterator
 
 import pyarrow as pa
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from state_handoff.delta_cas import commit_next, open_or_create
+from state_handoff.delta_cas import commit_next, open_or_create, read
 from state_handoff.errors import Failed, UserError
 from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
@@ -146,13 +146,10 @@ def _open(tables: Tables) -> DeltaTable:
 
 
 def _latest(table: DeltaTable) -> Owner | None:
-    # Read by delta-rs's own engine: a pyarrow dataset scan of a Delta table (`to_pyarrow_table`) aborts some
-    # interpreter exits ("terminate called without an active exception"), which would garble exit codes.
-    rows = pa.table(QueryBuilder().register("leases", table)
-                    .execute("SELECT * FROM leases ORDER BY seq DESC LIMIT 1").read_all()).to_pylist()
+    rows = read(table, order_by="seq").to_pylist()
     if not rows:
         return None
-    row = rows[0]
+    row = rows[-1]
     return Owner(**{**row, **{k: _utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
 
 

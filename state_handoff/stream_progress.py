@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from state_handoff import delta_cas
 from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
@@ -99,7 +100,7 @@ def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list
     table = _table(tables)
     if table is None:
         return []
-    data = table.to_pyarrow_table()
+    data = delta_cas.read(table)
     wanted = pc.equal(data["handoff_id"], handoff_id)
     if query is not None:
         wanted = pc.and_(wanted, pc.equal(data["query"], query))
