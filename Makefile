@@ -28,11 +28,11 @@ stop:
 	@deploy/demo.sh --stop
 
 test: setup
-	@deploy/run_tests.sh -m "not extended" --durations=15
+	@deploy/run_tests.sh -m "not extended" --durations=40
 
 # The proofs test_scale_out already covers end to end, one part at a time (backlog on the cluster, switch on S3).
 test-extended: setup
-	@deploy/run_tests.sh -m extended --durations=15
+	@deploy/run_tests.sh -m extended --durations=40
 
 # The Dagster UI on http://127.0.0.1:3000 (DAGSTER_PORT to change), with the daemon for schedules and sensors.
 ui: setup

@@ -93,7 +93,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     os.environ["TZ"] = "UTC"
     time.tzset()
     profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
-    log_opt = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}"
+    # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
+    log_opt = f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG} {os.environ.get('SWITCHYARD_JVM_OPTIONS', '')}".strip()
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import (SORT, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_partials_from_tiles)
+from jobs.stream_events import dead_letter_rows, ensure_tables
 from state_handoff import faults, handoff_log, storage
 from state_handoff.archive_files import (ArchiveFile, archive_meta, list_archive, missing_column, recorded_ranges,
                                          unreadable)
@@ -21,6 +22,7 @@ from state_handoff.errors import UserError
 from state_handoff.aggregates import partial_columns
 from state_handoff.kafka_io import latest_offsets, offset_bounds
 from state_handoff.kafka_security import spark_options
+from state_handoff.laps import Laps
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import read_json, stream_dir, write_json_atomically
@@ -152,6 +154,20 @@ def newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: 
     return None
 
 
+def archived_boundary(spark: SparkSession, tables: Tables, readable: list[ArchiveFile]) -> dict[int, int]:
+    """Per partition, the highest offset the readable archive files hold: from the ranges the archive metadata
+    recorded when it wrote them, else (an archive older than those) read from the files."""
+    recorded = recorded_ranges(tables.archive, [f.path for f in readable])
+    if all(r is not None for r in recorded.values()):
+        boundary: dict[int, int] = {}
+        for ranges in recorded.values():
+            for p, (_, hi, _) in ranges.items():
+                boundary[p] = max(hi, boundary.get(p, hi))
+        return boundary
+    return {int(p): int(o) for p, o in
+            read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
+
+
 def _delta_version(spark: SparkSession, path: str) -> int:
     from delta.tables import DeltaTable
 
@@ -203,9 +219,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
                           tables.tiles, first, last)
             out("[3/5] dead-lettering malformed records")
-            dead = parsed.where(F.col("error").isNotNull()).select(
-                "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
-                F.lit("backfill").alias("phase"), F.current_timestamp().alias("recorded_at"), "event_date")
+            dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
             _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
                           "phase = 'backfill'")
         finally:
@@ -222,7 +236,6 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
 def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, state_version: int):
     """What the handoff's stream would otherwise do first, done while this JVM is warm: the seed's files (the
     state just written), and the tables the stream appends to. The stream checks and skips both."""
-    from jobs.stream_events import ensure_tables
     from jobs.stream_keyed import seed_files
 
     seed_files(spark, pipeline, tables, state_version, stream_dir(tables, handoff_id) / "seed")
@@ -238,10 +251,7 @@ def _kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, t
     dead-lettered) in one pass over the parsed records, kept on local disk for the tiles."""
     parsed = parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic, tail.start, tail.end)).withColumn(
         "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist(StorageLevel.DISK_ONLY)
-    dead = parsed.where(F.col("error").isNotNull()).select(
-        "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"), F.lit(TAIL_PHASE).alias("phase"),
-        F.current_timestamp().alias("recorded_at"),
-        F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
+    dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), TAIL_PHASE)
     anywhere_in_tail = " OR ".join(f"(kafka_partition = {p} AND kafka_offset >= {tail.start.get(p, 0)})"
                                    for p in sorted(tail.end))
     (dead.write.format("delta").mode("overwrite").partitionBy("event_date")
@@ -337,6 +347,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
     `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too."""
     started = time.monotonic()
+    laps = Laps(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
     first, last, files, _ = _resolve_range(tables, None, None)
     readable = [f for f in files if unreadable(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
@@ -350,6 +361,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             tail_parsed, tail_tiles, tail_accounting = _kafka_tail_tiles(spark, pipeline, tables, tail)
             run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
             tiles = tiles.unionByName(tail_tiles)
+            laps.lap("kafka_tail")
         out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         partials = tiles
         if at_cut is not None:
@@ -364,7 +376,9 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             recomputed.unpersist()
         state_version = _delta_version(spark, tables.state)
         state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
+        laps.lap("state")
         prepare_stream(spark, pipeline, tables, run.handoff_id, state_version)
+        laps.lap("seed_and_stream_tables")
         if at_cut is not None:
             watermark = at_cut.watermark
         else:
@@ -376,8 +390,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
                 windows.where(part).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
             windows.unpersist()
-        boundary = {int(p): int(o) for p, o in
-                    read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}
+        laps.lap("watermark_and_windows")
+        boundary = archived_boundary(spark, tables, readable)
         if at_cut is not None:
             boundary = {p: o - 1 for p, o in at_cut.cut.items()}
         if tail is not None:
@@ -388,10 +402,12 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         whole = ({p: dict(a) for p, a in run.accounting.items()} if run.files and run.accounting
                  and run.files == sorted(f.path for f in readable) and at_cut is None
                  else accounting(spark, pipeline, tables, readable, first, last))
+        laps.lap("boundary_and_accounting")
         missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
         keys = state.count()
         gaps = skipped_gaps(tables.archive, [f.path for f in files if f not in readable], boundary)
+        laps.lap("keys_and_gaps")
     result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
                      seconds=run.seconds + time.monotonic() - started)
     faults.reach("backfill.after_state")
@@ -407,7 +423,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "skipped_files": run.skipped_files, "gaps": gaps,
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
-                                "duration_s": round(result.seconds, 3),
+                                "duration_s": round(result.seconds, 3), "commit_s": laps.laps,
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})

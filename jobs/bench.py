@@ -121,9 +121,13 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 
 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
-    """The stream stage's parts, from its SWITCHED and CAUGHT_UP entries: `stream.<lap>` seconds."""
+    """The commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and CAUGHT_UP entries:
+    `commit.<lap>` and `stream.<lap>` seconds."""
     from state_handoff import handoff_log
 
+    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED, handoff_id)
+    if committed is not None:
+        stages.update({f"commit.{k}": v for k, v in handoff_log.details(committed).get("commit_s", {}).items()})
     switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff_id)
     caught_up = handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id)
     if switched is None:
@@ -468,7 +472,3 @@ def run_scaling(json_files: list[str], chart: str, out=print) -> dict:
 if __name__ == "__main__":
     mode, warehouse, bootstrap, topic, max_offsets = sys.argv[1:6]
     print(json.dumps(_worker(mode, warehouse, bootstrap, topic, int(max_offsets))), flush=True)
-    # The figures are out. Skip the interpreter's teardown: with the JVM going down beside it, one worker in
-    # two aborted there ("terminate called without an active exception", exit -6) after a complete run.
-    sys.stderr.flush()
-    os._exit(0)

@@ -20,6 +20,7 @@ and the two `state` tables are compared key by key (doubles to 1e-9 relative).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -127,28 +128,19 @@ class Trickle(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        from confluent_kafka import Producer
+        from state_handoff.kafka_io import paced, produce
 
-        from state_handoff.kafka_security import librdkafka_config
+        def records():
+            for n in itertools.count():
+                if self.stop_at is not None and n >= self.stop_at:
+                    return
+                self.sent = n + 1  # handed to the producer, which sends it at once
+                yield trickle_record(n, self.keys, self.seed)
 
-        # librdkafka, not kafka-python: at 1,000 records/s kafka-python took a third of a core from the stream.
-        producer = Producer({**librdkafka_config(self.bootstrap), "acks": "all", "linger.ms": 5,
-                             "partitioner": "murmur2_random",
-                             "on_delivery": lambda err, _m: err is not None and self.failures.append(err)})
-        started = time.monotonic()
         try:
-            while not self._halt.is_set():
-                if self.stop_at is not None and self.sent >= self.stop_at:
-                    break
-                pause = started + self.sent / self.rate - time.monotonic()
-                if pause > 0:  # sleep, then serve delivery reports: poll()'s timeout is whole milliseconds
-                    time.sleep(min(pause, 0.05))
-                    producer.poll(0)
-                    continue
-                key, value = trickle_record(self.sent, self.keys, self.seed)
-                producer.produce(self.topic, value, key)
-                self.sent += 1
-            producer.flush(120)
+            produce(self.bootstrap, self.topic, paced(records(), self.rate, self._halt.is_set), linger_ms=5)
+        except RuntimeError as err:  # records not acknowledged: the burst reports them
+            self.failures.append(err)
         finally:
             self.finished_at = time.time()
 

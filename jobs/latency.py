@@ -3,6 +3,7 @@ input record's Kafka timestamp to the Kafka timestamp of the update it caused on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from jobs.stream import StreamSettings
 from state_handoff import handoff_log
-from state_handoff.kafka_io import create_topic, offset_bounds, produce
+from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
 from state_handoff.kafka_security import client_kwargs
 from state_handoff.tables import Tables
 
@@ -64,28 +65,15 @@ def _event(key: str, event_id: str, when: datetime, amount: float) -> bytes:
 
 
 def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: str, sent_at: dict) -> int:
-    """Send `rate` events per second, each to a fresh key so that one update answers exactly one input.
-    Through librdkafka: kafka-python's per-record Python work took a third of a core from the stream."""
-    from confluent_kafka import Producer
+    """Send `rate` events per second, each to a fresh key so that one update answers exactly one input; each
+    is stamped as it is sent, and sent without lingering for a batch."""
+    def records():
+        for n in itertools.count():
+            event_id = f"{tag}-{n}"
+            sent_at[event_id] = None
+            yield event_id.encode(), _event(event_id, event_id, datetime.now(timezone.utc), 1.0)
 
-    from state_handoff.kafka_security import librdkafka_config
-
-    producer = Producer({**librdkafka_config(bootstrap), "acks": "all", "linger.ms": 0})
-    started = time.monotonic()
-    n = 0
-    while time.monotonic() - started < seconds:
-        pause = started + n / rate - time.monotonic()
-        if pause > 0:  # sleep, then serve delivery reports: poll()'s timeout is whole milliseconds
-            time.sleep(min(pause, 0.05))
-            producer.poll(0)
-            continue
-        now = datetime.now(timezone.utc)
-        event_id = f"{tag}-{n}"
-        producer.produce(topic, _event(event_id, event_id, now, 1.0), event_id.encode())
-        sent_at[event_id] = None
-        n += 1
-    producer.flush(120)
-    return n
+    return produce(bootstrap, topic, paced(records(), rate, seconds=seconds), linger_ms=0)
 
 
 def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:

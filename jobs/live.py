@@ -13,42 +13,33 @@ import itertools
 import random
 import signal
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from jobs.generate import _KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
 from state_handoff.errors import UserError
 
 
-def live_records(rate: float, keys: int, seed: int, seconds: float | None, stopped, clock=time.time):
-    """(key, value) pairs paced at `rate` per second from now, until `stopped()` or `seconds` have passed."""
+def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) pairs without end, each stamped with the time it is taken (pace them with kafka_io.paced)."""
     rng = random.Random(seed)
     cdf = list(itertools.accumulate(1.0 / (k + 1) ** ZIPF_EXPONENT for k in range(keys)))
     kind_cdf = list(itertools.accumulate(_KIND_WEIGHTS.tolist()))
-    started = clock()
-    run = f"live{int(started)}"
-    i = 0
-    while not stopped():
-        now = clock()
-        if seconds is not None and now - started >= seconds:
-            return
-        due = started + i / rate
-        if due > now:
-            time.sleep(min(due - now, 0.2))
-            continue
+    run = f"live{int(clock())}"
+    for i in itertools.count():
         rank = min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), keys - 1)
         key = f"key-{rank:06d}"
         kind = KINDS[min(bisect.bisect_right(kind_cdf, rng.random() * kind_cdf[-1]), len(KINDS) - 1)]
-        at = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        at = datetime.fromtimestamp(clock(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         amount = rng.randint(-10_000, 100_000) / 100
         yield key.encode(), (f'{{"event_id":"{run}-{i}","key":"{key}","event_time":"{at}",'
                              f'"amount":{amount!r},"kind":"{kind}"}}').encode()
-        i += 1
 
 
 def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
              out=print) -> int:
     """Produce until SIGTERM/SIGINT or `seconds`; every record acknowledged (acks=all); returns how many."""
-    from state_handoff.kafka_io import partitions_of, produce
+    from state_handoff.kafka_io import paced, partitions_of, produce
 
     if rate <= 0 or keys < 1:
         raise UserError("--rate must be above 0 and --keys at least 1")
@@ -64,7 +55,7 @@ def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seco
         out(f"live: {sent:,} events sent in {time.monotonic() - started:.0f}s")
 
     try:
-        sent = produce(bootstrap, topic, live_records(rate, keys, seed, seconds, lambda: bool(stop)),
+        sent = produce(bootstrap, topic, paced(live_records(keys, seed), rate, lambda: bool(stop), seconds),
                        on_progress=progress, progress_every=max(1, int(rate * 30)))
     finally:
         for sig, handler in previous.items():

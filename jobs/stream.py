@@ -36,6 +36,7 @@ from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
 from state_handoff.kafka_security import spark_options
+from state_handoff.laps import Laps
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.storage import Uri
@@ -144,19 +145,6 @@ class StreamResult:
             parts.append(f"{self.rebases} rebase{'s' if self.rebases > 1 else ''}")
         parts.append(f"offsets behind: {sum(self.lag.values())}")
         return "; ".join(parts)
-
-
-class Laps:
-    """Named lap times since a start, in seconds."""
-
-    def __init__(self, started: float):
-        self.mark = started
-        self.laps: dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        now = time.monotonic()
-        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.mark, 3)
-        self.mark = now
 
 
 class StreamFailed(Failed):
@@ -439,7 +427,7 @@ class Monitor:
                                       "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint),
                                       **({"request_id": request_id} if request_id else {})})
                     sup.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
-                            f"committed ({', '.join(f'{k} {v:.1f}s' for k, v in sup.startup.laps.items())})")
+                            f"committed ({sup.startup.describe()})")
                 now = time.monotonic()
                 if now >= self.next_lag_at:
                     measured = self._measure_lag()

@@ -90,10 +90,7 @@ class EventsSink:
                     per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
             if any(p["dead_lettered"] for p in per_partition.values()):
-                dead = events.where(malformed).select(
-                    "kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
-                    F.lit("stream").alias("phase"), F.current_timestamp().alias("recorded_at"),
-                    F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp")).alias("event_date"))
+                dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
                 append_once(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
                 faults.reach("stream.events.after_dead_letter")
             if any(p["late"] for p in per_partition.values()):
@@ -146,6 +143,16 @@ class EventsSink:
 
 def _window_index(pipeline: Pipeline, t: datetime) -> int:
     return int(t.timestamp() // pipeline.windows.size.total_seconds())
+
+
+def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event_date: F.Column | None = None):
+    """`dead_letter`'s rows for parsed records that failed to parse: dated by their event time when it parsed,
+    else by their Kafka timestamp (`event_date`: a date the records already carry, as archived ones do)."""
+    if event_date is None:
+        event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
+    return malformed.select("kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+                            F.lit(phase).alias("phase"), F.current_timestamp().alias("recorded_at"),
+                            event_date.alias("event_date"))
 
 
 def ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:

@@ -161,11 +161,34 @@ def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int,
     return latest
 
 
+def paced(records: Iterable, rate: float, stop=lambda: False, seconds: float | None = None) -> Iterator:
+    """`records` at `rate` per second from now, each taken from its source when it is due (a record stamped with
+    the time is stamped as it is sent), until `stop()`, `seconds` have passed, or the records end. For `produce`:
+    the steady input of `live`, the burst bench's trickle and the latency bench."""
+    started = time.monotonic()
+    source = iter(records)
+    taken = 0
+    while not stop():
+        now = time.monotonic()
+        if seconds is not None and now - started >= seconds:
+            return
+        due = started + taken / rate
+        if due > now:
+            time.sleep(min(due - now, 0.05))
+            continue
+        record = next(source, None)
+        if record is None:
+            return
+        taken += 1
+        yield record
+
+
 def produce(bootstrap: str, topic: str, records: Iterable[tuple],
-            on_progress=None, progress_every: int = 100_000) -> int:
+            on_progress=None, progress_every: int = 100_000, linger_ms: int = 50) -> int:
     """Send records in large batches and wait for every acknowledgement; return how many were sent.
 
-    Each record is (key, value) or (key, value, partition, timestamp_ms); None lets Kafka choose. Through
+    Each record is (key, value) or (key, value, partition, timestamp_ms); None lets Kafka choose. `linger_ms`:
+    how long a record may wait for others to fill its batch (0 for a latency measurement). Through
     confluent-kafka (librdkafka, in C), not kafka-python, whose per-record Python work capped `generate` at
     about 14,000 records/s. Keys map to partitions as in the Java client (murmur2), so a key lands where
     kafka-python and Spark's sink put it.
@@ -190,7 +213,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple],
             raise _unreachable(bootstrap, KafkaException(fatal[0]))
 
     # Delivery reports for failures only: a Python callback per acknowledged record cost more than the send.
-    producer = Producer({**kafka_security.librdkafka_config(bootstrap), "acks": "all", "linger.ms": 50,
+    producer = Producer({**kafka_security.librdkafka_config(bootstrap), "acks": "all", "linger.ms": linger_ms,
                          "batch.size": 1 << 20, "message.max.bytes": 8 << 20, "partitioner": "murmur2_random",
                          "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20,
                          "message.timeout.ms": 120_000, "on_delivery": delivered, "error_cb": client_error,

@@ -99,11 +99,16 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables):
     return expected
 
 
-def test_backfill_under_a_live_stream_rebases_it(spark, bootstrap, topic_name, tmp_path):
+def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap, topic_name, tmp_path):
+    """Both ways back to the batch path, one live stream: the daily backfill under it rebases it at a cut; then
+    offsets behind above --switch-back-lag for --switch-back-after seconds make it rebase itself, logging the
+    decision with its figures. The same process goes on from each cut; the oracle matches across the three
+    handoffs. (One test, so the suite starts this stream once.)"""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     first = _handoffs(tables)[0]
     log = tmp_path / "stream.log"
-    proc = start_stream(tables, bootstrap, log, *FLAGS)
+    proc = start_stream(tables, bootstrap, log, "--max-offsets-per-trigger", "50", "--tables-trigger-seconds", "1",
+                        "--switch-back-lag", "400", "--switch-back-after", "2")
     try:
         produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 80, seed=31))
         wait_until(lambda: len(event_batches(tables, first.handoff_id)) >= 2, proc, log, what="two events batches")
@@ -120,16 +125,26 @@ def test_backfill_under_a_live_stream_rebases_it(spark, bootstrap, topic_name, t
         assert "SWITCHED" in out and proc.poll() is None, "the same stream process goes on"
         produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 6), 40, seed=33))
         wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, what="every record read")
+        assert len(_handoffs(tables)) == 2, "no switch back while the stream keeps up"
+        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 8), 1500, seed=36))  # the burst
+        wait_until(lambda: len(_handoffs(tables)) == 3 and _caught_up_on(tables, _handoffs(tables)[-1].handoff_id)
+                   and _read_everything(tables, bootstrap, topic_name), proc, log,
+                   what="a switch back, then caught up", timeout=600)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
     statuses = [e.status for e in handoff_log.entries(None, tables)]
     rebase_steps = statuses[statuses.index("REBASE_REQUESTED"):]
-    assert [s for s in rebase_steps if s in ("PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED")][:4] \
-        == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"], statuses
-    assert statuses.count("STREAM_STARTED") == 2 and statuses[-1] == "STOPPED"
+    assert [s for s in rebase_steps if s in ("PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED")][:8] \
+        == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"] * 2, statuses
+    assert statuses.count("STREAM_STARTED") == 3 and statuses[-1] == "STOPPED"
+    requests = [handoff_log.details(e) for e in handoff_log.entries(None, tables)
+                if e.status == handoff_log.REBASE_REQUESTED]
+    assert [r["reason"] for r in requests] == ["backfill", "switch back"], requests
+    assert requests[1]["behind"] > 400 and requests[1]["behind_for_s"] >= 2
+    assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"
     status = pipeline_status(tables)
-    assert status["rebases"] == 1 and status["last_reconciliation_keys_different"] == 0
+    assert status["rebases"] == 2 and status["last_reconciliation_keys_different"] == 0
     assert status["handoff_id"] == _handoffs(tables)[-1].handoff_id != first.handoff_id
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
 
@@ -154,28 +169,4 @@ def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert len(_handoffs(tables)) == 3 and pipeline_status(tables)["last_reconciliation_keys_different"] == 0
-    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
-
-
-def test_a_burst_switches_the_stream_back_to_the_batch_path(spark, bootstrap, topic_name, tmp_path):
-    """Offsets behind above --switch-back-lag for --switch-back-after seconds: the stream rebases itself, logs the
-    decision with its figures, and goes on from the cut; the oracle matches."""
-    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    log = tmp_path / "stream.log"
-    proc = start_stream(tables, bootstrap, log, "--max-offsets-per-trigger", "50", "--tables-trigger-seconds", "1",
-                        "--switch-back-lag", "400", "--switch-back-after", "2")
-    try:
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
-                   what="SWITCHED")
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 1500, seed=36))  # the burst
-        wait_until(lambda: len(_handoffs(tables)) == 2 and _caught_up_on(tables, _handoffs(tables)[-1].handoff_id)
-                   and _read_everything(tables, bootstrap, topic_name), proc, log,
-                   what="a switch back, then caught up", timeout=600)
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
-    request = handoff_log.details(handoff_log.latest(None, tables, handoff_log.REBASE_REQUESTED))
-    assert request["reason"] == "switch back" and request["behind"] > 400 and request["behind_for_s"] >= 2
-    assert len(_handoffs(tables)) == 2, "hysteresis: one switch back for one burst"
-    assert pipeline_status(tables)["last_reconciliation_keys_different"] == 0
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
