@@ -10,6 +10,11 @@ from state_handoff import kafka_security
 from state_handoff.errors import Failed, UserError
 
 
+# A node of a cluster that has just gone down stays in the metadata the admin client starts from for a while;
+# it answers NodeNotReadyError, not a failure of the cluster, until the metadata drops the node.
+NODE_DOWN_GRACE_S = 20.0
+
+
 def _client_kwargs(bootstrap: str) -> dict:
     return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000, **kafka_security.client_kwargs()}
 
@@ -24,12 +29,19 @@ def _unreachable(bootstrap: str, error: Exception) -> UserError:
 @contextmanager
 def admin_client(bootstrap: str) -> Iterator:
     from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
+    from kafka.errors import KafkaError, NodeNotReadyError
 
-    try:
-        admin = KafkaAdminClient(**_client_kwargs(bootstrap))
-    except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
-        raise _unreachable(bootstrap, error) from None
+    deadline = time.monotonic() + NODE_DOWN_GRACE_S
+    while True:
+        try:
+            admin = KafkaAdminClient(**_client_kwargs(bootstrap))
+            break
+        except NodeNotReadyError as error:  # a node just stopped, still in the metadata: ask again
+            if time.monotonic() > deadline:
+                raise _unreachable(bootstrap, error) from None
+            time.sleep(0.5)
+        except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
+            raise _unreachable(bootstrap, error) from None
     try:
         yield admin
     finally:
