@@ -135,7 +135,10 @@ def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int
             raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
                             f"{bounds[p][0]}), which the backlog must read: archive past it, then run again")
     key = [F.col("key").alias("kafka_key")] if with_key else []
-    return (spark.read.format("kafka").options(**spark_options(bootstrap)).option("subscribe", topic)
+    # assign, not subscribe: a partition with nothing in the range is left out of the offsets, and Spark refuses
+    # offsets that do not name every partition it was given ("Partitions specified ... don't match")
+    return (spark.read.format("kafka").options(**spark_options(bootstrap))
+            .option("assign", json.dumps({topic: sorted(ranges)}))
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
             .option("failOnDataLoss", "true").load()
