@@ -134,12 +134,20 @@ def topic_config(bootstrap: str, topic: str, wait_s: float = 10.0) -> dict[str, 
     return {entry[0]: entry[1] for entry in described}
 
 
+def _partitions(client, bootstrap: str, topic: str, wait_s: float = 5.0) -> list[int]:
+    """The topic's partitions. A topic created a moment ago may not have reached the broker this client asks (on a
+    cluster the controller knows it first): ask again for a few seconds before calling it missing."""
+    deadline = time.monotonic() + wait_s
+    while not (parts := client.partitions_for_topic(topic)):
+        if time.monotonic() > deadline:
+            raise UserError(f"topic {topic} does not exist on {bootstrap}: check --topic")
+        time.sleep(0.25)
+    return sorted(parts)
+
+
 def partitions_of(bootstrap: str, topic: str) -> list[int]:
     with consumer(bootstrap) as client:
-        parts = client.partitions_for_topic(topic)
-    if not parts:
-        raise UserError(f"topic {topic} does not exist on {bootstrap}: check --topic")
-    return sorted(parts)
+        return _partitions(client, bootstrap, topic)
 
 
 def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
@@ -162,10 +170,7 @@ def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int,
     with consumer(bootstrap) as client:
         tps = []
         for topic in topics:
-            parts = client.partitions_for_topic(topic)
-            if not parts:
-                raise UserError(f"topic {topic} does not exist on {bootstrap}: check --topic")
-            tps += [TopicPartition(topic, p) for p in sorted(parts)]
+            tps += [TopicPartition(topic, p) for p in _partitions(client, bootstrap, topic)]
         ends = client.end_offsets(tps)
     latest: dict[str, dict[int, int]] = {topic: {} for topic in topics}
     for tp in tps:
