@@ -102,8 +102,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     time.tzset()
     profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
-    jvm_options = " ".join([f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}", PROFILE_JVM_OPTIONS.get(profile, ""),
-                            os.environ.get("SWITCHYARD_JVM_OPTIONS", "")]).strip()
+    jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}",
+                                         PROFILE_JVM_OPTIONS.get(profile), os.environ.get("SWITCHYARD_JVM_OPTIONS")]))
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -139,7 +139,7 @@ class Trickle(threading.Thread):
 
         try:
             produce(self.bootstrap, self.topic, paced(records(), self.rate, self._halt.is_set), linger_ms=5)
-        except RuntimeError as err:  # records not acknowledged: the burst reports them
+        except (RuntimeError, UserError) as err:  # records not acknowledged, or the broker gone: the burst reports them
             self.failures.append(err)
         finally:
             self.finished_at = time.time()
