@@ -105,15 +105,22 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
 
 
 def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30) -> None:
-    """Brokers learn of a new topic from the controller a moment later; until then another client may not see it."""
+    """Brokers learn of a new topic from the controller a moment later; until each one has, a client that asks
+    another broker may not see it (an empty description): wait until every live broker serves every partition."""
+    from kafka.protocol.metadata import MetadataRequest
+
+    waiting = {broker["node_id"] for broker in admin.describe_cluster()["brokers"]}
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        described = admin.describe_topics([topic])
-        served = [p for d in described for p in d["partitions"] if p["leader"] >= 0]
-        if len(served) >= partitions:
-            return
-        time.sleep(0.1)
-    raise Failed(f"topic {topic} was created but its {partitions} partitions have no leader after {timeout_s:.0f}s")
+    while waiting and time.monotonic() < deadline:
+        for node in sorted(waiting):
+            described = admin.send_request(MetadataRequest[1](topics=[topic]), node_id=node).to_object()["topics"]
+            if len([p for d in described for p in d["partitions"] if p["leader"] >= 0]) >= partitions:
+                waiting.discard(node)
+        if waiting:
+            time.sleep(0.1)
+    if waiting:
+        raise Failed(f"topic {topic} was created but brokers {sorted(waiting)} do not serve its {partitions} "
+                     f"partitions after {timeout_s:.0f}s")
 
 
 def topic_config(bootstrap: str, topic: str, wait_s: float = 10.0) -> dict[str, str]:
