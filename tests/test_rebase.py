@@ -27,7 +27,7 @@ from tests.test_stream import _tail_events
 
 PIPELINE = get_pipeline("demo")
 ROOT = Path(__file__).resolve().parents[1]
-FLAGS = ("--max-offsets-per-trigger", "150", "--tables-trigger-seconds", "1")
+FLAGS = ("--max-offsets-per-trigger", "400", "--tables-trigger-seconds", "1")  # the tail in two batches
 
 
 def _prepare(spark, bootstrap, topic, warehouse) -> Tables:
