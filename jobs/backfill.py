@@ -394,9 +394,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                 windows.where(part).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
             windows.unpersist()
         laps.lap("watermark_and_windows")
-        boundary = archived_boundary(spark, tables, readable)
-        if at_cut is not None:
-            boundary = {p: o - 1 for p, o in at_cut.cut.items()}
+        boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
+                    else archived_boundary(spark, tables, readable))
         if tail is not None:
             boundary.update({p: o - 1 for p, o in tail.end.items() if o > tail.start.get(p, 0)})
             tail_parsed.unpersist()
