@@ -313,7 +313,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         result = {"events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
                   "machine": f"{os.cpu_count()} cores, {_mem_gb():.0f} GB", "spark_master": spark_master(),
                   "arms": list(arms), "archive_s": round(archive_s, 3), **generated,
-                  **{f"{m}_s": r.seconds for m, r in runs.items()}, "states_identical": identical,
+                  **{f"{m}_s": r.seconds for m, r in runs.items()}, **_ratios(runs), "states_identical": identical,
                   "state_checksums": [list(map(str, s)) for s in sums],
                   "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()}}
         Path(json_file).write_text(json.dumps(result, indent=2))
@@ -355,6 +355,18 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
     if not identical:
         raise RuntimeError(f"A, B and C ended in different keyed state: {sums}")
     return result
+
+
+def _ratios(runs: dict) -> dict:
+    """The goals' ratios among the arms that ran (a run of some arms only, e.g. B,C,C-full at 3*10^7)."""
+    pairs = {"ratio_streaming_over_switchyard": ("streaming_only", "switchyard"),
+             "ratio_switchyard_over_batch": ("switchyard", "batch_only"),
+             "ratio_switchyard_over_batch_full": ("switchyard", "batch_full")}
+    ratios = {name: round(runs[a].seconds / runs[b].seconds, 3) for name, (a, b) in pairs.items()
+              if a in runs and b in runs}
+    if "switchyard" in runs:
+        ratios["switchyard_stream_stage_s"] = runs["switchyard"].stages.get("stream")
+    return ratios
 
 
 def _mem_gb() -> float:
