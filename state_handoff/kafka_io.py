@@ -106,14 +106,21 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
 
 def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30) -> None:
     """Brokers learn of a new topic from the controller a moment later; until each one has, a client that asks
-    another broker may not see it (an empty description): wait until every live broker serves every partition."""
+    another broker may not see it (an empty description): wait until every live broker serves every partition.
+    A broker that cannot be reached is not waited for: it learns the topic from the controller when it is back."""
+    from kafka.errors import KafkaError
     from kafka.protocol.metadata import MetadataRequest
 
     waiting = {broker["node_id"] for broker in admin.describe_cluster()["brokers"]}
     deadline = time.monotonic() + timeout_s
     while waiting and time.monotonic() < deadline:
         for node in sorted(waiting):
-            described = admin.send_request(MetadataRequest[1](topics=[topic]), node_id=node).to_object()["topics"]
+            try:
+                response = admin.send_request(MetadataRequest[1](topics=[topic]), node_id=node)
+            except KafkaError:  # stopped a moment ago, still in the metadata
+                waiting.discard(node)
+                continue
+            described = response.to_object()["topics"]
             if len([p for d in described for p in d["partitions"] if p["leader"] >= 0]) >= partitions:
                 waiting.discard(node)
         if waiting:
