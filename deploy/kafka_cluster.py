@@ -88,9 +88,11 @@ def _launch(cluster: Cluster, nodes: list[kafka_broker.Broker], java: str, sasl:
 
 
 def _wait_registered(cluster: Cluster, node_ids: set[int]) -> None:
-    """Until every node in `node_ids` is an unfenced broker in the cluster's metadata."""
+    """Until every node in `node_ids` is an unfenced broker in the metadata of every running node: brokers learn
+    of each other from the controller a moment apart, and a client may ask any of them."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
+    from kafka.protocol.metadata import MetadataRequest
 
     deadline = time.monotonic() + kafka_broker.START_TIMEOUT_S
     seen: set[int] = set()
@@ -100,6 +102,10 @@ def _wait_registered(cluster: Cluster, node_ids: set[int]) -> None:
                                      **kafka_security.client_kwargs())
             try:
                 seen = {broker["node_id"] for broker in admin.describe_cluster()["brokers"]}
+                if node_ids <= seen:
+                    views = [{b["node_id"] for b in admin.send_request(MetadataRequest[1](topics=[]), node_id=node)
+                              .to_object()["brokers"]} for node in sorted(seen)]
+                    seen = set.intersection(*views)
             finally:
                 admin.close()
         except (KafkaError, OSError):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from state_handoff import kafka_security
-from state_handoff.errors import Failed, UserError
+from state_handoff.errors import UserError
 
 
 # A node of a cluster that has just gone down stays in the metadata the admin client starts from for a while;
@@ -107,7 +108,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
 def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30) -> None:
     """Brokers learn of a new topic from the controller a moment later; until each one has, a client that asks
     another broker may not see it (an empty description): wait until every live broker serves every partition.
-    A broker that cannot be reached is not waited for: it learns the topic from the controller when it is back."""
+    A broker that cannot be reached is not waited for: it learns the topic from the controller when it is back; one
+    that lags longer than `timeout_s` (a 2-core machine under load) is named on stderr, not an error: the topic
+    exists and clients ask again."""
     from kafka.errors import KafkaError
     from kafka.protocol.metadata import MetadataRequest
 
@@ -125,9 +128,9 @@ def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30
                 waiting.discard(node)
         if waiting:
             time.sleep(0.1)
-    if waiting:
-        raise Failed(f"topic {topic} was created but brokers {sorted(waiting)} do not serve its {partitions} "
-                     f"partitions after {timeout_s:.0f}s")
+    if waiting:  # the topic exists and the others serve it; a client asking a lagging broker asks again
+        print(f"switchyard: topic {topic} was created, but brokers {sorted(waiting)} do not serve its {partitions} "
+              f"partitions yet after {timeout_s:.0f}s", file=sys.stderr)
 
 
 def topic_config(bootstrap: str, topic: str, wait_s: float = 10.0) -> dict[str, str]:

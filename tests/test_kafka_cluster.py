@@ -58,8 +58,13 @@ def _records(n: int, tag: str) -> list[tuple[bytes, bytes]]:
 
 def test_created_topics_have_three_replicas_and_two_in_sync(kafka_cluster3, topic_name):
     create_topic(kafka_cluster3.bootstrap, topic_name, partitions=3)
-    with admin_client(kafka_cluster3.bootstrap) as admin:
-        partitions = admin.describe_topics([topic_name])[0]["partitions"]
+    deadline = time.monotonic() + 60  # a new client may ask a broker that lags (create_topic names it on stderr)
+    while True:
+        with admin_client(kafka_cluster3.bootstrap) as admin:
+            partitions = admin.describe_topics([topic_name])[0]["partitions"]
+        if len(partitions) == 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert len(partitions) == 3
     assert all(sorted(p["replicas"]) == [0, 1, 2] for p in partitions), partitions
     assert topic_config(kafka_cluster3.bootstrap, topic_name)["min.insync.replicas"] == "2"

@@ -14,7 +14,7 @@ from pathlib import Path
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.generate import run_generate
-from state_handoff import faults, handoff_log, stream_progress
+from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
 from state_handoff.pipelines import get_pipeline
@@ -54,6 +54,15 @@ def _handoffs(tables: Tables) -> list:
 
 def _caught_up_on(tables: Tables, handoff_id: str) -> bool:
     return handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id=handoff_id) is not None
+
+
+def _count(tables: Tables, status: str) -> int:
+    return sum(e.status == status for e in handoff_log.entries(None, tables))
+
+
+def _owned_by(tables: Tables, pid: int) -> bool:
+    owner = lease.owner(tables)
+    return owner is not None and owner.owner_pid == pid
 
 
 def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
@@ -157,8 +166,11 @@ def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path
     produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 60, seed=34))
     log = tmp_path / "stream.log"
     for point in ("rebase.after_pause", "rebase.after_backfill"):
+        caught_up_before = _count(tables, handoff_log.CAUGHT_UP)
         proc = start_stream(tables, bootstrap, log, *FLAGS, env={faults.ENV: point})
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None
+        # this process's CAUGHT_UP, not the last one's: a `rebase` asked before the stream holds the lease would
+        # find no stream live and rebase by itself
+        wait_until(lambda: _owned_by(tables, proc.pid) and _count(tables, handoff_log.CAUGHT_UP) > caught_up_before
                    and _read_everything(tables, bootstrap, topic_name), proc, log, what="caught up")
         requester = _cli(tables, bootstrap, "rebase", "--timeout", "900")
         assert proc.wait(timeout=600) == -signal.SIGKILL, log.read_text()[-3000:]
