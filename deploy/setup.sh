@@ -63,10 +63,17 @@ install_chromium() {
     || fail "apt-get could not install chromium: run apt-get update && apt-get install -y chromium as root"
 }
 
+spark_class_archive() {
+  # Drivers start faster with their classes archived (deploy/spark_cds.py); without it they only start slower.
+  .venv/bin/python -m deploy.spark_cds \
+    || echo "switchyard setup: warning: no Spark class archive (see above); drivers start without it" >&2
+}
+
 check_java
 setup_python
 fetch_jars spark
 fetch_jars s3a
 fetch_jars kafka
 fetch_jars objectstore
+spark_class_archive
 install_chromium

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+from deploy import spark_cds
 from deploy.jars import spark_extra_jars
 from deploy.java import check_java
 from deploy.shipped_code import ship_project_code
@@ -111,7 +112,9 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.host": driver_host,
         "spark.driver.bindAddress": bind_address,
-        "spark.driver.extraJavaOptions": jvm_options,
+        # the driver maps its classes from the archive setup made (deploy/spark_cds.py); executors elsewhere have
+        # other jars
+        "spark.driver.extraJavaOptions": " ".join(filter(None, [jvm_options, spark_cds.driver_options()])),
         "spark.executor.extraJavaOptions": jvm_options,
         "spark.driver.memory": os.environ.get("SWITCHYARD_DRIVER_MEMORY", "2g"),
         "spark.pyspark.python": sys.executable,

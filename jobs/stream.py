@@ -193,6 +193,7 @@ class Supervisor:
         self.startup = Laps(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
         self.stop_signal: list[str] = []
         self.last_switch_back: float | None = None
+        self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
@@ -231,6 +232,7 @@ class Supervisor:
         spark, pipeline, tables, bootstrap = self.spark, self.pipeline, self.tables, self.bootstrap
         if self.startup.laps:  # a handoff after a rebase: its own laps
             self.startup = Laps(time.monotonic())
+        self.switched_after_s = None
         lap = self.startup.lap
         paths = StreamPaths.of(tables, handoff.handoff_id)
         entries = handoff_log.entries(None, tables)
@@ -257,7 +259,11 @@ class Supervisor:
         # changelog commits instead of full snapshots each batch.
         spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.state_partitions))
         spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        keyed, events, events_sink = self.start_readers(handoff)
+        keyed, _, _ = self.start_readers(handoff, only=KEYED)
+        lap("keyed_started")
+        if not any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in entries):
+            self.await_first_batch(handoff, keyed, paths)
+        _, events, events_sink = self.start_readers(handoff, only=stream_progress.EVENTS)
         # The updates topic is compacted: Kafka may drop a key's older updates, which only the newest matters for.
         updates = (spark.readStream.format("kafka").options(**spark_options(bootstrap))
                    .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
@@ -271,8 +277,36 @@ class Supervisor:
                  .option("checkpointLocation", str(paths.state_checkpoint))
                  .trigger(**self.tables_trigger()).start())
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
-        lap("queries_started")
+        lap("other_queries_started")
         return (keyed, events, state), events_sink, updates_from
+
+    def await_first_batch(self, handoff: Handoff, keyed, paths: StreamPaths, timeout_s: float = 120.0) -> None:
+        """A new handoff's first keyed batch (the seed, and the updates of the first input) has the cores to itself:
+        the Delta-writing queries start once it committed (SWITCHED), a failure, a stop signal, or `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not storage.exists(paths.keyed_checkpoint / "commits" / "0"):
+            if not keyed.isActive or self.stop_signal or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        self.log_switched(handoff, time.monotonic())
+
+    def log_switched(self, handoff: Handoff, seen_at: float) -> float:
+        """SWITCHED: the keyed query's first batch, the seed with it, was seen committed at `seen_at`; returns the
+        seconds since this handoff's start."""
+        self.switched_after_s = seen_at - self.started
+        self.startup.lap("first_batch")
+        committed = handoff_log.latest(None, self.tables, handoff_log.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
+        request_id = handoff_log.details(committed).get("request_id") if committed else None
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        self.log(handoff.handoff_id, handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
+                 backlog_watermark=handoff.backlog_watermark,
+                 details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.laps,
+                          "seconds_since_process_start": _since_process_start(seen_at),
+                          "keyed_incarnation": checkpoint_incarnation(paths.keyed_checkpoint),
+                          **({"request_id": request_id} if request_id else {})})
+        self.out(f"SWITCHED after {self.switched_after_s:.1f}s: the first batch with the seed has committed "
+                 f"({self.startup.describe()})")
+        return self.switched_after_s
 
     def app_id(self, handoff: Handoff) -> str:
         return f"switchyard-{self.pipeline.name}-{handoff.handoff_id}"
@@ -407,8 +441,7 @@ class Monitor:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
         entries = [e for e in handoff_log.entries(None, sup.tables) if e.handoff_id == handoff.handoff_id]
         switched = any(e.status == handoff_log.SWITCHED for e in entries)
-        committed = next((e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED), None)
-        request_id = handoff_log.details(committed).get("request_id") if committed else None
+        result.switched_after_s = sup.switched_after_s  # when start() saw it
         caught_up = False
         lag, snapshot = {}, {}
         try:
@@ -417,17 +450,7 @@ class Monitor:
                 self._raise_if_a_query_failed()
                 if not switched and storage.exists(self.paths.keyed_checkpoint / "commits" / "0"):
                     switched = True
-                    result.switched_after_s = time.monotonic() - sup.started
-                    sup.startup.lap("first_batch")
-                    self.log(handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
-                             backlog_watermark=handoff.backlog_watermark,
-                             details={"seconds_since_start": round(result.switched_after_s, 3),
-                                      "startup_s": sup.startup.laps,
-                                      "seconds_since_process_start": _process_age(),
-                                      "keyed_incarnation": checkpoint_incarnation(self.paths.keyed_checkpoint),
-                                      **({"request_id": request_id} if request_id else {})})
-                    sup.out(f"SWITCHED after {result.switched_after_s:.1f}s: the first batch with the seed has "
-                            f"committed ({sup.startup.describe()})")
+                    result.switched_after_s = sup.log_switched(handoff, time.monotonic())
                 now = time.monotonic()
                 if now >= self.next_lag_at:
                     measured = self._measure_lag()
@@ -552,6 +575,12 @@ def _process_age() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return round(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 3)
+
+
+def _since_process_start(at: float) -> float | None:
+    """Seconds from this process's start to the monotonic time `at` (a moment ago)."""
+    age = _process_age()
+    return None if age is None else round(age - (time.monotonic() - at), 3)
 
 
 def _first_line(err) -> str:

@@ -67,3 +67,22 @@ def test_streaming_available_now_into_delta_is_exactly_once(spark, bootstrap, to
     assert first.where("partition = 0").agg({"offset": "min"}).first()[0] == 50
     run_once()
     assert spark.read.format("delta").load(table).count() == 150
+
+
+def test_the_driver_maps_the_class_archive_setup_made(spark):
+    """`make setup` archived the driver's classes (deploy/spark_cds.py); the test session's driver was started with
+    the archive, and a JVM on the driver's classpath maps it (-Xshare:on refuses an archive it cannot map)."""
+    import subprocess
+
+    from deploy.java import java_executable
+    from deploy.spark_cds import archive_path
+
+    archive = archive_path()
+    assert archive.exists(), f"no class archive at {archive}: deploy/setup.sh builds it"
+    jvm = spark.sparkContext._jvm
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={archive}" in arguments, arguments
+    mapped = subprocess.run([java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
+                             "-cp", jvm.java.lang.System.getProperty("java.class.path"), "-version"],
+                            capture_output=True, text=True)
+    assert mapped.returncode == 0, mapped.stdout + mapped.stderr
