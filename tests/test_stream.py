@@ -16,12 +16,13 @@ import pytest
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.generate import run_generate
-from state_handoff import handoff_log
+from state_handoff import handoff_log, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, produce, topic_config
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
+from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
 from tests.stream_process import event_batches, start_stream, wait_until
@@ -145,6 +146,11 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
     status = pipeline_status(tables, bootstrap)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}
+    # each query's last batches, kept at the stop for where the time went
+    recent = json.loads(Path(stream_dir(tables, handoff.handoff_id) / "recent_progress.json").read_text())
+    assert set(recent) == {"demo-keyed", "demo-events", "demo-state"}
+    assert [b["batch_id"] for b in recent["demo-events"] if b["rows"]] == \
+        [b.batch_id for b in stream_progress.batches(tables, handoff.handoff_id)]
 
 
 def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, topic_name, tmp_path):
