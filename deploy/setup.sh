@@ -75,5 +75,8 @@ fetch_jars spark
 fetch_jars s3a
 fetch_jars kafka
 fetch_jars objectstore
+# apt-get downloads and unpacks chromium while the JVM archives its classes; a failure of either stops setup.
+install_chromium &
+chromium=$!
 spark_class_archive
-install_chromium
+wait "$chromium" || exit $?
