@@ -49,15 +49,19 @@ def admin_client(bootstrap: str) -> Iterator:
         admin.close()
 
 
-@contextmanager
-def consumer(bootstrap: str) -> Iterator:
+def _new_consumer(bootstrap: str):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
     try:
-        client = KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
+        return KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
     except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
         raise _unreachable(bootstrap, error) from None
+
+
+@contextmanager
+def consumer(bootstrap: str) -> Iterator:
+    client = _new_consumer(bootstrap)
     try:
         yield client
     finally:
@@ -186,24 +190,17 @@ def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int,
 
 
 class LatestOffsets:
-    """`latest_offsets` for a monitor that asks every half second: one client kept open between the questions
-    (a client made per question cost the stream's driver more CPU than the question), made again after an
-    error. `close()` when done."""
+    """`latest_offsets` for a monitor that asks every half second: one client kept open between the questions (a
+    client made per question connects, probes the broker's API versions and fetches metadata each time), made
+    again after an error. `close()` when done."""
 
     def __init__(self, bootstrap: str):
         self.bootstrap = bootstrap
         self._client = None
 
     def __call__(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
-        from kafka import KafkaConsumer
-        from kafka.errors import KafkaError
-
         if self._client is None:
-            try:
-                self._client = KafkaConsumer(**_client_kwargs(self.bootstrap), enable_auto_commit=False,
-                                             consumer_timeout_ms=5000)
-            except KafkaError as error:
-                raise _unreachable(self.bootstrap, error) from None
+            self._client = _new_consumer(self.bootstrap)
         try:
             return _ends(self._client, self.bootstrap, list(topics))
         except Exception:
