@@ -49,12 +49,14 @@ def admin_client(bootstrap: str) -> Iterator:
         admin.close()
 
 
-def _new_consumer(bootstrap: str):
+def _new_consumer(bootstrap: str, request_timeout_ms: int | None = None):
     from kafka import KafkaConsumer
     from kafka.errors import KafkaError
 
+    timeout = {"request_timeout_ms": request_timeout_ms} if request_timeout_ms else {}
     try:
-        return KafkaConsumer(**_client_kwargs(bootstrap), enable_auto_commit=False, consumer_timeout_ms=5000)
+        return KafkaConsumer(**{**_client_kwargs(bootstrap), **timeout}, enable_auto_commit=False,
+                             consumer_timeout_ms=5000)
     except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
         raise _unreachable(bootstrap, error) from None
 
@@ -192,7 +194,11 @@ def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int,
 class LatestOffsets:
     """`latest_offsets` for a monitor that asks every half second: one client kept open between the questions (a
     client made per question connects, probes the broker's API versions and fetches metadata each time), made
-    again after an error. `close()` when done."""
+    again after an error. `close()` when done. A broker gone away fails a question within REQUEST_TIMEOUT_MS: the
+    client's default of 30 s would hold the monitor's loop (its stop signals, its failed queries) that long, where a
+    new client per question failed at once."""
+
+    REQUEST_TIMEOUT_MS = 5000
 
     def __init__(self, bootstrap: str):
         self.bootstrap = bootstrap
@@ -200,7 +206,7 @@ class LatestOffsets:
 
     def __call__(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
         if self._client is None:
-            self._client = _new_consumer(self.bootstrap)
+            self._client = _new_consumer(self.bootstrap, self.REQUEST_TIMEOUT_MS)
         try:
             return _ends(self._client, self.bootstrap, list(topics))
         except Exception:
