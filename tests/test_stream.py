@@ -16,7 +16,7 @@ import pytest
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.generate import run_generate
-from state_handoff import handoff_log, stream_progress
+from state_handoff import handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, produce, topic_config
@@ -147,7 +147,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     status = pipeline_status(tables, bootstrap)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}
     # each query's last batches, kept at the stop for where the time went
-    recent = json.loads(Path(stream_dir(tables, handoff.handoff_id) / "recent_progress.json").read_text())
+    recent = json.loads(storage.read_text(stream_dir(tables, handoff.handoff_id) / "recent_progress.json"))
     assert set(recent) == {"demo-keyed", "demo-events", "demo-state"}
     assert [b["batch_id"] for b in recent["demo-events"] if b["rows"]] == \
         [b.batch_id for b in stream_progress.batches(tables, handoff.handoff_id)]
