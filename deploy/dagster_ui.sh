@@ -10,8 +10,8 @@ export DAGSTER_HOME; DAGSTER_HOME=$(realpath -m "${DAGSTER_HOME:-.dagster_home}"
 export SWITCHYARD_WAREHOUSE; SWITCHYARD_WAREHOUSE=$(realpath -m "${SWITCHYARD_WAREHOUSE:-warehouse}")
 PORT="${DAGSTER_PORT:-3000}"
 
-mkdir -p "$DAGSTER_HOME"
-cp deploy/dagster.yaml "$DAGSTER_HOME/dagster.yaml"
+# the instance's storage made by one process before the two that share it start (deploy/dagster_home.py)
+.venv/bin/python -m deploy.dagster_home "$DAGSTER_HOME"
 
 .venv/bin/dagster-daemon run -w workspace.yaml &
 daemon=$!

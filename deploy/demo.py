@@ -25,6 +25,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from deploy.dagster_home import default_home as default_dagster_home
+from deploy.dagster_home import prepare as prepare_dagster_home
 from deploy.paths import PROJECT_ROOT, runtime_home
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
@@ -216,15 +218,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     warehouse = str(Path(os.environ.get("SWITCHYARD_WAREHOUSE", "warehouse")).resolve())
     bootstrap = os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092")
-    dagster_home = Path(os.environ.get("DAGSTER_HOME", PROJECT_ROOT / ".dagster_home")).resolve()
+    dagster_home = default_dagster_home()
     demo_home().mkdir(parents=True, exist_ok=True)
     try:
         if args.stop:
             stop_demo(warehouse)
             return 0
-        dagster_home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROJECT_ROOT / "deploy" / "dagster.yaml", dagster_home / "dagster.yaml")
-        os.environ["DAGSTER_HOME"] = str(dagster_home)
+        prepare_dagster_home(dagster_home)  # before the daemon and the runs open it at once
         demo = Demo(warehouse, bootstrap, args.rate, args.live_seconds)
         demo.env["DAGSTER_HOME"] = str(dagster_home)
         try:
