@@ -182,6 +182,27 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
             return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
 
 
+def checkpoint_conf(checkpoint: str) -> dict[str, str]:
+    """How the stream's queries keep their checkpoints.
+
+    A full RocksDB snapshot at each commit, not changelog files: Spark 4.0's streaming aggregation aborts its read
+    store once the restore has read it (SPARK-46547), which for RocksDB drops the loaded version, so every batch
+    reloads the store from the checkpoint. With changelog checkpointing that reload replays each changelog since
+    the last snapshot the maintenance thread uploaded (once a minute); with a snapshot per commit it opens the
+    latest one, whose files are already local. Spark 4.1 keeps the read store (SPARK-51955).
+
+    On a local file system, checkpoint files through Hadoop's FileSystem rather than its FileContext: without
+    Hadoop's native library, each FileContext rename forks `readlink` twice, and the offset and commit logs paid
+    60-80 ms a batch for it (20 ms after). The lease keeps a second driver off the checkpoint, which is what the
+    FileContext rename's no-overwrite would otherwise guard against.
+    """
+    conf = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false"}
+    if not storage.is_object_store(checkpoint):
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = \
+            "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+    return conf
+
+
 class Supervisor:
     """One handoff's queries at a time; between them, the rebases."""
 
@@ -255,10 +276,10 @@ class Supervisor:
         lap("stream_started_logged")
 
         # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
-        # from configuration, not from its cores (a handoff's new checkpoints take a changed value). RocksDB
-        # changelog commits instead of full snapshots each batch.
+        # from configuration, not from its cores (a handoff's new checkpoints take a changed value).
         spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.state_partitions))
-        spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        for key, value in checkpoint_conf(paths.keyed_checkpoint).items():
+            spark.conf.set(key, value)
         keyed, _, _ = self.start_readers(handoff, only=KEYED)
         lap("keyed_started")
         if not any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in entries):

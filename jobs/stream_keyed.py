@@ -24,6 +24,10 @@ EVENTS_SEEN = "stream_events"
 HANDOFF_HEADER = "switchyard.handoff"
 # Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+# A task's cached consumer may find a fetch it sent at the end of the previous batch still held by the broker,
+# for up to fetch.max.wait.ms (Kafka's default 500 ms) while no new record arrived; a batch's task then waits for it
+# (seen as a 0.5 s stage with 30 ms of CPU). A task only asks for offsets that exist, so a short wait costs nothing.
+FETCH_MAX_WAIT_MS = 20
 
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
@@ -31,7 +35,8 @@ def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[i
     reader = (spark.readStream.format("kafka").options(**spark_options(bootstrap))
               .option("subscribe", topic)
               .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-              .option("failOnDataLoss", "true"))
+              .option("failOnDataLoss", "true")
+              .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     key = [F.col("key").alias("kafka_key")] if with_key else []
