@@ -74,8 +74,9 @@ def reach(point: str) -> None:
         kill_process_tree()
 
 
-def _children(pid: int) -> list[int]:
-    found = []
+def _parents() -> dict[int, int]:
+    """Every live process's parent pid, from one pass over /proc."""
+    parents = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -85,22 +86,40 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         # the command name is in parentheses and may hold spaces; the parent pid is the second field after it
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(entry))
+        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def _descendants(pid: int) -> list[int]:
+    parents = _parents()
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [child for child, of in parents.items() if of == parent]
+        found += children
+        todo += children
     return found
 
 
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
 def kill_process_tree() -> None:
-    """SIGKILL every descendant (the Spark JVM and its Python workers), then this process."""
-    me = os.getpid()
-    pending, tree = [me], []
-    while pending:
-        for child in _children(pending.pop()):
-            tree.append(child)
-            pending.append(child)
-    for pid in tree:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    """SIGKILL every descendant (the Spark JVM, PySpark's daemon and its workers), then this process.
+
+    The tree is frozen first: each pass stops what it finds with SIGSTOP and looks again, until a pass finds nothing
+    new, so a worker forked while the tree was being read is found too (a stopped process cannot fork, and one killed
+    while its child was being created would leave that child orphaned and alive, outside the tree).
+    """
+    me, stopped = os.getpid(), []
+    while new := [pid for pid in _descendants(me) if pid not in stopped]:
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        stopped += new
+    for pid in stopped:
+        _signal(pid, signal.SIGKILL)
     os.kill(me, signal.SIGKILL)
