@@ -87,8 +87,8 @@ def run_handoff_command(args) -> int:
 def run_stream_command(args) -> int:
     from deploy.spark import SparkStarting
 
-    # The JVM starts while this process imports the stream's modules and takes the lease: the supervisor starts
-    # about a second sooner. A refused lease then costs a JVM start, which a stream's time to switch is worth.
+    # The JVM starts while this process imports the stream's modules and takes the lease: about a second sooner to
+    # SWITCHED. A refused lease then costs a JVM start, which a stream's time to switch is worth.
     starting = SparkStarting("switchyard-stream")
     from jobs.stream import StreamSettings, run_stream
     from state_handoff import lease
