@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -143,27 +142,3 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     if not spark.sparkContext.master.startswith("local"):  # executors elsewhere do not see this checkout
         ship_project_code(spark.sparkContext)
     return spark
-
-
-class SparkStarting:
-    """A SparkSession built on a thread of its own, so that the JVM's start (a few seconds) overlaps what the caller
-    does meanwhile without Spark: its imports, taking the pipeline's lease. `session()` waits for it and raises
-    what building it raised. Left unused (a refused lease), the JVM ends with this process: PySpark's gateway
-    exits when its stdin pipe closes."""
-
-    def __init__(self, app_name: str):
-        self._session = self._error = None
-        self._thread = threading.Thread(target=self._build, args=(app_name,), name="spark-start", daemon=True)
-        self._thread.start()
-
-    def _build(self, app_name: str) -> None:
-        try:
-            self._session = build_spark(app_name)
-        except BaseException as err:  # re-raised by session(), in the caller's thread
-            self._error = err
-
-    def session(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._session

@@ -85,11 +85,6 @@ def run_handoff_command(args) -> int:
 
 
 def run_stream_command(args) -> int:
-    from deploy.spark import SparkStarting
-
-    # The JVM starts while this process imports the stream's modules and takes the lease: about a second sooner to
-    # SWITCHED. A refused lease then costs a JVM start, which a stream's time to switch is worth.
-    starting = SparkStarting("switchyard-stream")
     from jobs.stream import StreamSettings, run_stream
     from state_handoff import lease
 
@@ -102,7 +97,7 @@ def run_stream_command(args) -> int:
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     with lease.hold(tables, lease.STREAM) as held:
-        result = run_stream(starting.session(), pipeline, tables, args.bootstrap, settings, lease=held)
+        result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
 

@@ -86,21 +86,3 @@ def test_the_driver_maps_the_class_archive_setup_made(spark):
                              "-cp", jvm.java.lang.System.getProperty("java.class.path"), "-version"],
                             capture_output=True, text=True)
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
-
-
-def test_a_session_started_on_a_thread_is_the_session_or_its_error(spark, monkeypatch):
-    """`switchyard stream` starts the JVM while it takes the lease: the caller gets the process's session, or what
-    building it raised, in its own thread."""
-    import pytest
-
-    from deploy import spark as spark_module
-    from state_handoff.errors import UserError
-
-    assert spark_module.SparkStarting("switchyard-test").session() is spark
-
-    def no_java(_app):
-        raise UserError("java not found: install a JDK 17")
-
-    monkeypatch.setattr(spark_module, "build_spark", no_java)
-    with pytest.raises(UserError, match="install a JDK 17"):
-        spark_module.SparkStarting("switchyard-test").session()
