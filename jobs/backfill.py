@@ -49,6 +49,7 @@ class BackfillResult:
     message: str = ""
     kafka_tail: dict = field(default_factory=dict)  # topic, from, to, records, accounting: what the commit read
     files: list[str] = field(default_factory=list)  # the archive files the tiles were made from
+    tiles_s: dict = field(default_factory=dict)  # where the tiles run's seconds went, by step
 
     def summary(self, pipeline: str) -> str:
         if self.handoff_id is None:
@@ -200,9 +201,11 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
                    out=print) -> BackfillResult:
     """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given)."""
     started = time.monotonic()
+    laps = Laps(started)
     first, last, files, days = _resolve_range(tables, first_day, last_day)
     out(f"[1/5] checking {len(files)} archive files")
     readable, skipped = check_files(tables.archive, files, skip_bad_files, out)
+    laps.lap("check")
     if not any(first <= d <= last for d in days):
         return BackfillResult(None, first, last, message=(
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
@@ -221,16 +224,20 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
             _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
                           tables.tiles, first, last)
+            laps.lap("parse_and_tiles")
             out("[3/5] dead-lettering malformed records")
             dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
             _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
                           "phase = 'backfill'")
+            laps.lap("dead_letters")
         finally:
             parsed.unpersist()
         out("[4/5] checking the accounting identity per partition")
         _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
         result.files = sorted(f.path for f in in_range)
+        laps.lap("accounting")
     result.seconds = time.monotonic() - started
+    result.tiles_s = laps.laps
     write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
     faults.reach("backfill.after_tiles")
     return result
@@ -425,7 +432,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "skipped_files": run.skipped_files, "gaps": gaps,
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
-                                "duration_s": round(result.seconds, 3), "commit_s": laps.laps,
+                                "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
+                                "commit_s": laps.laps,
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})
@@ -506,7 +514,11 @@ def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: l
                first: date, last: date) -> dict[int, dict[str, int]]:
     """Per Kafka partition over the days: records read, well-formed (aggregated into tiles), dead-lettered.
 
-    Counted from three independent places (archive files, tiles, dead_letter) so a lost record shows.
+    Counted from three independent places (the archive, tiles, dead_letter) so a lost record shows. When the
+    archive metadata says the files hold every offset of a range per partition (each file's count recorded at
+    archive time, adding up to the range's length), the archive's counts and the range come from there: an archived
+    record is dead-lettered when its offset is in `dead_letter` and in the range, and the archive is not scanned.
+    Otherwise (some days only, a skipped file, an archive older than the recorded ranges) the files are read.
     """
     days = (F.col("event_date") >= F.lit(first)) & (F.col("event_date") <= F.lit(last))
     count_col = pipeline.count_column
@@ -514,16 +526,41 @@ def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: l
     well_formed = (tiles.groupBy("kafka_partition").agg(F.sum(count_col)) if count_col else
                    parse_events(pipeline, read_archive(spark, tables, files)).where("error IS NULL")
                    .groupBy("kafka_partition").count())
-    archived = read_archive(spark, tables, files)
-    # whichever phase dead-lettered an archived record (the backfill, or a stream before the archive grew); the
-    # dead letters, few, on the join's build side, so the archive's offsets are scanned, never shuffled
+    # whichever phase dead-lettered an archived record (the backfill, or a stream before the archive grew)
     dead_letters = (spark.read.format("delta").load(tables.dead_letter)
                     .select("kafka_partition", "kafka_offset").distinct())
-    dead = (archived.select("kafka_partition", "kafka_offset")
-            .join(dead_letters, ["kafka_partition", "kafka_offset"], "inner").groupBy("kafka_partition").count())
-    read = archived.groupBy("kafka_partition").count()
+    spans = dense_spans(recorded_ranges(tables.archive, [f.path for f in files]))
+    if spans is not None:
+        read = spark.createDataFrame([(p, n) for p, (_, _, n) in sorted(spans.items())],
+                                     "kafka_partition INT, count BIGINT")
+        in_spans = F.lit(False)
+        for p, (lo, hi, _) in spans.items():
+            in_spans = in_spans | ((F.col("kafka_partition") == p) & F.col("kafka_offset").between(lo, hi))
+        dead = dead_letters.where(in_spans).groupBy("kafka_partition").count()
+    else:
+        archived = read_archive(spark, tables, files)
+        # the dead letters, few, on the join's build side, so the archive's offsets are scanned, never shuffled
+        dead = (archived.select("kafka_partition", "kafka_offset")
+                .join(dead_letters, ["kafka_partition", "kafka_offset"], "inner").groupBy("kafka_partition").count())
+        read = archived.groupBy("kafka_partition").count()
     counts: dict[int, dict[str, int]] = {}
     for name, df in (("read", read), ("well_formed", well_formed), ("dead_lettered", dead)):
         for partition, n in df.collect():
             counts.setdefault(int(partition), {"read": 0, "well_formed": 0, "dead_lettered": 0})[name] = int(n)
     return dict(sorted(counts.items()))
+
+
+def dense_spans(recorded: dict[str, dict[int, tuple[int, int, int]] | None]) -> dict[int, tuple[int, int, int]] | None:
+    """Per partition (lowest offset, highest, records) over the files, when the files' recorded counts add up to
+    every offset between the two; None when a file's ranges were not recorded or some partition has a gap."""
+    if not recorded or any(ranges is None for ranges in recorded.values()):
+        return None
+    spans: dict[int, tuple[int, int, int]] = {}
+    for ranges in recorded.values():
+        for p, (lo, hi, n) in ranges.items():
+            if p in spans:
+                lo, hi, n = min(lo, spans[p][0]), max(hi, spans[p][1]), n + spans[p][2]
+            spans[p] = (lo, hi, n)
+    if any(n != hi - lo + 1 for lo, hi, n in spans.values()):
+        return None
+    return spans

@@ -121,13 +121,15 @@ def _worker(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 
 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
-    """The commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and CAUGHT_UP entries:
-    `commit.<lap>` and `stream.<lap>` seconds."""
+    """The tiles run's, the commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and
+    CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
     from state_handoff import handoff_log
 
     committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED, handoff_id)
     if committed is not None:
-        stages.update({f"commit.{k}": v for k, v in handoff_log.details(committed).get("commit_s", {}).items()})
+        details = handoff_log.details(committed)
+        stages.update({f"tiles.{k}": v for k, v in details.get("tiles_s", {}).items()})
+        stages.update({f"commit.{k}": v for k, v in details.get("commit_s", {}).items()})
     switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff_id)
     caught_up = handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id)
     if switched is None:

@@ -320,3 +320,13 @@ def test_a_kafka_range_with_a_partition_that_has_nothing_in_it(spark, bootstrap,
     produce(bootstrap, topic_name, [(b"k", f"v{i}".encode(), i % 2, None) for i in range(10)])
     read = kafka_range(spark, bootstrap, topic_name, {0: 5, 1: 1}, {0: 5, 1: 4})
     assert sorted((r.kafka_partition, r.kafka_offset) for r in read.collect()) == [(1, 1), (1, 2), (1, 3)]
+
+
+def test_the_archive_is_counted_from_its_metadata_only_where_the_files_hold_every_offset():
+    from jobs.backfill import dense_spans
+
+    # two files (two days) interleaving partition 0's offsets 0..6, and partition 1's 0..1 in one of them
+    assert dense_spans({"d1": {0: (0, 4, 3), 1: (0, 1, 2)}, "d2": {0: (2, 6, 4)}}) == {0: (0, 6, 7), 1: (0, 1, 2)}
+    assert dense_spans({"d1": {0: (0, 4, 3)}, "d2": {0: (2, 6, 3)}}) is None  # one offset in 0..6 is in no file
+    assert dense_spans({"d1": {0: (0, 4, 5)}, "d2": None}) is None  # a file of an archive without ranges
+    assert dense_spans({}) is None
