@@ -531,8 +531,7 @@ def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: l
                     .select("kafka_partition", "kafka_offset").distinct())
     spans = dense_spans(recorded_ranges(tables.archive, [f.path for f in files]))
     if spans is not None:
-        read = spark.createDataFrame([(p, n) for p, (_, _, n) in sorted(spans.items())],
-                                     "kafka_partition INT, count BIGINT")
+        read = [(p, n) for p, (_, _, n) in spans.items()]
         in_spans = F.lit(False)
         for p, (lo, hi, _) in spans.items():
             in_spans = in_spans | ((F.col("kafka_partition") == p) & F.col("kafka_offset").between(lo, hi))
@@ -542,10 +541,10 @@ def accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, files: l
         # the dead letters, few, on the join's build side, so the archive's offsets are scanned, never shuffled
         dead = (archived.select("kafka_partition", "kafka_offset")
                 .join(dead_letters, ["kafka_partition", "kafka_offset"], "inner").groupBy("kafka_partition").count())
-        read = archived.groupBy("kafka_partition").count()
+        read = archived.groupBy("kafka_partition").count().collect()
     counts: dict[int, dict[str, int]] = {}
-    for name, df in (("read", read), ("well_formed", well_formed), ("dead_lettered", dead)):
-        for partition, n in df.collect():
+    for name, rows in (("read", read), ("well_formed", well_formed.collect()), ("dead_lettered", dead.collect())):
+        for partition, n in rows:
             counts.setdefault(int(partition), {"read": 0, "well_formed": 0, "dead_lettered": 0})[name] = int(n)
     return dict(sorted(counts.items()))
 
