@@ -37,6 +37,23 @@ def append_once(df: DataFrame, path: str, app_id: str, batch_id: int, partition_
     writer.save(path)
 
 
+def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None) -> bool:
+    """A MERGE of a small Arrow table through delta-rs (no JVM: no Spark jobs, plans or generated code), once per
+    (app_id, version): the same `txn` action Spark's idempotent writes record. `table` is a deltalake
+    DeltaTable, brought up to date here; target rows are `t`, source rows `s`; `updates` (column -> SQL over
+    `t` and `s`) for matched rows, every column from `s` when None. False when already committed."""
+    from deltalake import CommitProperties, Transaction
+
+    table.update_incremental()
+    if (table.transaction_version(app_id) or -1) >= version:
+        return False
+    merger = table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
+                         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    merger = merger.when_matched_update_all() if updates is None else merger.when_matched_update(updates)
+    merger.when_not_matched_insert_all().execute()
+    return True
+
+
 def checkpoint_incarnation(checkpoint: str) -> str | None:
     """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
     new with a new one. None when the checkpoint has none yet."""
