@@ -1,40 +1,13 @@
 """Delta's idempotent writes for the stream's batches: (txnAppId, txnVersion = batch id), the app id naming the
-checkpoint incarnation whose batch ids it counts."""
+checkpoint incarnation whose batch ids it counts. The batches write through delta-rs: a batch's rows are few,
+and a Spark MERGE or append of them cost seconds of plans, jobs and JIT work on the cores the keyed path needs."""
 
 from __future__ import annotations
 
 import json
 
-from pyspark.sql import DataFrame, SparkSession
-
 from state_handoff import storage
 from state_handoff.errors import UserError
-
-_TXN_APP = "spark.databricks.delta.write.txnAppId"
-_TXN_VERSION = "spark.databricks.delta.write.txnVersion"
-
-
-class Txn:
-    """MERGE and DELETE read (txnAppId, txnVersion) from the session, not from writer options. A foreachBatch
-    function gets its query's own session, so two queries' batches never see each other's settings."""
-
-    def __init__(self, spark: SparkSession, app_id: str, version: int):
-        self.spark, self.app_id, self.version = spark, app_id, version
-
-    def __enter__(self):
-        self.spark.conf.set(_TXN_APP, self.app_id)
-        self.spark.conf.set(_TXN_VERSION, str(self.version))
-
-    def __exit__(self, *exc):
-        self.spark.conf.unset(_TXN_APP)
-        self.spark.conf.unset(_TXN_VERSION)
-
-
-def append_once(df: DataFrame, path: str, app_id: str, batch_id: int, partition_by: str | None = None) -> None:
-    writer = df.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", batch_id)
-    if partition_by:
-        writer = writer.partitionBy(partition_by)
-    writer.save(path)
 
 
 def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None) -> bool:
@@ -44,13 +17,41 @@ def merge_once(table, source, predicate: str, app_id: str, version: int, updates
     `t` and `s`) for matched rows, every column from `s` when None. False when already committed."""
     from deltalake import CommitProperties, Transaction
 
-    table.update_incremental()
-    if (table.transaction_version(app_id) or -1) >= version:
+    if committed(table, app_id, version):
         return False
     merger = table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
                          commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     merger = merger.when_matched_update_all() if updates is None else merger.when_matched_update(updates)
     merger.when_not_matched_insert_all().execute()
+    return True
+
+
+def committed(table, app_id: str, version: int) -> bool:
+    """Whether delta-rs's `table` (brought up to date here) holds (app_id, version) or a later version."""
+    table.update_incremental()
+    done = table.transaction_version(app_id)
+    return done is not None and done >= version
+
+
+def append_arrow_once(table, data, app_id: str, version: int) -> bool:
+    """An append of a small Arrow table through delta-rs into an existing table (its partitioning kept), once per
+    (app_id, version)."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    if committed(table, app_id, version):
+        return False
+    write_deltalake(table, data, mode="append",
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    return True
+
+
+def delete_once(table, predicate: str, app_id: str, version: int) -> bool:
+    """A DELETE through delta-rs (a SQL predicate over the table's columns), once per (app_id, version)."""
+    from deltalake import CommitProperties, Transaction
+
+    if committed(table, app_id, version):
+        return False
+    table.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     return True
 
 

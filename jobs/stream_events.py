@@ -11,9 +11,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start
-from jobs.delta_txn import Txn, TxnApp, append_once
-from state_handoff import faults, stream_progress
-from state_handoff.aggregates import event_aggregations, flatten_last, merge_into
+from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
+from state_handoff import faults, storage, stream_progress
+from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -46,6 +46,16 @@ class EventsSink:
     def __init__(self, pipeline: Pipeline, tables: Tables, handoff: Handoff, app: TxnApp):
         self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
         self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
+        self._delta: dict[str, object] = {}  # deltalake DeltaTables by path, loaded once
+
+    def _table(self, path: str):
+        """The table at `path` for delta-rs: the batch's writes go through it, not through Spark's Delta
+        commands, whose plans, jobs and JIT work took ~5 s of the two cores a batch from the keyed path."""
+        from deltalake import DeltaTable
+
+        if path not in self._delta:
+            self._delta[path] = DeltaTable(path, storage_options=storage.delta_options(path))
+        return self._delta[path]
 
     def watermark_before(self, batch_id: int) -> datetime | None:
         """The backlog watermark for batch 0; else the watermark the previous batch recorded in Delta."""
@@ -91,13 +101,13 @@ class EventsSink:
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
             if any(p["dead_lettered"] for p in per_partition.values()):
                 dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
-                append_once(dead, tables.dead_letter, f"{app}-dead", batch_id, "event_date")
+                append_arrow_once(self._table(tables.dead_letter), dead.toArrow(), f"{app}-dead", batch_id)
                 faults.reach("stream.events.after_dead_letter")
             if any(p["late"] for p in per_partition.values()):
                 late = events.where("__late").select(
                     "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
                     F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
-                append_once(late, tables.late, f"{app}-late", batch_id)
+                append_arrow_once(self._table(tables.late), late.toArrow(), f"{app}-late", batch_id)
             watermark_after = watermark
             if windows:
                 on_time = events.where(well & ~F.col("__late"))
@@ -121,24 +131,24 @@ class EventsSink:
         faults.reach("stream.events.after_progress")
 
     def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
-        from delta.tables import DeltaTable
-
         key = self.pipeline.key
-        with Txn(spark, f"{self.app}-windows-merge", batch_id):
-            (DeltaTable.forPath(spark, self.tables.window_state).alias("t")
-             .merge(partials.alias("s"), f"t.`{key}` = s.`{key}` AND t.window_start = s.window_start")
-             .whenMatchedUpdate(set=merge_into(self.pipeline.windows.aggregations))
-             .whenNotMatchedInsertAll().execute())
+        merge_once(self._table(self.tables.window_state), partials.toArrow(),
+                   f't."{key}" = s."{key}" AND t.window_start = s.window_start', f"{self.app}-windows-merge", batch_id,
+                   updates=merge_into_sql(self.pipeline.windows.aggregations))
 
     def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
-        from delta.tables import DeltaTable
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-        closing = F.col("window_end") <= F.lit(watermark)
-        final = spark.read.format("delta").load(self.tables.window_state).where(closing)
-        append_once(final, self.tables.windows, f"{self.app}-windows-final", batch_id)
+        open_windows = self._table(self.tables.window_state)
+        open_windows.update_incremental()
+        bound = watermark.astimezone(timezone.utc)
+        final = open_windows.to_pyarrow_dataset().to_table(
+            filter=pc.field("window_end") <= pa.scalar(bound, pa.timestamp("us", tz="UTC")))
+        append_arrow_once(self._table(self.tables.windows), final, f"{self.app}-windows-final", batch_id)
         faults.reach("stream.events.after_finalize_append")
-        with Txn(spark, f"{self.app}-windows-close", batch_id):
-            DeltaTable.forPath(spark, self.tables.window_state).delete(closing)
+        delete_once(open_windows, f"window_end <= arrow_cast('{bound:%Y-%m-%dT%H:%M:%S.%f}Z', "
+                    "'Timestamp(Microsecond, Some(\"UTC\"))')", f"{self.app}-windows-close", batch_id)
 
 
 def _window_index(pipeline: Pipeline, t: datetime) -> int:

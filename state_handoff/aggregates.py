@@ -20,12 +20,11 @@ WINDOW_PREFIX = "window_"
 
 
 # How partials combine, declared once per kind. Each rule has two forms that agree: the aggregate over
-# many partial rows (a groupBy merge) and the fold of a source row into a target row (a MERGE). They
+# many partial rows (a groupBy merge) and the fold of a source row into a target row (a MERGE, _FOLD_SQL). They
 # agree because Spark's Sum, Min and Max update by exactly these folds: a NULL-skipping +, least,
 # greatest. The `last` fields combine as one struct (time, id, values...) under max.
 _KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max"}
 _OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max}
-_FOLD = {"sum": lambda t, s: F.coalesce(t + s, t, s), "min": F.least, "max": F.greatest}
 
 
 def _partial_names(agg: Aggregation) -> list[str]:
@@ -86,23 +85,34 @@ def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: b
     return exprs
 
 
-def merge_into(aggs: tuple[Aggregation, ...], target: str = "t", source: str = "s",
-               keyed: bool = False) -> dict[str, Column]:
-    """For a MERGE's whenMatchedUpdate(set=...): each partial column, the source row folded into the target row.
+_FOLD_SQL = {"sum": "coalesce({t} + {s}, {t}, {s})", "min": "least({t}, {s})", "max": "greatest({t}, {s})"}
+
+
+def merge_into_sql(aggs: tuple[Aggregation, ...], target: str = "t", source: str = "s",
+                   keyed: bool = False) -> dict[str, str]:
+    """For a delta-rs MERGE's when_matched_update: each partial column, the source row folded into the target
+    row, as SQL (DataFusion, whose least and greatest skip NULLs as Spark's do).
 
     Pairwise the same combination as merge_aggregations, so folding partials in one batch at a time ends
     where one groupBy over all of them does: NULL + 5 = 5, and a tie on (event_time, event_id) goes to
     the greatest values.
-    """
-    def side(alias: str):
-        return lambda name: F.col(f"{alias}.`{name}`")
 
-    t, s = side(target), side(source)
-    sets = {name: _FOLD[rule](t(name), s(name)) for name, rule in _combined(aggs)}
+    The `last` fields move together when the source's (time, id, values...) is the greater, compared field by
+    field with NULL lowest: Spark's greatest over the two structs."""
+    def q(alias: str, name: str) -> str:
+        return f'{alias}."{name}"'
+
+    sets = {name: _FOLD_SQL[rule].format(t=q(target, name), s=q(source, name)) for name, rule in _combined(aggs)}
     ordered = _ordered_fields(aggs, keyed)
     if ordered:
-        newest = _FOLD[_KIND_COMBINES["last"]](*[F.struct(*[row(n).alias(n) for n in ordered]) for row in (t, s)])
-        sets.update({name: newest[name] for name in ordered})
+        def greater(name: str) -> str:
+            s, t = q(source, name), q(target, name)
+            return f"({s} IS NOT NULL AND ({t} IS NULL OR {s} > {t}))"
+
+        wins = " OR ".join("(" + " AND ".join([*(f"({q(target, n)} IS NOT DISTINCT FROM {q(source, n)})"
+                                                 for n in ordered[:i]), greater(name)]) + ")"
+                           for i, name in enumerate(ordered))
+        sets.update({name: f"CASE WHEN {wins} THEN {q(source, name)} ELSE {q(target, name)} END" for name in ordered})
     return sets
 
 

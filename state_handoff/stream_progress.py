@@ -80,7 +80,8 @@ def record(tables: Tables, row: BatchRow) -> bool:
 
     txn = app_id(row)
     table = _table(tables)
-    if table is not None and (table.transaction_version(txn) or -1) >= row.batch_id:
+    done = None if table is None else table.transaction_version(txn)
+    if done is not None and done >= row.batch_id:  # batch 0 counts: a version of 0 is not falsy here
         return False
     data = pa.Table.from_pylist([{
         "handoff_id": row.handoff_id, "query": row.query, "incarnation": row.incarnation, "batch_id": row.batch_id,

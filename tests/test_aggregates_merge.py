@@ -18,7 +18,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
 from jobs.aggregation import state_from_partials, tile_start, window_partials_merged
-from state_handoff.aggregates import (event_aggregations, flatten_last, merge_aggregations, merge_into,
+from jobs.delta_txn import merge_once
+from state_handoff.aggregates import (event_aggregations, flatten_last, merge_aggregations, merge_into_sql,
                                       partial_columns)
 from state_handoff.parsing import parse_events
 from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, last, maximum, mean, minimum, total)
@@ -101,15 +102,18 @@ def _partials(events: DataFrame, grain: tuple[str, ...], keyed: bool) -> DataFra
 
 
 def _folded_by_merge(spark, path: str, batches: list[DataFrame], grain: tuple[str, ...], keyed: bool) -> DataFrame:
-    """The stream's way: a MERGE per batch, matched rows folded with merge_into, new ones inserted."""
-    from delta.tables import DeltaTable
+    """The stream's way: a delta-rs MERGE per batch, matched rows folded with merge_into_sql, new ones inserted,
+    each once (a batch merged again is skipped by its transaction id)."""
+    from deltalake import DeltaTable
 
     aggs = PIPELINE.aggregations if keyed else PIPELINE.windows.aggregations
     batches[0].limit(0).write.format("delta").save(path)
-    matched = " AND ".join(f"t.`{c}` = s.`{c}`" for c in grain)
-    for partials in batches:
-        (DeltaTable.forPath(spark, path).alias("t").merge(partials.alias("s"), matched)
-         .whenMatchedUpdate(set=merge_into(aggs, keyed=keyed)).whenNotMatchedInsertAll().execute())
+    table = DeltaTable(path)
+    matched = " AND ".join(f't."{c}" = s."{c}"' for c in grain)
+    for batch_id, partials in enumerate(batches):
+        arrow = partials.toArrow()
+        assert merge_once(table, arrow, matched, "fold", batch_id, updates=merge_into_sql(aggs, keyed=keyed))
+        assert not merge_once(table, arrow, matched, "fold", batch_id, updates=merge_into_sql(aggs, keyed=keyed))
     return spark.read.format("delta").load(path)
 
 
@@ -152,10 +156,10 @@ def _expected(keyed: bool) -> list[tuple]:
 
 # ---------------------------------------------------------------- tests
 
-def test_merge_into_sets_every_partial_column(spark):
+def test_merge_into_sql_sets_every_partial_column():
     for aggs, keyed in ((PIPELINE.windows.aggregations, False), (PIPELINE.aggregations, True),
                         ((count("n"), total("s", "reading")), False)):
-        assert list(merge_into(aggs, keyed=keyed)) == partial_columns(aggs, keyed=keyed)
+        assert list(merge_into_sql(aggs, keyed=keyed)) == partial_columns(aggs, keyed=keyed)
 
 
 def test_the_batches_straddle_ties_and_nulls():
