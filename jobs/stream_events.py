@@ -112,14 +112,14 @@ class EventsSink:
             if windows:
                 on_time = events.where(well & ~F.col("__late"))
                 if any(p["well_formed"] - p["late"] for p in per_partition.values()):
-                    self._merge_windows(batch.sparkSession, batch_window_partials(pipeline, on_time), batch_id)
+                    self._merge_windows(batch_window_partials(pipeline, on_time), batch_id)
                     faults.reach("stream.events.after_window_merge")
                 if newest is not None:
                     candidate = newest - pipeline.allowed_lateness
                     watermark_after = max(watermark, candidate) if watermark else candidate
                 if watermark_after and (watermark is None or _window_index(pipeline, watermark_after)
                                         > _window_index(pipeline, watermark)):
-                    self._finalize_windows(batch.sparkSession, watermark_after, batch_id)
+                    self._finalize_windows(watermark_after, batch_id)
         finally:
             batch.unpersist()
         row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
@@ -130,13 +130,13 @@ class EventsSink:
         self.last = row
         faults.reach("stream.events.after_progress")
 
-    def _merge_windows(self, spark: SparkSession, partials: DataFrame, batch_id: int) -> None:
+    def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
         key = self.pipeline.key
         merge_once(self._table(self.tables.window_state), partials.toArrow(),
-                   f't."{key}" = s."{key}" AND t.window_start = s.window_start', f"{self.app}-windows-merge", batch_id,
+                   f't."{key}" = s."{key}" AND t."window_start" = s."window_start"', f"{self.app}-windows-merge", batch_id,
                    updates=merge_into_sql(self.pipeline.windows.aggregations))
 
-    def _finalize_windows(self, spark: SparkSession, watermark: datetime, batch_id: int) -> None:
+    def _finalize_windows(self, watermark: datetime, batch_id: int) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
