@@ -30,7 +30,7 @@ from jobs.delta_txn import TxnApp, checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
 from jobs.stream_keyed import KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, write_seed
 from jobs.stream_pipes import Silent, reporting
-from jobs.stream_state import StateSink, updates_start
+from jobs.stream_state import HalfTurn, StateSink, updates_start
 from state_handoff import faults, handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
@@ -215,6 +215,7 @@ class Supervisor:
         self.stop_signal: list[str] = []
         self.last_switch_back: float | None = None
         self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
+        self.state_turn: HalfTurn | None = None  # the running state query's turn (a drain hurries it)
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
@@ -292,9 +293,11 @@ class Supervisor:
                    .option("failOnDataLoss", "false").load())
         state_schema = spark.read.format("delta").load(tables.state).schema
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", "state")
+        self.state_turn = HalfTurn(self.tables_trigger_seconds())
         state = (updates.writeStream.queryName(f"{pipeline.name}-state")
                  .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id,
-                                         TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint)))
+                                         TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint),
+                                         self.state_turn))
                  .option("checkpointLocation", str(paths.state_checkpoint))
                  .trigger(**self.tables_trigger()).start())
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
@@ -332,9 +335,11 @@ class Supervisor:
     def app_id(self, handoff: Handoff) -> str:
         return f"switchyard-{self.pipeline.name}-{handoff.handoff_id}"
 
+    def tables_trigger_seconds(self) -> float:
+        return max(self.settings.trigger_seconds, self.settings.tables_trigger_seconds)
+
     def tables_trigger(self) -> dict:
-        settings = self.settings
-        return {"processingTime": f"{max(settings.trigger_seconds, settings.tables_trigger_seconds)} seconds"}
+        return {"processingTime": f"{self.tables_trigger_seconds()} seconds"}
 
     def start_readers(self, handoff: Handoff, only: str | None = None, replay_only: bool = False):
         """The keyed and events queries (or `only` one of them, the other None). `replay_only`: a trigger that
@@ -412,6 +417,8 @@ class Supervisor:
         """Stop reading input, then let the state query apply every update already sent, then stop it."""
         *readers, state = queries
         _stop(readers)
+        if self.state_turn is not None:
+            self.state_turn.hurry.set()
         try:
             if not self._applied_every_update(state):
                 state.processAllAvailable()  # waits for the query's next trigger, then for what it finds
