@@ -34,7 +34,7 @@ class HalfTurn:
     """The state query's batches do their work half a trigger interval after the events query's. Spark starts
     processing-time triggers at multiples of the interval since the epoch, so the two Delta-writing queries
     otherwise read and reduce their batches at the same moments, and the keyed batches beside them met both
-    at once (`switchyard bench-latency --rates 1000`: p99 2.1-2.6 s together, 1.5-1.6 s taking turns). A drain
+    at once (`switchyard bench-latency --rates 1000`: p99 2.1-2.6 s together, 1.4-1.8 s taking turns). A drain
     (`hurry`) cuts the wait short: a stop or a pause never waits for a turn."""
 
     def __init__(self, interval_s: float):
