@@ -263,7 +263,7 @@ class Supervisor:
         lap("checks")
         write_seed(spark, pipeline, tables, handoff, paths)
         lap("seed")
-        ensure_tables(spark, pipeline, tables)
+        ensure_tables(pipeline, tables)
         create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
                      exist_ok=True, compacted=True)
         updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start
@@ -165,20 +165,22 @@ def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event
                             event_date.alias("event_date"))
 
 
-def ensure_tables(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> None:
-    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet)."""
-    from delta.tables import DeltaTable
+def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
+    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet),
+    created empty through delta-rs (Spark's empty writes cost a job and a commit each, ~1 s on a cold JVM)."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
 
-    from state_handoff import storage
-
-    if all(storage.exists(storage.join(path, "_delta_log")) for path in (tables.dead_letter, tables.late)):
-        return  # both there: no JVM call needed
-    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
-        spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY, reason STRING, "
-                                  "phase STRING, recorded_at TIMESTAMP, event_date DATE") \
-            .write.format("delta").partitionBy("event_date").save(tables.dead_letter)
-    if not DeltaTable.isDeltaTable(spark, tables.late):
-        spark.createDataFrame([], f"kafka_partition INT, kafka_offset BIGINT, `{pipeline.key}` STRING, "
-                                  f"`{pipeline.event_time}` TIMESTAMP, window_start TIMESTAMP, watermark TIMESTAMP, "
-                                  "value BINARY, recorded_at TIMESTAMP") \
-            .write.format("delta").save(tables.late)
+    utc = pa.timestamp("us", tz="UTC")
+    wanted = {
+        tables.dead_letter: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
+                                        ("value", pa.binary()), ("reason", pa.string()), ("phase", pa.string()),
+                                        ("recorded_at", utc), ("event_date", pa.date32())]), ["event_date"]),
+        tables.late: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
+                                 (pipeline.key, pa.string()), (pipeline.event_time, utc), ("window_start", utc),
+                                 ("watermark", utc), ("value", pa.binary()), ("recorded_at", utc)]), None),
+    }
+    for path, (schema, partition_by) in wanted.items():
+        if not storage.exists(storage.join(path, "_delta_log")):
+            DeltaTable.create(path, schema, mode="ignore", partition_by=partition_by,
+                              storage_options=storage.delta_options(path))

@@ -108,8 +108,11 @@ def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff:
     faults.reach("stream.after_seed")
 
 
-def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_version: int, seed: str) -> None:
-    """Write the state at `state_version` as seed rows (Spark's job commit writes `_SUCCESS` last)."""
-    state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
+def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_version: int, seed: str,
+               state: DataFrame | None = None) -> None:
+    """Write the state at `state_version` as seed rows (Spark's job commit writes `_SUCCESS` last); `state`: those
+    rows already at hand (the backfill's commit, which just wrote them), not read again."""
+    if state is None:
+        state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
     state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
                  F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(seed))
