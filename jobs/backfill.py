@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from datetime import date, datetime
@@ -246,13 +245,14 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     return result
 
 
-def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark_known: Future) -> None:
-    """The windows of all tiles, aggregated once and kept on local disk, then split at the backlog watermark
-    (once known) into `windows` (closed) and `window_state` (open)."""
+def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime) -> None:
+    """The windows of all tiles, aggregated once (kept on local disk), split at the backlog watermark into
+    `windows` (closed) and `window_state` (open). Tried on a second thread beside the state's write and seed:
+    alone 13.6 -> ~10 s of a 10^7 commit, but with the Kafka tail the two aggregations slowed each other
+    (18.8 -> 21.5 s; the bench's commit 23.2 -> 26.9 s)."""
     windows = window_partials_from_tiles(pipeline, tiles).persist(StorageLevel.DISK_ONLY)
     try:
-        windows.count()
-        closed = F.col("window_end") <= F.lit(watermark_known.result())
+        closed = F.col("window_end") <= F.lit(watermark)
         for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
             windows.where(part).write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     finally:
@@ -402,32 +402,19 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if at_cut is not None:
             columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
             partials = tiles.select(*columns).unionByName(at_cut.kafka_partials.select(*columns))
-        windowed = pipeline.windows is not None and at_cut is None
-        # The windows (aggregated once for both their tables, kept on local disk) are made on a second thread
-        # beside the state's write and seed: each leaves the cores idle in its driver-side steps (plans, Delta
-        # commits), which the other's tasks fill (the commit of a 10^7 bench: 13.6 s -> ~9 s).
-        watermark_known: Future = Future()
-        with ThreadPoolExecutor(1) as beside:
-            windows_written = beside.submit(_write_windows, pipeline, tables, tiles, watermark_known) if windowed else None
-            try:
-                # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
-                state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
-                if at_cut is not None:
-                    at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
-                state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
-                state_version = _delta_version(tables.state)
-                laps.lap("state")
-                watermark = (at_cut.watermark if at_cut is not None
-                             else backlog_watermark(pipeline, newest_event_time(state)))
-                watermark_known.set_result(watermark)
-                laps.lap("watermark")
-                prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
-                laps.lap("seed_and_stream_tables")
-            finally:
-                if not watermark_known.done():
-                    watermark_known.set_exception(RuntimeError("the state's commit failed"))
-            if windowed:
-                windows_written.result()
+        # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
+        state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
+        if at_cut is not None:
+            at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
+        state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
+        state_version = _delta_version(tables.state)
+        laps.lap("state")
+        watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))
+        laps.lap("watermark")
+        prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
+        laps.lap("seed_and_stream_tables")
+        if pipeline.windows is not None and at_cut is None:
+            _write_windows(pipeline, tables, tiles, watermark)
         laps.lap("windows")
         boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
                     else archived_boundary(spark, tables, readable))
