@@ -31,6 +31,19 @@ setup_python() {
   touch "$stamp"
 }
 
+compile_python() {
+  # Byte-compile the installed packages once. Where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), Python
+  # never caches what it compiles, so every process compiled pandas, pyspark and the rest again on import: taking
+  # the stream's lease spent 1.2 s compiling pandas, a stream's start 6.4 s before its supervisor, 4.8 s after.
+  local stamp=.venv/.switchyard-compiled
+  if [ -f "$stamp" ] && [ "$stamp" -nt .venv/.switchyard-installed ]; then return; fi
+  echo "switchyard setup: byte-compiling the Python packages (once)"
+  local packages; packages=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  # a few packages ship files that are not Python 3 (templates, tests of old syntax): compileall reports them
+  .venv/bin/python -m compileall -q -j 0 "$packages" >/dev/null 2>&1 || true
+  touch "$stamp"
+}
+
 fetch_jars() {
   local profile=$1 dest="$HOME_DIR/jars/$1" stamp="$HOME_DIR/jars/.$1-fetched"
   if [ -f "$stamp" ] && [ "$stamp" -nt "$POM" ]; then return; fi
@@ -71,6 +84,7 @@ spark_class_archive() {
 
 check_java
 setup_python
+compile_python
 fetch_jars spark
 fetch_jars s3a
 fetch_jars kafka
