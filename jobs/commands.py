@@ -85,25 +85,19 @@ def run_handoff_command(args) -> int:
 
 
 def run_stream_command(args) -> int:
-    from concurrent.futures import ThreadPoolExecutor
+    from jobs.stream import StreamSettings, run_stream
+    from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
-    # The driver's JVM takes about 4 s to start; this process imports the stream's code (0.35 s) and takes the
-    # lease (0.4 s) meanwhile. Only a stream's start is this time-critical (SWITCHED counts from the launch).
-    with ThreadPoolExecutor(1, thread_name_prefix="spark-start") as starting:
-        spark = starting.submit(_spark, "stream")
-        from jobs.stream import StreamSettings, run_stream
-        from state_handoff import lease
-
-        settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
-                                  caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
-                                  max_offsets_per_trigger=args.max_offsets_per_trigger,
-                                  trigger_seconds=args.trigger_seconds,
-                                  tables_trigger_seconds=args.tables_trigger_seconds,
-                                  switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
-                                  switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
-        with lease.hold(tables, lease.STREAM) as held:
-            result = run_stream(spark.result(), pipeline, tables, args.bootstrap, settings, lease=held)
+    settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
+                              caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
+                              max_offsets_per_trigger=args.max_offsets_per_trigger,
+                              trigger_seconds=args.trigger_seconds,
+                              tables_trigger_seconds=args.tables_trigger_seconds,
+                              switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
+                              switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
+    with lease.hold(tables, lease.STREAM) as held:
+        result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
 
