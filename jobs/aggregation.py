@@ -58,13 +58,17 @@ def state_from_partials(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
 
 def window_partials_from_tiles(pipeline: Pipeline, tiles: DataFrame) -> DataFrame:
     """One row per (key, window): window_start, window_end and the window's partial columns."""
-    size = int(pipeline.windows.size.total_seconds())
     aggs = pipeline.windows.aggregations
     renamed = tiles.select(pipeline.key, F.col(TILE_START).alias("window_start"),
                            *[F.col(WINDOW_PREFIX + c).alias(c) for c in partial_columns(aggs)])
     return window_partials_merged(pipeline, renamed).withColumn(
-        "window_end", F.col("window_start") + F.expr(f"INTERVAL {size} SECONDS")
+        "window_end", window_end(pipeline, F.col("window_start"))
     ).select(pipeline.key, "window_start", "window_end", *partial_columns(aggs))
+
+
+def window_end(pipeline: Pipeline, start: F.Column) -> F.Column:
+    """The end of the window starting at `start` (a tile's start is its window's)."""
+    return start + F.expr(f"INTERVAL {int(pipeline.windows.size.total_seconds())} SECONDS")
 
 
 def window_partials_merged(pipeline: Pipeline, partials: DataFrame) -> DataFrame:

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.aggregation import tile_start
+from jobs.aggregation import tile_start, window_end
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
 from state_handoff import faults, storage, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
@@ -32,14 +32,11 @@ def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, ove
             .drop("__identity", "__archived_identity"))
 
 
-def window_end(pipeline: Pipeline) -> F.Column:
-    return F.col("window_start") + F.expr(f"INTERVAL {int(pipeline.windows.size.total_seconds())} SECONDS")
-
-
 def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
     aggs = pipeline.windows.aggregations
     return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
-            .select(pipeline.key, "window_start", window_end(pipeline).alias("window_end"), *flatten_last(aggs)))
+            .select(pipeline.key, "window_start", window_end(pipeline, F.col("window_start")).alias("window_end"),
+                    *flatten_last(aggs)))
 
 
 class EventsSink:
@@ -84,7 +81,8 @@ class EventsSink:
             malformed = F.col("error").isNotNull() & kept
             windows = pipeline.windows is not None
             events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
-            is_late = well & (window_end(pipeline) <= F.lit(watermark)) if windows and watermark else F.lit(False)
+            ends = window_end(pipeline, F.col("window_start")) if windows else None
+            is_late = well & (ends <= F.lit(watermark)) if windows and watermark else F.lit(False)
             events = events.withColumn("__late", is_late)
             stats = events.groupBy("kafka_partition").agg(
                 F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
