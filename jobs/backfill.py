@@ -293,7 +293,8 @@ def _kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, t
     schema = pa.schema(table.schema())
     write_deltalake(table, dead.select(schema.names).cast(schema), mode="overwrite",
                     predicate=f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})")
-    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT)
+    # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
+    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
     return parsed, tiles, dict(sorted(counts.items()))
 
 
@@ -419,6 +420,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if tail is not None:
             boundary.update({p: o - 1 for p, o in tail.end.items() if o > tail.start.get(p, 0)})
             tail_parsed.unpersist()
+            tail_tiles.unpersist()
         # The tiles run's own count when it covered exactly the archive's readable files (a backfill of every day
         # since nothing changed): the archive read a third time would give the same figures.
         whole = ({p: dict(a) for p, a in run.accounting.items()} if run.files and run.accounting

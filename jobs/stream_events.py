@@ -81,8 +81,9 @@ class EventsSink:
             malformed = F.col("error").isNotNull() & kept
             windows = pipeline.windows is not None
             events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
-            ends = window_end(pipeline, F.col("window_start")) if windows else None
-            is_late = well & (ends <= F.lit(watermark)) if windows and watermark else F.lit(False)
+            is_late = F.lit(False)
+            if windows and watermark:
+                is_late = well & (window_end(pipeline, F.col("window_start")) <= F.lit(watermark))
             events = events.withColumn("__late", is_late)
             stats = events.groupBy("kafka_partition").agg(
                 F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
