@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 from jobs import rebase
 from jobs.delta_txn import TxnApp, checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
-from jobs.stream_keyed import KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, write_seed
+from jobs.stream_keyed import (KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, seed_schema,
+                               write_seed)
 from jobs.stream_pipes import Silent, reporting
 from jobs.stream_state import HalfTurn, StateSink, updates_start
 from state_handoff import faults, handoff_log, lease as leases, storage, stream_progress
@@ -359,7 +360,7 @@ class Supervisor:
         context = spark.sparkContext
         keyed = events = None
         if only in (None, KEYED):
-            seed = spark.readStream.schema(spark.read.parquet(str(paths.seed)).schema).parquet(str(paths.seed))
+            seed = spark.readStream.schema(seed_schema(spark, str(paths.seed))).parquet(str(paths.seed))
             context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the queries' threads
             if faults.armed("stream.keyed.after_send") and not getattr(self, "_crash_listener", None):
                 self._crash_listener = KeyedCrashPoint(f"{pipeline.name}-keyed")

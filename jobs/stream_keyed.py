@@ -11,6 +11,7 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.types import StructType
 
 from state_handoff import faults, storage
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
@@ -28,6 +29,7 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 # for up to fetch.max.wait.ms (Kafka's default 500 ms) while no new record arrived; a batch's task then waits for it
 # (seen as a 0.5 s stage with 30 ms of CPU). A task only asks for offsets that exist, so a short wait costs nothing.
 FETCH_MAX_WAIT_MS = 20
+SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"  # Spark's schema in the Parquet files it writes
 
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
@@ -94,6 +96,21 @@ class KeyedCrashPoint(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:
         pass
+
+
+def seed_schema(spark: SparkSession, seed: str) -> StructType:
+    """The seed's schema as Spark wrote it into its files' footers, read with pyarrow: no Spark job on a stream's
+    way to SWITCHED (Spark's own read listed the folder and ran a job over a footer). Spark's read when no file
+    carries it."""
+    import pyarrow.parquet as pq
+
+    part = next((n for n in storage.list_dir(seed) if n.startswith("part-") and n.endswith(".parquet")), None)
+    if part is not None:
+        with storage.open_input(storage.join(seed, part)) as source:
+            written = (pq.read_schema(source).metadata or {}).get(SPARK_ROW_METADATA)
+        if written:
+            return StructType.fromJson(json.loads(written))
+    return spark.read.parquet(seed).schema
 
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
