@@ -42,12 +42,16 @@ PROFILES = {
 # interpreter's deeper frames overflowed the planner's stack; hence the tiered default of 240 MB.
 C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 PROFILE_JVM_OPTIONS = {"test": C1_ONLY}
-# JVM options per workload. A stream's driver plans and compiles new code in every small batch of three queries and
-# never runs one loop long: on 2 cores the C2 compiler's threads only took cores from the batches. C1 only, measured
-# on `switchyard stream` (alone, alternating runs): SWITCHED 13.0-13.7 -> 10.5-11.7 s from the process's start; at
-# 1,000 events/s p50 / p99 2.02 / 3.41 and 2.18 / 3.83 s -> 1.18 / 2.41 and 1.10 / 2.22 s. Batch drivers keep C2:
-# their parse and sort loops run for minutes (a 10^6 tiles pass 27.7 s with C2, 32.3 s with C1 only).
-WORKLOAD_JVM_OPTIONS = {"stream": C1_ONLY}
+# JVM options per workload. A stream's driver plans and compiles new code in every small batch of three queries: on
+# 2 cores the C2 compiler's threads took the cores from its first batches. C2 only for methods ten times hotter than
+# its defaults (a catch-up's or a rebase's loops still get there within seconds), measured with
+# benchmarks/stream_start.py and the benches, each alone: SWITCHED ~1 s sooner (alternating trials); a burst of 10^6
+# into a live stream (`switchyard bench-burst`) caught up in 62.0 s without switching back and 65.0 s with (rebase
+# 58.8 s) against 84.8 and 77.8 s (67.9 s) with the defaults. C1 only started faster still (~2.3 s) but took
+# 130.6 and 126.0 s (rebase 142.4 s) there: not kept. Batch drivers keep the defaults.
+STREAM_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+              "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
+WORKLOAD_JVM_OPTIONS = {"stream": STREAM_JIT}
 
 
 def spark_master() -> str:

@@ -1,0 +1,122 @@
+"""A stream's start: from `switchyard stream`'s process start to SWITCHED, in fresh processes on one warehouse.
+
+One small switched pipeline is made once (4,000 archived events on 200 keys, backfill, handoff, then 200 events
+past the handoff on the topic); each trial copies its warehouse and runs `switchyard stream --until-caught-up` on
+the copy, so every trial seeds a new stream from the same handoff. Each trial reports the SWITCHED entry's
+figures: seconds from the process's start and from the supervisor's start (in process), where the latter went
+(`startup_s`), and the keyed query's first batch as Spark timed it. `--jvm-options` alternates trials with and
+without extra driver JVM options (SWITCHYARD_JVM_OPTIONS), for an A/B on a noisy machine. Needs the broker
+(`switchyard kafka start`). Usage:
+
+    .venv/bin/python benchmarks/stream_start.py --trials 3 [--jvm-options "-XX:TieredStopAtLevel=1"] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from state_handoff import handoff_log  # noqa: E402
+from state_handoff.pipelines import get_pipeline  # noqa: E402
+from state_handoff.tables import Tables  # noqa: E402
+
+PIPELINE = get_pipeline("demo")
+
+
+def switched_pipeline(base: Path, bootstrap: str) -> None:
+    """Archive, backfill and hand off a small topic into `base`, then put 200 events past the handoff."""
+    from deploy.spark import build_spark
+    from jobs.archive import archive_cut, run_archive
+    from jobs.backfill import run_backfill
+    from jobs.latency import _event
+    from state_handoff.handoff import run_handoff
+    from state_handoff.kafka_io import create_topic, produce
+
+    tables = Tables(str(base), PIPELINE.name)
+    topic = f"start.{int(time.time())}"
+    create_topic(bootstrap, topic, partitions=2)
+    now = datetime.now(timezone.utc)
+
+    def events(prefix: str, n: int, first: datetime):
+        return [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"{prefix}-{i}", first + timedelta(seconds=i),
+                                                   float(i % 50)), i % 2, None) for i in range(n)]
+
+    produce(bootstrap, topic, events("seed", 4000, now - timedelta(hours=2)))
+    spark = build_spark("switchyard-start-bench-setup")
+    quiet = lambda *_: None  # noqa: E731
+    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0), out=quiet)
+    run_backfill(spark, PIPELINE, tables, out=quiet)
+    run_handoff(spark, PIPELINE, tables, bootstrap)
+    spark.stop()
+    produce(bootstrap, topic, events("tail", 200, now - timedelta(minutes=30)))
+
+
+def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> dict:
+    warehouse = work / "trial"
+    shutil.rmtree(warehouse, ignore_errors=True)
+    shutil.copytree(base, warehouse)
+    env = dict(os.environ)
+    if jvm_options:
+        env["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [env.get("SWITCHYARD_JVM_OPTIONS"), jvm_options]))
+    done = subprocess.run([sys.executable, "-m", "jobs.cli", "stream", "--pipeline", PIPELINE.name, "--warehouse",
+                           str(warehouse), "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
+                           "--trigger-seconds", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"the stream exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
+    tables = Tables(str(warehouse), PIPELINE.name)
+    switched = handoff_log.latest(None, tables, handoff_log.SWITCHED)
+    details = handoff_log.details(switched)
+    progress = json.loads(next((Path(tables.root) / "_stream").glob("*/recent_progress.json")).read_text())
+    first = progress[f"{PIPELINE.name}-keyed"][0]
+    shutil.rmtree(warehouse, ignore_errors=True)
+    return {"jvm_options": jvm_options or "", "since_process_start_s": details["seconds_since_process_start"],
+            "in_process_s": details["seconds_since_start"], "startup_s": details["startup_s"],
+            "first_keyed_batch_ms": first["duration_ms"]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3, help="trials per arm")
+    parser.add_argument("--jvm-options", help="B arm: these driver JVM options added (trials alternate A, B)")
+    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--json", help="write the trials here")
+    args = parser.parse_args()
+    arms = [None, args.jvm_options] if args.jvm_options else [None]
+    work = Path(tempfile.mkdtemp(prefix="switchyard-start-"))
+    try:
+        base = work / "base"
+        switched_pipeline(base, args.bootstrap)
+        trials = []
+        for i in range(args.trials):
+            for options in arms:
+                t = trial(base, work, args.bootstrap, options)
+                trials.append(t)
+                print(f"trial {i + 1} {'B' if options else 'A'}: SWITCHED {t['since_process_start_s']:.2f} s from the "
+                      f"process's start, {t['in_process_s']:.2f} s in process {t['startup_s']}", flush=True)
+        for options in arms:
+            mine = [t for t in trials if t["jvm_options"] == (options or "")]
+            since_start = statistics.median(t["since_process_start_s"] for t in mine)
+            in_process = statistics.median(t["in_process_s"] for t in mine)
+            print(f"{f'B ({options})' if options else 'A'}: median SWITCHED {since_start:.2f} s from the process's "
+                  f"start, {in_process:.2f} s in process")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"trials": trials}, indent=2))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
