@@ -104,6 +104,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
                 workload: str = "batch"):
     """Return the process's SparkSession, creating it on first use; `workload` ("batch" or "stream") picks the
     driver JVM's compiler (WORKLOAD_JVM_OPTIONS)."""
+    if workload not in ("batch", "stream"):
+        raise ValueError(f"workload must be batch or stream, not {workload!r}")
     check_java()
     from pyspark.sql import SparkSession
 

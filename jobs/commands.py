@@ -97,7 +97,8 @@ def run_stream_command(args) -> int:
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     with lease.hold(tables, lease.STREAM) as held:
-        result = run_stream(_spark("stream", workload="stream"), pipeline, tables, args.bootstrap, settings, lease=held)
+        spark = _spark("stream", workload="stream")
+        result = run_stream(spark, pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
 

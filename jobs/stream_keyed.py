@@ -108,9 +108,18 @@ def seed_schema(spark: SparkSession, seed: str) -> StructType:
     if part is not None:
         with storage.open_input(storage.join(seed, part)) as source:
             written = (pq.read_schema(source).metadata or {}).get(SPARK_ROW_METADATA)
-        if written:
-            return StructType.fromJson(json.loads(written))
+        if written:  # as Spark's read gives it: every field nullable, whatever the writer knew
+            return StructType.fromJson(_as_nullable(json.loads(written)))
     return spark.read.parquet(seed).schema
+
+
+def _as_nullable(schema_json):
+    if isinstance(schema_json, dict):
+        return {k: True if k in ("nullable", "containsNull", "valueContainsNull") else _as_nullable(v)
+                for k, v in schema_json.items()}
+    if isinstance(schema_json, list):
+        return [_as_nullable(v) for v in schema_json]
+    return schema_json
 
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
