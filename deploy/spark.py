@@ -37,21 +37,23 @@ PROFILES = {
 
 # JVM options per profile. Tests start many short-lived JVMs (each CLI step, each stream) on 2 cores, where the
 # C2 compiler's threads take cores from the work before it pays off: C1 only cut a fresh session's first small
-# Delta jobs by ~30% and test_switch_to_stream_matches_oracle from 132 s to 107 s. Long runs keep C2. Without
+# Delta jobs by ~30% and test_switch_to_stream_matches_oracle from 132 s to 107 s. Other runs keep C2. Without
 # tiered compilation the JVM reserves 48 MB of code cache, which a stream filled in 50 s: the JIT stopped and the
 # interpreter's deeper frames overflowed the planner's stack; hence the tiered default of 240 MB.
-C1_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-PROFILE_JVM_OPTIONS = {"test": C1_ONLY}
-# JVM options per workload. A stream's driver plans and compiles new code in every small batch of three queries: on
-# 2 cores the C2 compiler's threads took the cores from its first batches. C2 only for methods ten times hotter than
-# its defaults (a catch-up's or a rebase's loops still get there within seconds), measured with
-# benchmarks/stream_start.py and the benches, each alone: SWITCHED ~1 s sooner (alternating trials); a burst of 10^6
-# into a live stream (`switchyard bench-burst`) caught up in 62.0 s without switching back and 65.0 s with (rebase
-# 58.8 s) against 84.8 and 77.8 s (67.9 s) with the defaults. C1 only started faster still (~2.3 s) but took
-# 130.6 and 126.0 s (rebase 142.4 s) there: not kept. Batch drivers keep the defaults.
-STREAM_JIT = ("-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
-              "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000")
-WORKLOAD_JVM_OPTIONS = {"stream": STREAM_JIT}
+#
+# Every other driver sends a method to C2 only when it is ten times hotter than HotSpot's defaults require: a stream
+# compiles new generated code in every small batch, and on 2 cores the C2 threads took the cores from its first
+# batches; the loops of a big batch job, a catch-up or a rebase still reach C2 within seconds. Measured alone against
+# the defaults: a stream's SWITCHED ~1 s sooner (benchmarks/stream_start.py, alternating trials); a 10^6 burst into a
+# live stream (`switchyard bench-burst`) caught up in 62.0 / 65.0 s (without / with switch back; rebase 58.8 s)
+# against 84.8 / 77.8 s (67.9 s); `switchyard bench --events 1000000 --arms B,C-full`, two alternating pairs: C
+# 30.3, 30.2 s against 31.2, 31.2 s, B 43.7, 48.0 s against 47.6, 59.0 s. C1 only started a stream faster still
+# (~2.3 s) but took 130.6 / 126.0 s (rebase 142.4 s) through the burst.
+PROFILE_JVM_OPTIONS = {
+    "test": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
+    "default": "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
+               "-XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000",
+}
 
 
 def spark_master() -> str:
@@ -100,12 +102,8 @@ def object_store_conf() -> dict:
     return conf
 
 
-def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None,
-                workload: str = "batch"):
-    """Return the process's SparkSession, creating it on first use; `workload` ("batch" or "stream") picks the
-    driver JVM's compiler (WORKLOAD_JVM_OPTIONS)."""
-    if workload not in ("batch", "stream"):
-        raise ValueError(f"workload must be batch or stream, not {workload!r}")
+def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
+    """Return the process's SparkSession, creating it on first use."""
     check_java()
     from pyspark.sql import SparkSession
 
@@ -119,8 +117,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
     jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}",
-                                         PROFILE_JVM_OPTIONS.get(profile) or WORKLOAD_JVM_OPTIONS.get(workload),
-                                         os.environ.get("SWITCHYARD_JVM_OPTIONS")]))
+                                         PROFILE_JVM_OPTIONS.get(profile), os.environ.get("SWITCHYARD_JVM_OPTIONS")]))
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -5,10 +5,10 @@ from __future__ import annotations
 from state_handoff.tables import Tables
 
 
-def _spark(app: str, workload: str = "batch"):
+def _spark(app: str):
     from deploy.spark import build_spark
 
-    return build_spark(f"switchyard-{app}", workload=workload)
+    return build_spark(f"switchyard-{app}")
 
 
 def _pipeline_and_tables(args):
@@ -97,8 +97,7 @@ def run_stream_command(args) -> int:
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     with lease.hold(tables, lease.STREAM) as held:
-        spark = _spark("stream", workload="stream")
-        result = run_stream(spark, pipeline, tables, args.bootstrap, settings, lease=held)
+        result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
 
