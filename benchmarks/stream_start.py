@@ -36,31 +36,16 @@ PIPELINE = get_pipeline("demo")
 
 
 def switched_pipeline(base: Path, bootstrap: str) -> None:
-    """Archive, backfill and hand off a small topic into `base`, then put 200 events past the handoff."""
-    from deploy.spark import build_spark
-    from jobs.archive import archive_cut, run_archive
-    from jobs.backfill import run_backfill
-    from jobs.latency import _event
-    from state_handoff.handoff import run_handoff
-    from state_handoff.kafka_io import create_topic, produce
+    """bench-latency's small switched pipeline in `base`, then 200 events past the handoff on its topic."""
+    from jobs.latency import _event, small_switched_pipeline
+    from state_handoff.kafka_io import produce
 
-    tables = Tables(str(base), PIPELINE.name)
     topic = f"start.{int(time.time())}"
-    create_topic(bootstrap, topic, partitions=2)
-    now = datetime.now(timezone.utc)
-
-    def events(prefix: str, n: int, first: datetime):
-        return [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"{prefix}-{i}", first + timedelta(seconds=i),
-                                                   float(i % 50)), i % 2, None) for i in range(n)]
-
-    produce(bootstrap, topic, events("seed", 4000, now - timedelta(hours=2)))
-    spark = build_spark("switchyard-start-bench-setup")
-    quiet = lambda *_: None  # noqa: E731
-    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0), out=quiet)
-    run_backfill(spark, PIPELINE, tables, out=quiet)
-    run_handoff(spark, PIPELINE, tables, bootstrap)
-    spark.stop()
-    produce(bootstrap, topic, events("tail", 200, now - timedelta(minutes=30)))
+    small_switched_pipeline(Tables(str(base), PIPELINE.name), bootstrap, topic, out=lambda *_: None)
+    first = datetime.now(timezone.utc) - timedelta(minutes=30)
+    produce(bootstrap, topic, [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"tail-{i}",
+                                                                  first + timedelta(seconds=i), 1.0), i % 2, None)
+                               for i in range(200)])
 
 
 def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> dict:

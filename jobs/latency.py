@@ -112,10 +112,9 @@ def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict
     return stamps
 
 
-def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
-                      trigger_seconds: float = 0.0, tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
-                      warmup_seconds: float = 20.0, out=print) -> LatencyReport:
-    """Set up a small switched pipeline, then measure at each rate in turn."""
+def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=print):
+    """The demo pipeline switched over a new topic: 4,000 events on 200 keys from two hours ago, archived whole,
+    backfilled and handed off (in a JVM of its own, stopped after). Returns the handoff."""
     from deploy.spark import build_spark
     from jobs.archive import archive_cut, run_archive
     from jobs.backfill import run_backfill
@@ -123,11 +122,6 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     from state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
-    stamp = int(time.time())
-    # a warehouse and a topic of its own per run: an archive grows along one topic only
-    warehouse = str(Path(warehouse) / f"latency-{stamp}")
-    tables = Tables(warehouse, pipeline.name)
-    topic = f"latency.{stamp}"
     create_topic(bootstrap, topic, partitions=2)
     now = datetime.now(timezone.utc)
     backlog = [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"seed-{i}", now - timedelta(hours=2) +
@@ -139,6 +133,22 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     run_backfill(spark, pipeline, tables, out=out)
     handoff = run_handoff(spark, pipeline, tables, bootstrap)
     spark.stop()
+    return handoff
+
+
+def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
+                      trigger_seconds: float = 0.0, tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
+                      warmup_seconds: float = 20.0, out=print) -> LatencyReport:
+    """Set up a small switched pipeline, then measure at each rate in turn."""
+    from state_handoff.pipelines import get_pipeline
+
+    pipeline = get_pipeline("demo")
+    stamp = int(time.time())
+    # a warehouse and a topic of its own per run: an archive grows along one topic only
+    warehouse = str(Path(warehouse) / f"latency-{stamp}")
+    tables = Tables(warehouse, pipeline.name)
+    topic = f"latency.{stamp}"
+    handoff = small_switched_pipeline(tables, bootstrap, topic, out=out)
 
     log = Path(warehouse) / "latency-stream.log"
     started = time.monotonic()
