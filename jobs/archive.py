@@ -13,7 +13,7 @@ from state_handoff.archive_files import (ARCHIVE_META, archive_meta, committed_f
                                          orphan_files, remove_files, write_archive_meta)
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -121,7 +121,7 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
                 "already; nothing written")
     out(f"archive {pipeline.name}: reading {topic} offsets "
         + ", ".join(f"p{p}:{lo}..{hi}" for p, (lo, hi) in sorted(reading.items())))
-    records = (spark.read.format("kafka").options(**spark_options(bootstrap))
+    records = (spark.read.format("kafka").options(**spark_source_options(bootstrap))
                .option("assign", json.dumps({topic: sorted(reading)}))
                .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in reading.items()}}))
                .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in reading.items()}}))

@@ -22,7 +22,7 @@ from state_handoff.archive_files import (ArchiveFile, archive_meta, list_archive
 from state_handoff.errors import UserError
 from state_handoff.aggregates import partial_columns
 from state_handoff.kafka_io import latest_offsets, offset_bounds
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_security import spark_source_options
 from state_handoff.laps import Laps
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
@@ -139,7 +139,7 @@ def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int
     key = [F.col("key").alias("kafka_key")] if with_key else []
     # assign, not subscribe: a partition with nothing in the range is left out of the offsets, and Spark refuses
     # offsets that do not name every partition it was given ("Partitions specified ... don't match")
-    return (spark.read.format("kafka").options(**spark_options(bootstrap))
+    return (spark.read.format("kafka").options(**spark_source_options(bootstrap))
             .option("assign", json.dumps({topic: sorted(ranges)}))
             .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
             .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from state_handoff.errors import UserError
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_security import spark_source_options
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"A": "streaming_only", "B": "switchyard", "C": "batch_only"}
@@ -157,7 +157,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
 
     cut = archive_meta(tables.archive)["cut"]
     archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")
-    tail = (spark.read.format("kafka").options(**spark_options(bootstrap)).option("subscribe", topic)
+    tail = (spark.read.format("kafka").options(**spark_source_options(bootstrap)).option("subscribe", topic)
             .option("startingOffsets", json.dumps({topic: {p: o for p, o in cut.items()}}))
             .option("endingOffsets", "latest").load()
             .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"), "value"))

@@ -7,7 +7,7 @@ import time
 
 from deploy.spark import build_spark
 from state_handoff.kafka_io import create_topic, produce
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_security import spark_source_options
 
 
 def run_smoke_job(bootstrap: str, warehouse: str, topic: str, events: int) -> str:
@@ -18,7 +18,7 @@ def run_smoke_job(bootstrap: str, warehouse: str, topic: str, events: int) -> st
         for i in range(events)
     ))
     spark = build_spark("switchyard-smoke")
-    records = spark.read.format("kafka").options(**spark_options(bootstrap)) \
+    records = spark.read.format("kafka").options(**spark_source_options(bootstrap)) \
         .option("subscribe", topic).option("startingOffsets", "earliest").option("endingOffsets", "latest").load()
     path = f"{warehouse}/smoke/events"
     records.selectExpr("partition", "offset", "CAST(key AS STRING) AS key", "CAST(value AS STRING) AS value") \

@@ -17,7 +17,7 @@ from state_handoff import faults, storage
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
-from state_handoff.kafka_security import spark_options
+from state_handoff.kafka_security import spark_source_options
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
@@ -25,20 +25,15 @@ EVENTS_SEEN = "stream_events"
 HANDOFF_HEADER = "switchyard.handoff"
 # Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-# A task's cached consumer may find a fetch it sent at the end of the previous batch still held by the broker,
-# for up to fetch.max.wait.ms (Kafka's default 500 ms) while no new record arrived; a batch's task then waits for it
-# (seen as a 0.5 s stage with 30 ms of CPU). A task only asks for offsets that exist, so a short wait costs nothing.
-FETCH_MAX_WAIT_MS = 20
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"  # Spark's schema in the Parquet files it writes
 
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
                   max_offsets_per_trigger: int | None, with_key: bool = False) -> DataFrame:
-    reader = (spark.readStream.format("kafka").options(**spark_options(bootstrap))
+    reader = (spark.readStream.format("kafka").options(**spark_source_options(bootstrap))
               .option("subscribe", topic)
               .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-              .option("failOnDataLoss", "true")
-              .option("kafka.fetch.max.wait.ms", str(FETCH_MAX_WAIT_MS)))
+              .option("failOnDataLoss", "true"))
     if max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
     key = [F.col("key").alias("kafka_key")] if with_key else []
