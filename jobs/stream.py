@@ -445,6 +445,8 @@ class Supervisor:
         except Exception:
             return False
         if applied is None:  # no batch yet: what it applied before this process is unknown, but not below the start
+            if state.exception() is not None:
+                return False  # a failed query: the wait reports its error
             applied = self.updates_from
         return all(applied.get(p, 0) >= hi for p, hi in ends.items())
 
