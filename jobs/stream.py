@@ -234,8 +234,8 @@ class Supervisor:
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     self.rebase(handoff, request, queries=None)
                     continue
-                queries, events_sink, updates_from = self.start(handoff)
-                monitor = Monitor(self, handoff, queries, events_sink, updates_from)
+                queries, events_sink = self.start(handoff)
+                monitor = Monitor(self, handoff, queries, events_sink)
                 outcome = monitor.run()
                 if result is not None:
                     monitor.result.rebases = result.rebases
@@ -305,7 +305,7 @@ class Supervisor:
                  .trigger(**self.tables_trigger()).start())
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
         lap("other_queries_started")
-        return (keyed, events, state), events_sink, updates_from
+        return (keyed, events, state), events_sink
 
     def await_first_batch(self, handoff: Handoff, keyed, paths: StreamPaths, timeout_s: float = 120.0) -> None:
         """A new handoff's first keyed batch (the seed, and the updates of the first input) has the cores to itself:
@@ -470,12 +470,10 @@ class Monitor:
     Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the log, the
     progress cache) fails soft: retried with backoff while the lag is reported as unknown."""
 
-    def __init__(self, supervisor: Supervisor, handoff: Handoff, queries, events_sink: EventsSink,
-                 updates_from: dict[str, int]):
+    def __init__(self, supervisor: Supervisor, handoff: Handoff, queries, events_sink: EventsSink):
         self.sup, self.handoff, self.queries, self.events_sink = supervisor, handoff, queries, events_sink
         self.settings = supervisor.settings
         self.paths = StreamPaths.of(supervisor.tables, handoff.handoff_id)
-        self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
         self.result = StreamResult(handoff.handoff_id, reason="")
         self.lag_error: str | None = None
         self.lag_unknown_since: float | None = None
@@ -599,7 +597,7 @@ class Monitor:
     def _measure_lag(self) -> tuple[dict[int, int], dict] | None:
         try:
             measured = _lag(self.latest_offsets, self.sup.pipeline, self.handoff, self.queries, self.events_sink,
-                            self.updates_from)
+                            self.sup.updates_from)
         except Exception as err:  # a broker restarting, a network blip: the queries ride it out or fail themselves
             now = time.monotonic()
             if self.lag_error is None:
