@@ -24,7 +24,7 @@ from state_handoff.aggregates import partial_columns
 from state_handoff.kafka_io import latest_offsets, offset_bounds
 from state_handoff.kafka_security import spark_source_options
 from state_handoff.laps import Laps
-from state_handoff.parsing import parse_events
+from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import read_json, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
@@ -218,10 +218,8 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
     with _failure_logged(spark, tables, handoff_id):
-        # Parsing is the costly part of the scan: parse once, keep the narrow result on local disk (not the
-        # heap) for the dead-letter pass, which then needs no second parse of the archive.
-        parsed = parse_events(pipeline, read_archive(spark, tables, in_range)).withColumn(
-            "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist(StorageLevel.DISK_ONLY)
+        # Parsing is the costly part of the scan: parse once, keep what the tiles and the dead letters read
+        parsed = cached_for_two_passes(pipeline, parse_events(pipeline, read_archive(spark, tables, in_range)))
         try:
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
             _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
@@ -275,8 +273,8 @@ def _kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, t
     """The tail's day tiles, its dead letters (replacing what an interrupted attempt wrote from the same start,
     whatever end it had reached), and its accounting per partition (records read, parsed well-formed,
     dead-lettered) in one pass over the parsed records, kept on local disk for the tiles."""
-    parsed = parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic, tail.start, tail.end)).withColumn(
-        "value", F.when(F.col("error").isNotNull(), F.col("value"))).persist(StorageLevel.DISK_ONLY)
+    parsed = cached_for_two_passes(pipeline, parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic,
+                                                                                tail.start, tail.end)))
     counts = {str(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed, "dead_lettered": r.dead_lettered}
               for r in parsed.groupBy("kafka_partition").agg(
                   F.count(F.lit(1)).alias("read"), F.count_if(F.col("error").isNull()).alias("well_formed"),

@@ -146,14 +146,13 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     every_table: the same outputs as A and B (state, final and open windows, dead letters) from one parse, so
     B/C compares equal work; a batch job sees every record, so no record is late here.
     """
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     from jobs.aggregation import backlog_watermark, tile_start
     from jobs.stream_events import batch_window_partials
     from state_handoff.aggregates import event_aggregations, flatten_last
     from state_handoff.archive_files import archive_meta
-    from state_handoff.parsing import parse_events
+    from state_handoff.parsing import cached_for_two_passes, parse_events
 
     cut = archive_meta(tables.archive)["cut"]
     archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")
@@ -163,8 +162,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
             .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"), "value"))
     parsed = parse_events(pipeline, archived.unionByName(tail))
     if every_table:
-        parsed = parsed.withColumn("value", F.when(F.col("error").isNotNull(), F.col("value"))) \
-            .persist(StorageLevel.DISK_ONLY)
+        parsed = cached_for_two_passes(pipeline, parsed)
     events = parsed.where("error IS NULL")
     state = (events.groupBy(pipeline.key).agg(*event_aggregations(pipeline, pipeline.aggregations, keyed=True))
              .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
