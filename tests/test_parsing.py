@@ -1,0 +1,73 @@
+"""The Spark parser against the oracle's own rules, value by value, on the awkward values a topic can hold.
+
+The parser takes two paths: one typed parse answers for every record it accepts, and a record it refuses (bad
+syntax, a number field that does not convert) parses again field by field. Both are here: a refused record must
+still be dead-lettered for the right reason, with the fields that did parse.
+
+Left out, where Spark and the oracle part ways before the parser had two paths: an object key (Spark keeps its
+text as written, the oracle re-serialises it), text after a complete object (Spark reads the object and stops), a
+number given twice whose second is not a number (Spark keeps the first)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from state_handoff.parsing import parse_events
+from state_handoff.pipelines import get_pipeline
+from tests.oracle import classify
+
+PIPELINE = get_pipeline("demo")
+TIME = '"event_time":"2026-01-01T10:00:00Z"'
+GOOD = '"event_id":"e1","key":"k",' + TIME
+
+VALUES = [
+    None, b"", b" ", b"null", b"1", b'"text"', b"[]", b"{}", b"{", b"not json {", b"\xff\xfe\x00garbage",
+    f'[{{{GOOD},"amount":1.5}}]'.encode(),
+    # accepted by the typed parse
+    f'{{{GOOD},"amount":1.5}}'.encode(),
+    f'{{{GOOD},"amount":-3,"kind":"x"}}'.encode(),
+    f' {{{GOOD},"amount":0.25}}'.encode(),
+    f'{{"amount":2,{GOOD}}}'.encode(),
+    f'{{{GOOD},"amount":null}}'.encode(),
+    f'{{{GOOD}}}'.encode(),
+    f'{{{GOOD},"amount":1e999}}'.encode(),
+    f'{{{GOOD},"amount":NaN}}'.encode(),
+    f'{{"key":7,{TIME},"amount":2,"event_id":9}}'.encode(),
+    b'{"key":"k","event_time":"2026-01-01T10:00:00+01:00","amount":2}',
+    b'{"key":"k","event_time":"2026-02-30T00:00:00Z","amount":2}',
+    b'{"key":"k","event_time":"yesterday","amount":2}',
+    b'{"key":"","event_time":"2026-01-01T10:00:00Z","amount":2}',
+    b'{"event_time":"2026-01-01T10:00:00Z","amount":2}',
+    # refused by the typed parse: a number that does not convert, or bad syntax
+    f'{{{GOOD},"amount":"12.5"}}'.encode(),
+    f'{{{GOOD},"amount":"NaN"}}'.encode(),
+    f'{{{GOOD},"amount":true}}'.encode(),
+    f'{{{GOOD},"amount":{{"x":1}}}}'.encode(),
+    f'{{{GOOD},"amount":[1]}}'.encode(),
+    f'{{"amount":"x",{GOOD}}}'.encode(),
+    b'{"key":"k","event_time":12,"amount":"x"}',
+    b'{"event_time":"2026-01-01T10:00:00Z","amount":"x"}',
+    f'{{{GOOD},"amount":1.5'.encode(),
+    f'{{{GOOD},"amount":'.encode(),
+    f'{{"amount":3,{GOOD}'.encode(),
+]
+
+
+def test_every_value_parses_as_the_oracle_says(spark):
+    records = spark.createDataFrame([(0, i, v) for i, v in enumerate(VALUES)],
+                                    "kafka_partition INT, kafka_offset BIGINT, value BINARY")
+    rows = {r.kafka_offset: r for r in parse_events(PIPELINE, records).collect()}
+    assert len(rows) == len(VALUES)
+    mismatches = []
+    for offset, value in enumerate(VALUES):
+        reason, event = classify(value)
+        row = rows[offset]
+        got = (row.error, None if row.error else (row.key, row.event_id, row.event_time, row.amount))
+        want = (reason, None if reason else (event.key, event.event_id, event.event_time, event.amount))
+        if got != want:
+            mismatches.append((value, got, want))
+    assert not mismatches, mismatches
+    # both paths ran: accepted values and refused ones of each reason
+    assert {rows[i].error for i in range(len(VALUES))} >= {None, "tombstone", "not_json_object", "missing_key",
+                                                           "bad_event_time", "bad_amount"}
+    assert isinstance(rows[12].event_time, datetime) and rows[12].amount == 1.5
