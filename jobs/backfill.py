@@ -218,7 +218,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
     with _failure_logged(spark, tables, handoff_id):
-        # Parsing is the costly part of the scan: parse once, keep what the tiles and the dead letters read
+        # Parsing is the costly part of the scan: parse once, keep what the tiles and the dead letters read.
         parsed = cached_for_two_passes(pipeline, parse_events(pipeline, read_archive(spark, tables, in_range)))
         try:
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
