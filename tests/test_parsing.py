@@ -36,6 +36,12 @@ VALUES = [
     b'{"key":"k","event_time":"2026-01-01T10:00:00+01:00","amount":2}',
     b'{"key":"k","event_time":"2026-02-30T00:00:00Z","amount":2}',
     b'{"key":"k","event_time":"yesterday","amount":2}',
+    b'{"key":"k","event_time":"2026-01-01T24:00:00Z","amount":2}',
+    b'{"key":"k","event_time":"2026-01-01T10:00:60Z","amount":2}',
+    b'{"key":"k","event_time":"2024-02-29T23:59:59.123456-05:30","amount":2}',
+    b'{"key":"k","event_time":"2026-01-01 10:00:00Z","amount":2}',
+    b'{"key":"k","event_time":"2026-01-01T10:00:00","amount":2}',
+    b'{"key":"k","event_time":"2026-01-01","amount":2}',
     b'{"key":"","event_time":"2026-01-01T10:00:00Z","amount":2}',
     b'{"event_time":"2026-01-01T10:00:00Z","amount":2}',
     # refused by the typed parse: a number that does not convert, or bad syntax
