@@ -440,7 +440,7 @@ class Supervisor:
         `--until-caught-up`) waited out the state query's first, cold batch over nothing: 4 s of a 10^7 bench."""
         topic = self.pipeline.updates_topic
         try:
-            applied = _kafka_end_offsets(state, topic)
+            applied = _kafka_end_offsets(_last_progress(state), topic)
             ends = latest_offsets(self.bootstrap, [topic])[topic]
         except Exception:
             return False
@@ -679,11 +679,18 @@ def _stop(queries) -> None:
             pass
 
 
-def _kafka_end_offsets(query, topic: str) -> dict[int, int] | None:
-    progress = query.lastProgress
-    if not progress:
-        return None
-    for source in progress["sources"]:
+def _last_progress(query) -> dict:
+    """`query.lastProgress` as a dict ({} before the first batch), in two calls to the JVM. PySpark's builds its
+    object getter by getter, and each Java collection it iterates ends in an exception that PySpark's error handler
+    inspects with a dozen reflective lookups, most of them class names searched for in every jar: 324 lookups a
+    call, which with the monitor's five calls a poll kept an idle stream's driver at half a core."""
+    progress = query._jsq.lastProgress()
+    return json.loads(progress.json()) if progress is not None else {}
+
+
+def _kafka_end_offsets(progress: dict, topic: str) -> dict[int, int] | None:
+    """A query's Kafka end offsets of `topic` from its last progress (None before its first batch)."""
+    for source in progress.get("sources", []):
         if source["description"].startswith("KafkaV2"):
             end = source["endOffset"]
             end = json.loads(end) if isinstance(end, str) else end
@@ -695,29 +702,25 @@ def _lag(latest_offsets: LatestOffsets, pipeline: Pipeline, handoff: Handoff, qu
          updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
     """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
     among them the updates the state query has yet to apply."""
-    keyed, events, state = queries
+    keyed, events, state = (_last_progress(q) for q in queries)
     newest = latest_offsets([handoff.topic, pipeline.updates_topic])
     latest, updates_latest = newest[handoff.topic], newest[pipeline.updates_topic]
     done = dict(handoff.start_offsets)
-    committed = []
-    for query in (keyed, events):
-        ends = _kafka_end_offsets(query, handoff.topic)
-        committed.append(ends if ends is not None else {})
+    committed = [_kafka_end_offsets(progress, handoff.topic) or {} for progress in (keyed, events)]
     lag = {}
     for p, hi in latest.items():
         position = min(c.get(p, done.get(p, 0)) for c in committed)
         lag[p] = max(0, hi - position)
-    progress = events.lastProgress or {}
     applied = _kafka_end_offsets(state, pipeline.updates_topic) or updates_from
     state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
     last = events_sink.last
     return lag, {
         "latest_offsets": latest,
-        "input_rows_per_s": progress.get("inputRowsPerSecond"),
-        "processed_rows_per_s": progress.get("processedRowsPerSecond"),
-        "last_batch_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+        "input_rows_per_s": events.get("inputRowsPerSecond"),
+        "processed_rows_per_s": events.get("processedRowsPerSecond"),
+        "last_batch_ms": (events.get("durationMs") or {}).get("triggerExecution"),
         "stream_watermark": last.watermark_after.isoformat() if last and last.watermark_after else None,
-        "batch_id": progress.get("batchId"),
-        "update_batch_ms": ((keyed.lastProgress or {}).get("durationMs") or {}).get("triggerExecution"),
+        "batch_id": events.get("batchId"),
+        "update_batch_ms": (keyed.get("durationMs") or {}).get("triggerExecution"),
         "state_updates_behind": state_behind,
     }
