@@ -13,7 +13,7 @@ import pytest
 from jobs.generate import parse_start, run_generate
 from jobs.live import run_live
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import create_topic
+from state_handoff.kafka_io import create_topic, paced
 from tests.oracle import read_topic
 from tests.test_generate import parse_event
 
@@ -37,6 +37,17 @@ def test_live_events_are_paced_stamped_now_and_well_formed(bootstrap, topic_name
     assert len({e["event_id"] for e in events}) == sent
     assert all(r.key == e["key"].encode() for r, e in zip(records, events))
     assert lines[-1].startswith(f"live: stopped; {sent:,} events sent and acknowledged")
+
+
+def test_paced_keeps_the_pace_and_never_sends_more_than_rate_times_seconds():
+    """Records go as they fall due (a millisecond's worth at once), in order, at most rate x seconds of them."""
+    started = time.monotonic()
+    taken = list(paced(iter(range(10**6)), rate=4000, seconds=0.5))
+    took = time.monotonic() - started
+    assert 1800 <= len(taken) <= 2000 and taken == list(range(len(taken))), len(taken)
+    assert took >= 0.49, took  # paced, not a burst
+    # with a lead of 0.2 s every record due within it goes at once, but none due after the end
+    assert len(list(paced(iter(range(1000)), rate=100, seconds=0.5, ahead_s=0.2))) == 50
 
 
 def test_live_stops_cleanly_on_sigterm(bootstrap, topic_name):
