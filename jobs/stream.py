@@ -702,7 +702,7 @@ def _lag(latest_offsets: LatestOffsets, pipeline: Pipeline, handoff: Handoff, qu
          updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
     """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
     among them the updates the state query has yet to apply."""
-    keyed, events, state = (_last_progress(q) for q in queries)
+    keyed, events, state = (_last_progress(q) for q in queries)  # each query's last progress
     newest = latest_offsets([handoff.topic, pipeline.updates_topic])
     latest, updates_latest = newest[handoff.topic], newest[pipeline.updates_topic]
     done = dict(handoff.start_offsets)
