@@ -316,10 +316,12 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
                   **{f"{m}_s": r.seconds for m, r in runs.items()}, **_ratios(runs), "states_identical": identical,
                   "state_checksums": [list(map(str, s)) for s in sums],
                   "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()}}
+        result["goals"] = goals(result)
         Path(json_file).write_text(json.dumps(result, indent=2))
         for mode, r in runs.items():
             out(f"{mode:<16} {r.seconds:>8.1f}s {r.records_per_s:>11,.0f} records/s  JVM {r.peak_jvm_mb} MB  "
                 f"on {spark_master()}")
+        out(_goals_table(result["goals"]))
         if identical is False:
             raise RuntimeError(f"the runs ended in different keyed state: {sums}")
         return result
@@ -345,6 +347,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         "backfill_hash_s": runs["backfill_hash"].stages.get("backfill_tiles"),
         "latency": latency,
     }
+    result["goals"] = goals(result)
     Path(json_file).write_text(json.dumps(result, indent=2))
     _chart(result, Path(json_file).with_suffix(".png"))
     out(_table(result))
@@ -364,6 +367,52 @@ def _ratios(runs: dict) -> dict:
     if "switchyard" in runs:
         ratios["switchyard_stream_stage_s"] = runs["switchyard"].stages.get("stream")
     return ratios
+
+
+#: Issue 13's goals for one bench run: (name, what it measures, comparison, target).
+GOALS = (
+    ("streaming_over_switchyard", "A streaming-only / B switchyard", ">=", 4.0),
+    ("switchyard_over_batch_full", "B switchyard / C writing every table", "<=", 1.10),
+    ("switchyard_stream_stage_s", "B's stream stage, s", "<=", 8.0),
+    ("latency_p50_s", "update latency p50 at 1,000 events/s, s", "<=", 1.0),
+    ("latency_p99_s", "update latency p99 at 1,000 events/s, s", "<=", 2.0),
+    ("switched_s", "`stream` launched -> SWITCHED, JVM start included, s", "<=", 10.0),
+    ("switched_in_process_s", "the stream process's own start -> SWITCHED, s", "<=", 3.0),
+    ("generate_events_per_s", "`generate` events/s", ">=", 200_000),
+)
+
+
+def goals(result: dict) -> dict:
+    """Each goal's figure in `result` (a bench's JSON), its target and whether it was met; figure and verdict are
+    null where this run did not measure it (an arm left out, no latency run, a topic that was already there)."""
+    latency = result.get("latency") or {}
+    at_1000 = next((r for r in latency.get("results", []) if r["rate"] == 1000), None)
+    figures = {
+        "streaming_over_switchyard": result.get("ratio_streaming_over_switchyard"),
+        "switchyard_over_batch_full": result.get("ratio_switchyard_over_batch_full"),
+        "switchyard_stream_stage_s": result.get("switchyard_stream_stage_s"),
+        "latency_p50_s": at_1000 and round(at_1000["p50_ms"] / 1000, 3),
+        "latency_p99_s": at_1000 and round(at_1000["p99_ms"] / 1000, 3),
+        "switched_s": latency.get("seconds_to_switched") and round(latency["seconds_to_switched"], 3),
+        "switched_in_process_s": latency.get("switched_in_process_s"),
+        "generate_events_per_s": result.get("generate_events_per_s"),
+    }
+    verdicts = {}
+    for name, measures, op, target in GOALS:
+        figure = figures[name]
+        met = None if figure is None else (figure >= target if op == ">=" else figure <= target)
+        verdicts[name] = {"measures": measures, "figure": figure, "target": f"{op} {target:,g}", "met": met}
+    return verdicts
+
+
+def _goals_table(verdicts: dict) -> str:
+    lines = ["goals:"]
+    for goal in verdicts.values():
+        figure = goal["figure"]
+        figure = ("not measured" if figure is None else f"{figure:,.0f}" if figure >= 1000 else f"{figure:.2f}")
+        verdict = "" if goal["met"] is None else ("met" if goal["met"] else "MISSED")
+        lines.append(f"  {goal['measures']:<55} {figure:>12} (goal {goal['target']}) {verdict}")
+    return "\n".join(lines)
 
 
 def _mem_gb() -> float:
@@ -388,6 +437,7 @@ def _table(result: dict) -> str:
     if result["latency"]:
         r = result["latency"]["results"][0]
         lines.append(f"stream latency at {r['rate']}/s: p50 {r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms")
+    lines.append(_goals_table(result["goals"]))
     return "\n".join(lines)
 
 

@@ -42,6 +42,7 @@ class LatencyReport:
     results: list[RateResult] = field(default_factory=list)
     seconds_to_switched: float | None = None
     seconds_to_caught_up: float | None = None
+    switched_in_process_s: float | None = None  # the stream process's own start (its supervisor's) to SWITCHED
 
     def table(self) -> str:
         lines = [f"stream latency, Kafka timestamp in -> update out ({self.trigger})",
@@ -168,6 +169,8 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
                                    f"RocksDB state store, {warmup_seconds:g}s of warm-up input per rate")
     try:
         report.seconds_to_switched = _wait_for(tables, handoff_log.SWITCHED, handoff.handoff_id, proc, started)
+        switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff.handoff_id)
+        report.switched_in_process_s = handoff_log.details(switched).get("seconds_since_start")
         report.seconds_to_caught_up = _wait_for(tables, handoff_log.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
             report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds, warmup_seconds))

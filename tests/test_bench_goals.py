@@ -1,0 +1,35 @@
+"""`switchyard bench`'s goals: each figure of a bench result against issue 13's target, or not measured."""
+
+from jobs.bench import _goals_table, goals
+
+
+def _result(**figures) -> dict:
+    latency = {"results": [{"rate": 500, "p50_ms": 90.0, "p99_ms": 150.0},
+                           {"rate": 1000, "p50_ms": 1200.0, "p99_ms": 1800.0}],
+               "seconds_to_switched": 8.6846, "switched_in_process_s": 3.0}
+    return {"ratio_streaming_over_switchyard": 4.2, "ratio_switchyard_over_batch_full": 1.33,
+            "switchyard_stream_stage_s": 4.25, "generate_events_per_s": None, "latency": latency, **figures}
+
+
+def test_each_goal_is_met_missed_or_not_measured():
+    verdicts = goals(_result())
+    assert {name: (g["figure"], g["met"]) for name, g in verdicts.items()} == {
+        "streaming_over_switchyard": (4.2, True),
+        "switchyard_over_batch_full": (1.33, False),
+        "switchyard_stream_stage_s": (4.25, True),
+        "latency_p50_s": (1.2, False),          # the 1,000 events/s run's, not the 500's
+        "latency_p99_s": (1.8, True),
+        "switched_s": (8.685, True),
+        "switched_in_process_s": (3.0, True),   # at the target is met
+        "generate_events_per_s": (None, None),  # the topic was there: not generated, not timed
+    }
+    assert verdicts["generate_events_per_s"]["target"] == ">= 200,000"
+    table = _goals_table(verdicts)
+    assert "1.33 (goal <= 1.1) MISSED" in table and "not measured (goal >= 200,000)" in table
+
+
+def test_a_run_without_latency_or_some_arms_measures_only_what_ran():
+    verdicts = goals({"ratio_switchyard_over_batch_full": 1.08, "latency": None})
+    assert verdicts["switchyard_over_batch_full"]["met"] is True
+    assert all(g["figure"] is None and g["met"] is None for name, g in verdicts.items()
+               if name != "switchyard_over_batch_full")
