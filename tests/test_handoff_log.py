@@ -61,6 +61,29 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     assert handoff_log.latest(None, tables).handoff_id == written[-1].handoff_id
 
 
+def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, monkeypatch):
+    """An append that finds COMPACT_FILES row files compacts them into one: no entry is lost, changed or moved,
+    and the appends after it still carry the versions of the commits that added them."""
+    monkeypatch.setattr(handoff_log, "COMPACT_FILES", 8)
+    tables = Tables(str(tmp_path), "demo")
+    written = []
+    files_seen = []
+    for i in range(30):
+        status = (handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)[i % 2]
+        written.append(handoff_log.append(None, tables, f"h{i}", status, start_offsets={0: i}, details={"i": i}))
+        files_seen.append(len(DeltaTable(tables.handoffs).file_uris()))
+
+    assert max(files_seen) < 8, files_seen
+    compactions = [v for v in _commit_versions(tables)
+                   if "OPTIMIZE" in open(os.path.join(tables.handoffs, "_delta_log", f"{v:020d}.json")).read()]
+    assert len(compactions) >= 3, compactions
+    read = handoff_log.entries(None, tables)
+    assert [vars(e) for e in read] == [vars(w) for w in written]
+    assert [handoff_log.details(e)["i"] for e in read] == list(range(30))
+    # every commit after the table's creation is either the append of one entry, at its seq, or a compaction
+    assert sorted([e.seq for e in read] + compactions) == list(range(1, DeltaTable(tables.handoffs).version() + 1))
+
+
 def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
     """Two writers racing from an empty warehouse (the table's creation too): each row's `seq` is the
     version of the commit that added it, read independently from the JSON commits."""

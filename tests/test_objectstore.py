@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from jobs.generate import run_generate
 from state_handoff import delta_cas, handoff_log, storage
@@ -67,6 +68,17 @@ def test_a_commit_at_a_version_another_writer_took_is_refused(objectstore):  # n
     assert not delta_cas.commit_next(stale, pa.table({"writer": ["stale"]}, schema))
     reread = delta_cas.open_or_create(uri, schema, name="cas", description="compare-and-swap probe")
     assert reread.version() == 1 and reread.to_pyarrow_table().column("writer").to_pylist() == ["fresh"]
+
+
+def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):  # noqa: F811
+    """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
+    monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
+    tables = Tables(objectstore.warehouse(), "demo")
+    written = [handoff_log.append(None, tables, f"h{i}", handoff_log.CAUGHT_UP, details={"i": i}) for i in range(12)]
+    table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
+    assert len(table.file_uris()) < 5, table.file_uris()
+    assert any(h.get("operation") == "OPTIMIZE" for h in table.history())
+    assert [vars(e) for e in handoff_log.entries(None, tables)] == [vars(w) for w in written]
 
 
 @pytest.mark.extended  # test_scale_out runs the same switch on this store, on a cluster
