@@ -32,7 +32,7 @@ from jobs.stream_keyed import (KeyedCrashPoint, kafka_records, keyed_input, keye
                                write_seed)
 from jobs.stream_pipes import Silent, reporting
 from jobs.stream_state import HalfTurn, StateSink, updates_start
-from state_handoff import faults, handoff_log, lease as leases, storage, stream_progress
+from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import LatestOffsets, create_topic, latest_offsets
@@ -174,6 +174,7 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
     unless the caller passes the one it holds)."""
     settings = settings or StreamSettings()
+    delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
     if current_handoff(None, tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
     with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process

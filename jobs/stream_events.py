@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start, window_end
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
-from state_handoff import faults, storage, stream_progress
+from state_handoff import delta_upkeep, faults, storage, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.spec import Pipeline
@@ -128,6 +128,9 @@ class EventsSink:
         stream_progress.record(tables, row)
         self.last = row
         faults.reach("stream.events.after_progress")
+        if delta_upkeep.due(batch_id):
+            for table in self._delta.values():  # the tables this sink wrote, each only by this thread
+                delta_upkeep.tidy(table)
 
     def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
         key = self.pipeline.key

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from jobs.delta_txn import TxnApp, merge_once
 from jobs.stream_keyed import HANDOFF_HEADER, JSON_OPTIONS
-from state_handoff import faults, handoff_log, storage, stream_progress
+from state_handoff import delta_upkeep, faults, handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import latest_offsets
@@ -88,6 +88,8 @@ class StateSink:
         stream_progress.record(self.tables, stream_progress.BatchRow(
             self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
             datetime.now(timezone.utc)))
+        if delta_upkeep.due(batch_id):
+            delta_upkeep.tidy(self.table)
 
 
 def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths,

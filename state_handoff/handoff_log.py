@@ -14,7 +14,6 @@ a commit that changes no data) and vacuums the files compacted away longer than 
 from __future__ import annotations
 
 import json
-import logging
 import uuid
 from datetime import datetime, timezone
 from types import SimpleNamespace
@@ -22,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import TableNotFoundError
 
-from state_handoff import delta_cas
+from state_handoff import delta_cas, delta_upkeep
 from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
@@ -60,8 +59,6 @@ SCHEMA = pa.schema([
 ])
 COMMIT_ATTEMPTS = 100
 COMPACT_FILES = 100
-
-log = logging.getLogger(__name__)
 
 
 def new_handoff_id() -> str:
@@ -107,21 +104,11 @@ def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: 
         seq = table.version() + 1
         if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)):
             if len(table.file_uris()) >= COMPACT_FILES:
-                _compact(table)
+                delta_upkeep.tidy(table, retention_hours=None)  # the entry is in; the compaction is best effort
             return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
                                                "backlog_watermark": _naive_utc(entry.backlog_watermark)})
     raise RuntimeError(f"handoff log {tables.handoffs}: no commit after {COMMIT_ATTEMPTS} attempts; "
                        "too many concurrent writers")
-
-
-def _compact(table: DeltaTable) -> None:
-    """The log's row files into one, and the files compacted away past the retention deleted. Best effort: the
-    entry is committed already, and a compaction that loses to another writer is tried by the next append."""
-    try:
-        table.optimize.compact()
-        table.vacuum(dry_run=False)
-    except (DeltaError, OSError) as err:
-        log.warning("handoff log %s: compaction skipped: %s", table.table_uri, err)
 
 
 def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:

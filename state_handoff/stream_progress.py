@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from state_handoff import delta_cas
+from state_handoff import delta_cas, delta_upkeep
 from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
@@ -91,6 +91,10 @@ def record(tables: Tables, row: BatchRow) -> bool:
     write_deltalake(table if table is not None else tables.stream_batches, data, mode="append",
                     storage_options=None if table is not None else delta_options(tables.stream_batches),
                     commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
+    # one row a commit from both Delta-writing queries: whichever makes a due version compacts (appends, the
+    # other query's included, never conflict with a compaction)
+    if table is not None and delta_upkeep.due(table.version()):
+        delta_upkeep.tidy(table)
     return True
 
 

@@ -12,11 +12,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.generate import run_generate
-from state_handoff import handoff_log, storage, stream_progress
+from state_handoff import delta_upkeep, handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, produce, topic_config
@@ -30,6 +31,7 @@ from tests.compare import assert_state_matches, assert_windows_match, rows
 
 PIPELINE = get_pipeline("demo")
 ROOT = Path(__file__).resolve().parents[1]
+TIDY_EVERY_2 = {delta_upkeep.EVERY_ENV: "2"}  # a killed stream restarts between compactions
 QUIET = open(os.devnull, "w")
 
 
@@ -119,10 +121,12 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
 
 
 def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path):
+    """...with the stream's tables compacted after every batch (state_handoff/delta_upkeep.py; every 100th by
+    default), while both Delta-writing queries write: nothing a batch wrote is lost to a compaction."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", add_partition=True)
     handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
     log = tmp_path / "stream.log"
-    proc = start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log, env={delta_upkeep.EVERY_ENV: "1"})
     try:
         produce(bootstrap, topic_name, _tail_events(4, datetime(2026, 1, 2, 20), 300, seed=1))
         wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
@@ -144,6 +148,9 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     updates = topic_config(bootstrap, PIPELINE.updates_topic)  # the newest state per key is all it must keep
     assert updates["cleanup.policy"] == "compact"
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
+    # the tables batches append to were compacted (a MERGE rewrites what it touches: `state` stays one file here)
+    for path in (tables.windows, tables.stream_batches, tables.dead_letter, tables.late):
+        assert any(h.get("operation") == "OPTIMIZE" for h in DeltaTable(path).history()), f"{path} not compacted"
     status = pipeline_status(tables, bootstrap)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}
     # each query's last batches, kept at the stop for where the time went
@@ -158,7 +165,7 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     log = tmp_path / "stream.log"
-    proc = start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log, env=TIDY_EVERY_2)
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
     wait_until(lambda: len(event_batches(tables, handoff.handoff_id)) >= 1, proc, log, what="a first event batch")
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
@@ -168,7 +175,7 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     assert "gone without a clean stop" in pipeline_status(tables)["phase"]
 
     produce(bootstrap, topic_name, _tail_events(3, datetime(2026, 1, 3, 6), 150, seed=5))
-    proc = start_stream(tables, bootstrap, log)
+    proc = start_stream(tables, bootstrap, log, env=TIDY_EVERY_2)
     try:
         total = _latest_total(bootstrap, topic_name, start)
         wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")

@@ -1,0 +1,72 @@
+"""A long-lived table's upkeep through delta-rs: the files a stream's MERGEs leave behind are deleted, its small
+files compacted, and nothing a batch wrote (rows, or the transaction that makes its replay a no-op) is lost."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from jobs.delta_txn import merge_once
+from state_handoff import delta_upkeep
+from state_handoff.delta_cas import read
+from state_handoff.errors import UserError
+
+
+def _rows(keys, value: int) -> pa.Table:
+    return pa.table({"key": [f"k{k:04d}" for k in keys], "event_count": pa.array([value] * len(keys), pa.int64())})
+
+
+def _on_disk(path: str) -> set[str]:
+    return {os.path.relpath(os.path.join(root, name), path) for root, _, names in os.walk(path)
+            if "_delta_log" not in root for name in names if name.endswith(".parquet")}
+
+
+def _active(table: DeltaTable) -> set[str]:
+    return {os.path.relpath(uri.removeprefix("file://"), table.table_uri.removeprefix("file://"))
+            for uri in table.file_uris()}
+
+
+def test_tidy_deletes_what_merges_replaced_and_keeps_rows_and_transactions(tmp_path):
+    path = str(tmp_path / "state")
+    for part in range(4):  # a table of small files, as a backfill's overwrite and a stream's appends leave
+        write_deltalake(path, _rows(range(part * 250, (part + 1) * 250), 0), mode="append")
+    table = DeltaTable(path)
+    for batch in range(12):
+        merge_once(table, _rows(range(batch, 1000, 7), batch + 1), 't."key" = s."key"', "app-state", batch)
+    before = read(table, order_by="key").to_pylist()
+    assert len(_on_disk(path)) > len(_active(table))
+
+    delta_upkeep.tidy(table, retention_hours=0)
+
+    table = DeltaTable(path)
+    assert _on_disk(path) == _active(table) and len(_active(table)) == 1
+    assert read(table, order_by="key").to_pylist() == before
+    # a replayed batch still finds its transaction and writes nothing; the next batch merges as before
+    assert not merge_once(table, _rows([0], 99), 't."key" = s."key"', "app-state", 11)
+    assert merge_once(table, _rows([0], 99), 't."key" = s."key"', "app-state", 12)
+    assert read(table, order_by="key").to_pylist()[0] == {"key": "k0000", "event_count": 99}
+
+
+def test_tidy_keeps_files_replaced_within_the_retention(tmp_path):
+    path = str(tmp_path / "t")
+    write_deltalake(path, _rows(range(10), 0))
+    write_deltalake(path, _rows(range(10, 20), 0), mode="append")
+    table = DeltaTable(path)
+    delta_upkeep.tidy(table)  # the stream's retention: an hour
+    assert len(_active(DeltaTable(path))) == 1 and len(_on_disk(path)) == 3
+    assert DeltaTable(path).count() == 20
+
+
+def test_which_batches_are_due_and_a_bad_setting(monkeypatch):
+    assert [b for b in range(10) if delta_upkeep.due(b, every=3)] == [2, 5, 8]
+    monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
+    assert all(delta_upkeep.due(b) for b in range(3))
+    monkeypatch.delenv(delta_upkeep.EVERY_ENV)
+    assert delta_upkeep.tidy_every() == delta_upkeep.TIDY_EVERY
+    for bad in ("0", "-3", "ten"):
+        monkeypatch.setenv(delta_upkeep.EVERY_ENV, bad)
+        with pytest.raises(UserError, match="SWITCHYARD_TIDY_EVERY must be a whole number"):
+            delta_upkeep.tidy_every()
