@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials,
                               tiles_from_events, window_end, window_partials_from_tiles)
 from jobs.stream_events import dead_letter_rows, ensure_tables
-from state_handoff import faults, handoff_log, storage
+from state_handoff import delta_upkeep, faults, handoff_log, storage
 from state_handoff.archive_files import (ArchiveFile, archive_meta, list_archive, missing_column, recorded_ranges,
                                          unreadable)
 from state_handoff.errors import UserError
@@ -451,6 +451,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})
+    for path in (tables.tiles, tables.state, tables.windows, tables.window_state, tables.dead_letter):
+        delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
     if missing:
         out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
             "backfill the remaining days before the handoff")

@@ -6,7 +6,8 @@ anew and leaves the old ones behind, unreferenced but on disk: a 10^5-key `state
 left 0.68 MB a batch, ~12 GB a day, and readers of a table of many small files slow down with every batch. So
 every TIDY_EVERY-th batch the writer of a table compacts it (delta-rs's optimize: a commit that changes no data)
 and vacuums what was replaced longer than RETENTION_HOURS ago. The writer does it in its own thread, between its
-own writes: a compaction beside a MERGE of the same table would make one of the two fail.
+own writes: a compaction beside a MERGE of the same table would make one of the two fail. A backfill's commit,
+which replaces whole tables and days of tiles, vacuums the tables it wrote (no compaction: its files are large).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import logging
 import os
 
+from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
+from state_handoff import storage
 from state_handoff.errors import UserError
 
 EVERY_ENV = "SWITCHYARD_TIDY_EVERY"
@@ -45,15 +48,30 @@ def due(batch_id: int, every: int | None = None) -> bool:
     return batch_id % every == every - 1
 
 
-def tidy(table, retention_hours: int | None = RETENTION_HOURS) -> None:
-    """Compact the deltalake DeltaTable `table` and delete the files replaced more than `retention_hours` ago
-    (the table's own retention when None). Best effort: the data is committed either way, and a compaction that
-    loses a race with another writer's commit is tried again at the next tidy."""
+def tidy(table, table_retention: bool = False) -> None:
+    """Compact the deltalake DeltaTable `table` and delete the files replaced more than RETENTION_HOURS ago (the
+    table's own retention, Delta's 7 days by default, with `table_retention`). Best effort: the data is committed
+    either way, and a compaction that loses a race with another writer's commit is tried again at the next tidy."""
     try:
         table.optimize.compact()
-        if retention_hours is None:
-            table.vacuum(dry_run=False)
-        else:
-            table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
+        _vacuum(table, table_retention)
     except (DeltaError, OSError) as err:
         log.warning("Delta table %s: compaction or vacuum skipped: %s", table.table_uri, err)
+
+
+def vacuum(uri: str) -> None:
+    """Delete the files of the Delta table at `uri` replaced more than RETENTION_HOURS ago; nothing when there is
+    no table. Best effort, as `tidy`."""
+    if not storage.exists(storage.join(uri, "_delta_log")):
+        return
+    try:
+        _vacuum(DeltaTable(uri, storage_options=storage.delta_options(uri)), table_retention=False)
+    except (DeltaError, OSError) as err:
+        log.warning("Delta table %s: vacuum skipped: %s", uri, err)
+
+
+def _vacuum(table, table_retention: bool) -> None:
+    if table_retention:
+        table.vacuum(dry_run=False)
+    else:
+        table.vacuum(retention_hours=RETENTION_HOURS, dry_run=False, enforce_retention_duration=False)

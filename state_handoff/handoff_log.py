@@ -104,7 +104,7 @@ def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: 
         seq = table.version() + 1
         if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)):
             if len(table.file_uris()) >= COMPACT_FILES:
-                delta_upkeep.tidy(table, retention_hours=None)  # the entry is in; the compaction is best effort
+                delta_upkeep.tidy(table, table_retention=True)  # the entry is in; the compaction is best effort
             return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
                                                "backlog_watermark": _naive_utc(entry.backlog_watermark)})
     raise RuntimeError(f"handoff log {tables.handoffs}: no commit after {COMMIT_ATTEMPTS} attempts; "

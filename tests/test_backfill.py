@@ -9,11 +9,12 @@ import shutil
 from datetime import timedelta
 
 import pytest
+from deltalake import DeltaTable
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import TAIL_PHASE, commit_state, run_backfill
 from jobs.generate import run_generate
-from state_handoff import handoff_log
+from state_handoff import delta_upkeep, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
@@ -166,12 +167,21 @@ def _state_snapshot(spark, tables):
                    round(r.amount_sum, 6)) for r in _rows(spark, tables.state))
 
 
-def test_rerunning_a_day_and_day_by_day_give_the_same_state(spark, backlog, tables, tmp_path):
+def test_rerunning_a_day_and_day_by_day_give_the_same_state(spark, backlog, tables, tmp_path, monkeypatch):
+    """...and a commit deletes the files it and earlier runs replaced (past the retention, here none)."""
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
     result = run_backfill(spark, PIPELINE, tables, out=_quiet)
     ranged = _state_snapshot(spark, tables)
     day = str(result.first_day + timedelta(days=1))
     run_backfill(spark, PIPELINE, tables, day, day, out=_quiet)
     assert _state_snapshot(spark, tables) == ranged
+    for path in (tables.tiles, tables.state, tables.windows, tables.window_state, tables.dead_letter):
+        table = DeltaTable(path)
+        assert len(table.history()) >= 2, path  # written by both runs: the first run's files were replaced
+        active = {uri.removeprefix("file://") for uri in table.file_uris()}
+        on_disk = {os.path.join(root, name) for root, _, names in os.walk(path) if "_delta_log" not in root
+                   for name in names if name.endswith(".parquet")}
+        assert on_disk == active, path
 
     daily = Tables(str(tmp_path / "daily"), PIPELINE.name)
     shutil.copytree(tables.archive, daily.archive)

@@ -29,7 +29,7 @@ def _active(table: DeltaTable) -> set[str]:
             for uri in table.file_uris()}
 
 
-def test_tidy_deletes_what_merges_replaced_and_keeps_rows_and_transactions(tmp_path):
+def test_tidy_deletes_what_merges_replaced_and_keeps_rows_and_transactions(tmp_path, monkeypatch):
     path = str(tmp_path / "state")
     for part in range(4):  # a table of small files, as a backfill's overwrite and a stream's appends leave
         write_deltalake(path, _rows(range(part * 250, (part + 1) * 250), 0), mode="append")
@@ -39,7 +39,8 @@ def test_tidy_deletes_what_merges_replaced_and_keeps_rows_and_transactions(tmp_p
     before = read(table, order_by="key").to_pylist()
     assert len(_on_disk(path)) > len(_active(table))
 
-    delta_upkeep.tidy(table, retention_hours=0)
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
+    delta_upkeep.tidy(table)
 
     table = DeltaTable(path)
     assert _on_disk(path) == _active(table) and len(_active(table)) == 1
