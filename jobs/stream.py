@@ -41,7 +41,7 @@ from state_handoff.laps import Laps
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.storage import Uri
-from state_handoff.stream_control import stream_dir, write_json_atomically
+from state_handoff.stream_control import prune_earlier_streams, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 KEYED = "keyed"
@@ -484,6 +484,7 @@ class Monitor:
         self.behind_since: float | None = None
         self.caught_up_since: float | None = None
         self.latest_offsets = LatestOffsets(supervisor.bootstrap)
+        self.pruned = False  # the earlier handoffs' stream folders, once this one is live
 
     def log(self, status: str, **fields) -> None:
         self.sup.log(self.handoff.handoff_id, status, **fields)
@@ -508,6 +509,9 @@ class Monitor:
                 if not switched and storage.exists(self.paths.keyed_checkpoint / "commits" / "0"):
                     switched = True
                     result.switched_after_s = sup.log_switched(handoff, time.monotonic())
+                if switched and not self.pruned:
+                    self.pruned = True
+                    self._prune_earlier_streams()
                 now = time.monotonic()
                 if now >= self.next_lag_at:
                     measured = self._measure_lag()
@@ -558,6 +562,18 @@ class Monitor:
             if isinstance(err, (StreamFailed, leases.LeaseLost)):
                 raise
             raise StreamFailed(f"the stream's supervisor failed: {reason}") from err
+
+    def _prune_earlier_streams(self) -> None:
+        """This handoff is live: the seeds and checkpoints of earlier ones go (stream_control.RUN_PARTS). A failure
+        is reported and left for the next handoff's prune, which takes every earlier one."""
+        try:
+            pruned = prune_earlier_streams(self.sup.tables, self.handoff.handoff_id,
+                                           handoff_log.entries(None, self.sup.tables))
+        except Exception as err:  # noqa: BLE001 - housekeeping: the stream goes on either way
+            self.sup.out(f"note: the stream folders of earlier handoffs were not pruned: {_first_line(err)}")
+            return
+        if pruned:
+            self.sup.out(f"pruned the seeds and checkpoints of {len(pruned)} earlier handoff(s): {', '.join(pruned)}")
 
     def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> dict | None:
         """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up

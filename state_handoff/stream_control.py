@@ -14,6 +14,28 @@ def stream_dir(tables: Tables, handoff_id: str | None = None) -> Uri:
     return root / handoff_id if handoff_id else root
 
 
+# What a handoff's stream needs to run, or to run again: the seed (a copy of the state), the query checkpoints (the
+# keyed one holds the state store, another copy) and a time-mode handoff's overlap records.
+RUN_PARTS = ("seed", "checkpoints", "overlap")
+
+
+def prune_earlier_streams(tables: Tables, handoff_id: str, entries: list) -> list[str]:
+    """Delete what the streams of handoffs logged before `handoff_id` needed to run (RUN_PARTS); their progress
+    caches and process logs stay. Called once `handoff_id` is live: a stream always runs the latest committed
+    handoff, so an earlier one's checkpoints are never resumed again, and each is about twice the state's size
+    (a pipeline rebased daily would otherwise keep a year of them). Returns the handoffs whose folders it pruned."""
+    order = list(dict.fromkeys(e.handoff_id for e in entries))
+    pruned = []
+    for earlier in order[:order.index(handoff_id)] if handoff_id in order else []:
+        parts = [stream_dir(tables, earlier) / part for part in RUN_PARTS]
+        present = [part for part in parts if storage.is_dir(part)]
+        for part in present:
+            storage.delete_tree(part)
+        if present:
+            pruned.append(earlier)
+    return pruned
+
+
 def progress_file(tables: Tables, handoff_id: str) -> Uri:
     """The running stream's progress cache for `status` and the Dagster sensor."""
     return stream_dir(tables, handoff_id) / "progress.json"

@@ -1,9 +1,11 @@
-"""A long-lived table's upkeep through delta-rs: the files a stream's MERGEs leave behind are deleted, its small
-files compacted, and nothing a batch wrote (rows, or the transaction that makes its replay a no-op) is lost."""
+"""A long-lived pipeline's upkeep: the files a stream's MERGEs leave behind are deleted and its small files compacted
+through delta-rs, losing nothing a batch wrote (rows, or the transaction that makes its replay a no-op); and the
+seeds and checkpoints of handoffs a later one replaced are deleted, nothing else."""
 
 from __future__ import annotations
 
 import os
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
@@ -13,6 +15,8 @@ from jobs.delta_txn import merge_once
 from state_handoff import delta_upkeep
 from state_handoff.delta_cas import read
 from state_handoff.errors import UserError
+from state_handoff.stream_control import RUN_PARTS, prune_earlier_streams, stream_dir
+from state_handoff.tables import Tables
 
 
 def _rows(keys, value: int) -> pa.Table:
@@ -71,3 +75,22 @@ def test_which_batches_are_due_and_a_bad_setting(monkeypatch):
         monkeypatch.setenv(delta_upkeep.EVERY_ENV, bad)
         with pytest.raises(UserError, match="SWITCHYARD_TIDY_EVERY must be a whole number"):
             delta_upkeep.tidy_every()
+
+
+def test_a_live_handoff_prunes_what_earlier_streams_needed_to_run(tmp_path):
+    tables = Tables(str(tmp_path), "demo")
+    log = [SimpleNamespace(handoff_id=h, status=s) for h, s in (
+        ("old", "BACKFILL_STARTED"), ("old", "HANDOFF_COMMITTED"), ("older-unused", "HANDOFF_COMMITTED"),
+        ("live", "BACKFILL_STARTED"), ("old", "REBASE_REQUESTED"), ("live", "SWITCHED"), ("next", "BACKFILL_STARTED"))]
+    for handoff in ("old", "older-unused", "live", "next"):
+        for part in RUN_PARTS:
+            os.makedirs(stream_dir(tables, handoff) / part / "sub")
+            open(stream_dir(tables, handoff) / part / "sub" / "f", "w").close()
+        open(stream_dir(tables, handoff) / "progress.json", "w").close()
+
+    assert prune_earlier_streams(tables, "live", log) == ["old", "older-unused"]
+    for handoff, kept in (("old", False), ("older-unused", False), ("live", True), ("next", True)):
+        assert all(os.path.isdir(stream_dir(tables, handoff) / part) == kept for part in RUN_PARTS), handoff
+        assert os.path.isfile(stream_dir(tables, handoff) / "progress.json"), "the progress cache stays"
+    assert prune_earlier_streams(tables, "live", log) == [], "nothing left to prune"
+    assert prune_earlier_streams(tables, "not-in-the-log", log) == []

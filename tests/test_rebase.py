@@ -19,6 +19,7 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
+from state_handoff.stream_control import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
 from tests.compare import assert_state_matches, assert_windows_match, rows
@@ -157,6 +158,12 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     assert status["rebases"] == 2 and status["last_reconciliation_keys_different"] == 0
     assert status["handoff_id"] == _handoffs(tables)[-1].handoff_id != first.handoff_id
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    # the live handoff pruned what the earlier two needed to run (their seeds and checkpoints), and only that
+    for h in _handoffs(tables):
+        folder = stream_dir(tables, h.handoff_id)
+        live = h.handoff_id == status["handoff_id"]
+        assert all(os.path.isdir(folder / part) == live for part in ("seed", "checkpoints")), h.handoff_id
+        assert os.path.isfile(folder / "progress.json"), h.handoff_id  # the cache for status stays
 
 
 def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path):
