@@ -7,6 +7,7 @@ import json
 import os
 import threading
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
@@ -75,7 +76,7 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
 
     assert max(files_seen) < 8, files_seen
     compactions = [v for v in _commit_versions(tables)
-                   if "OPTIMIZE" in open(os.path.join(tables.handoffs, "_delta_log", f"{v:020d}.json")).read()]
+                   if "OPTIMIZE" in Path(tables.handoffs, "_delta_log", f"{v:020d}.json").read_text()]
     assert len(compactions) >= 3, compactions
     read = handoff_log.entries(None, tables)
     assert [vars(e) for e in read] == [vars(w) for w in written]
