@@ -497,8 +497,8 @@ class Monitor:
 
     def _run(self) -> dict | None:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
-        entries = [e for e in handoff_log.entries(None, sup.tables) if e.handoff_id == handoff.handoff_id]
-        switched = any(e.status == handoff_log.SWITCHED for e in entries)
+        logged = handoff_log.entries(None, sup.tables)  # also the order of the earlier handoffs, for the prune
+        switched = any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in logged)
         result.switched_after_s = sup.switched_after_s  # when start() saw it
         caught_up = False
         lag, snapshot = {}, {}
@@ -511,7 +511,7 @@ class Monitor:
                     result.switched_after_s = sup.log_switched(handoff, time.monotonic())
                 if switched and not self.pruned:
                     self.pruned = True
-                    self._prune_earlier_streams()
+                    self._prune_earlier_streams(logged)
                 now = time.monotonic()
                 if now >= self.next_lag_at:
                     measured = self._measure_lag()
@@ -563,12 +563,12 @@ class Monitor:
                 raise
             raise StreamFailed(f"the stream's supervisor failed: {reason}") from err
 
-    def _prune_earlier_streams(self) -> None:
+    def _prune_earlier_streams(self, logged: list) -> None:
         """This handoff is live: the seeds and checkpoints of earlier ones go (stream_control.RUN_PARTS). A failure
-        is reported and left for the next handoff's prune, which takes every earlier one."""
+        is reported and left for the next handoff's prune, which takes every earlier one. `logged`: the handoff log
+        as this monitor began, which already orders every earlier handoff."""
         try:
-            pruned = prune_earlier_streams(self.sup.tables, self.handoff.handoff_id,
-                                           handoff_log.entries(None, self.sup.tables))
+            pruned = prune_earlier_streams(self.sup.tables, self.handoff.handoff_id, logged)
         except Exception as err:  # noqa: BLE001 - housekeeping: the stream goes on either way
             self.sup.out(f"note: the stream folders of earlier handoffs were not pruned: {_first_line(err)}")
             return

@@ -27,10 +27,10 @@ def prune_earlier_streams(tables: Tables, handoff_id: str, entries: list) -> lis
     order = list(dict.fromkeys(e.handoff_id for e in entries))
     pruned = []
     for earlier in order[:order.index(handoff_id)] if handoff_id in order else []:
-        parts = [stream_dir(tables, earlier) / part for part in RUN_PARTS]
-        present = [part for part in parts if storage.is_dir(part)]
+        folder = stream_dir(tables, earlier)
+        present = [part for part in storage.list_dir(folder) if part in RUN_PARTS]  # one listing, not one per part
         for part in present:
-            storage.delete_tree(part)
+            storage.delete_tree(folder / part)
         if present:
             pruned.append(earlier)
     return pruned
