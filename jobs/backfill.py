@@ -23,7 +23,7 @@ from state_handoff.errors import UserError
 from state_handoff.aggregates import partial_columns
 from state_handoff.kafka_io import latest_offsets, offset_bounds
 from state_handoff.kafka_security import spark_source_options
-from state_handoff.laps import Laps
+from state_handoff.step_times import StepTimes
 from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_control import read_json, stream_dir, write_json_atomically
@@ -203,11 +203,11 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
                    out=print) -> BackfillResult:
     """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given)."""
     started = time.monotonic()
-    laps = Laps(started)
+    times = StepTimes(started)
     first, last, files, days = _resolve_range(tables, first_day, last_day)
     out(f"[1/5] checking {len(files)} archive files")
     readable, skipped = check_files(tables.archive, files, skip_bad_files, out)
-    laps.lap("check")
+    times.end("check")
     if not any(first <= d <= last for d in days):
         return BackfillResult(None, first, last, message=(
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
@@ -224,20 +224,20 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
             _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
                           tables.tiles, first, last)
-            laps.lap("parse_and_tiles")
+            times.end("parse_and_tiles")
             out("[3/5] dead-lettering malformed records")
             dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
             _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
                           "phase = 'backfill'")
-            laps.lap("dead_letters")
+            times.end("dead_letters")
         finally:
             parsed.unpersist()
         out("[4/5] checking the accounting identity per partition")
         _set_accounting(result, accounting(spark, pipeline, tables, in_range, first, last))
         result.files = sorted(f.path for f in in_range)
-        laps.lap("accounting")
+        times.end("accounting")
     result.seconds = time.monotonic() - started
-    result.tiles_s = laps.laps
+    result.tiles_s = times.parts
     write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
     faults.reach("backfill.after_tiles")
     return result
@@ -379,7 +379,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
     `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too."""
     started = time.monotonic()
-    laps = Laps(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
+    times = StepTimes(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
     first, last, files, _ = _resolve_range(tables, None, None)
     # the files this process's tiles run read a moment ago are not opened again (32 at 10^7: 0.14-0.23 s); a tiles
     # run loaded from its record (a separate step, maybe hours ago) checks every file again
@@ -396,7 +396,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             tail_parsed, tail_tiles, tail_accounting = _kafka_tail_tiles(spark, pipeline, tables, tail)
             run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
             tiles = tiles.unionByName(tail_tiles)
-            laps.lap("kafka_tail")
+            times.end("kafka_tail")
         out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         partials = tiles
         if at_cut is not None:
@@ -408,14 +408,14 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
         state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
         state_version = _delta_version(tables.state)
-        laps.lap("state")
+        times.end("state")
         watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))
-        laps.lap("watermark")
+        times.end("watermark")
         prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
-        laps.lap("seed_and_stream_tables")
+        times.end("seed_and_stream_tables")
         if pipeline.windows is not None and at_cut is None:
             _write_windows(pipeline, tables, tiles, watermark)
-        laps.lap("windows")
+        times.end("windows")
         boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
                     else archived_boundary(spark, tables, readable))
         if tail is not None:
@@ -427,13 +427,13 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         whole = ({p: dict(a) for p, a in run.accounting.items()} if run.files and run.accounting
                  and run.files == sorted(f.path for f in readable) and at_cut is None
                  else accounting(spark, pipeline, tables, readable, first, last))
-        laps.lap("boundary_and_accounting")
+        times.end("boundary_and_accounting")
         missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
         keys = state.count()
         state.unpersist()
         gaps = skipped_gaps(tables.archive, [f.path for f in files if f not in readable], boundary)
-        laps.lap("keys_and_gaps")
+        times.end("keys_and_gaps")
     result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
                      seconds=run.seconds + time.monotonic() - started)
     faults.reach("backfill.after_state")
@@ -450,7 +450,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
                                 "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
-                                "commit_s": laps.laps,
+                                "commit_s": times.parts,
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})

@@ -31,13 +31,13 @@ from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_
 from jobs.stream_keyed import (KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, seed_schema,
                                write_seed)
 from jobs.stream_pipes import Silent, reporting
-from jobs.stream_state import HalfTurn, StateSink, updates_start
+from jobs.stream_state import StateTurn, StateSink, updates_start
 from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, storage, stream_progress
 from state_handoff.errors import Failed, UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import LatestOffsets, create_topic, latest_offsets
 from state_handoff.kafka_security import spark_options, spark_source_options
-from state_handoff.laps import Laps
+from state_handoff.step_times import StepTimes
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.storage import Uri
@@ -213,11 +213,11 @@ class Supervisor:
         self.settings, self.lease, self.out = settings, lease, out
         self.report = report or Silent()
         self.started = time.monotonic()
-        self.startup = Laps(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
+        self.startup = StepTimes(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
         self.stop_signal: list[str] = []
         self.last_switch_back: float | None = None
         self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
-        self.state_turn: HalfTurn | None = None  # the running state query's turn (a drain hurries it)
+        self.state_turn: StateTurn | None = None  # the running state query's turn (a drain hurries it)
         self.updates_from: dict[int, int] = {}  # where the running handoff's updates begin on the updates topic
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
@@ -255,30 +255,30 @@ class Supervisor:
 
     def start(self, handoff: Handoff):
         spark, pipeline, tables, bootstrap = self.spark, self.pipeline, self.tables, self.bootstrap
-        if self.startup.laps:  # a handoff after a rebase: its own laps
-            self.startup = Laps(time.monotonic())
+        if self.startup.parts:  # a handoff after a rebase: its own step times
+            self.startup = StepTimes(time.monotonic())
         self.switched_after_s = None
-        lap = self.startup.lap
+        step_done = self.startup.end
         paths = StreamPaths.of(tables, handoff.handoff_id)
         entries = handoff_log.entries(None, tables)
         check_resumable(tables, handoff, paths, entries)
         restart = storage.exists(paths.keyed_checkpoint)
-        lap("checks")
+        step_done("checks")
         write_seed(spark, pipeline, tables, handoff, paths)
-        lap("seed")
+        step_done("seed")
         ensure_tables(pipeline, tables)
         create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
                      exist_ok=True, compacted=True)
         updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
         self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
-        lap("tables_and_topic")
+        step_done("tables_and_topic")
         self.log(handoff.handoff_id, handoff_log.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
                           "updates_from": updates_from})
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
-        lap("stream_started_logged")
+        step_done("stream_started_logged")
 
         # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
         # from configuration, not from its cores (a handoff's new checkpoints take a changed value).
@@ -286,7 +286,7 @@ class Supervisor:
         for key, value in checkpoint_conf(paths.keyed_checkpoint).items():
             spark.conf.set(key, value)
         keyed, _, _ = self.start_readers(handoff, only=KEYED)
-        lap("keyed_started")
+        step_done("keyed_started")
         if not any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in entries):
             self.await_first_batch(handoff, keyed, paths)
         _, events, events_sink = self.start_readers(handoff, only=stream_progress.EVENTS)
@@ -297,7 +297,7 @@ class Supervisor:
                    .option("failOnDataLoss", "false").load())
         state_schema = spark.read.format("delta").load(tables.state).schema
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", "state")
-        self.state_turn = HalfTurn(self.tables_trigger_seconds())
+        self.state_turn = StateTurn(self.tables_trigger_seconds())
         state = (updates.writeStream.queryName(f"{pipeline.name}-state")
                  .foreachBatch(StateSink(pipeline, tables, state_schema, handoff.handoff_id,
                                          TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint),
@@ -305,7 +305,7 @@ class Supervisor:
                  .option("checkpointLocation", str(paths.state_checkpoint))
                  .trigger(**self.tables_trigger()).start())
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
-        lap("other_queries_started")
+        step_done("other_queries_started")
         return (keyed, events, state), events_sink
 
     def await_first_batch(self, handoff: Handoff, keyed, paths: StreamPaths, timeout_s: float = 120.0) -> None:
@@ -322,13 +322,13 @@ class Supervisor:
         """SWITCHED: the keyed query's first batch, the seed with it, was seen committed at `seen_at`; returns the
         seconds since this handoff's start."""
         self.switched_after_s = seen_at - self.started
-        self.startup.lap("first_batch")
+        self.startup.end("first_batch")
         committed = handoff_log.latest(None, self.tables, handoff_log.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
         request_id = handoff_log.details(committed).get("request_id") if committed else None
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         self.log(handoff.handoff_id, handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
-                 details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.laps,
+                 details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.parts,
                           "seconds_since_process_start": _since_process_start(seen_at),
                           "keyed_incarnation": checkpoint_incarnation(paths.keyed_checkpoint),
                           **({"request_id": request_id} if request_id else {})})

@@ -30,7 +30,7 @@ def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: 
             .select("s.*"))
 
 
-class HalfTurn:
+class StateTurn:
     """The state query's batches do their work half a trigger interval after the events query's. Spark starts
     processing-time triggers at multiples of the interval since the epoch, so the two Delta-writing queries
     otherwise read and reduce their batches at the same moments, and the keyed batches beside them met both
@@ -59,7 +59,7 @@ class StateSink:
     cores on a running stream (its plans, jobs and the JIT compiling them), taken from the keyed path."""
 
     def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app: TxnApp,
-                 turn: HalfTurn | None = None):
+                 turn: StateTurn | None = None):
         self.pipeline, self.tables, self.schema, self.handoff_id, self.app, self.turn = (
             pipeline, tables, schema, handoff_id, app, turn)
         self.table = None  # the deltalake DeltaTable of `state`, loaded once

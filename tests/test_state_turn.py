@@ -1,4 +1,4 @@
-"""The state query's turn (jobs/stream_state.HalfTurn): half an interval after the trigger, never for a query that
+"""The state query's turn (jobs/stream_state.StateTurn): half an interval after the trigger, never for a query that
 is behind, and never once a drain hurries it. Plain Python and the wall clock; no Spark."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from jobs.stream_state import HalfTurn
+from jobs.stream_state import StateTurn
 
 INTERVAL = 1.0
 
@@ -17,14 +17,14 @@ def _at_interval_start() -> None:
 
 
 def test_a_batch_on_the_clock_waits_for_half_the_interval():
-    turn = HalfTurn(INTERVAL)
+    turn = StateTurn(INTERVAL)
     _at_interval_start()
     turn.wait()
     assert INTERVAL / 2 <= time.time() % INTERVAL < INTERVAL / 2 + 0.2
 
 
 def test_a_batch_started_as_the_previous_ended_does_not_wait():
-    turn = HalfTurn(INTERVAL)
+    turn = StateTurn(INTERVAL)
     _at_interval_start()
     turn.done()
     started = time.monotonic()
@@ -33,7 +33,7 @@ def test_a_batch_started_as_the_previous_ended_does_not_wait():
 
 
 def test_a_drain_cuts_a_wait_short_and_later_ones_out():
-    turn = HalfTurn(INTERVAL)
+    turn = StateTurn(INTERVAL)
     _at_interval_start()
     threading.Timer(0.1, turn.hurry.set).start()
     started = time.monotonic()
