@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start, window_end
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
+from jobs.sinks import dead_letter_rows, ensure_tables  # noqa: F401 (ensure_tables: re-exported)
 from state_handoff import delta_upkeep, faults, storage, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.handoff import Handoff, Overlap, record_identity
@@ -155,34 +156,3 @@ class EventsSink:
 
 def _window_index(pipeline: Pipeline, t: datetime) -> int:
     return int(t.timestamp() // pipeline.windows.size.total_seconds())
-
-
-def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event_date: F.Column | None = None):
-    """`dead_letter`'s rows for parsed records that failed to parse: dated by their event time when it parsed,
-    else by their Kafka timestamp (`event_date`: a date the records already carry, as archived ones do)."""
-    if event_date is None:
-        event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
-    return malformed.select("kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
-                            F.lit(phase).alias("phase"), F.current_timestamp().alias("recorded_at"),
-                            event_date.alias("event_date"))
-
-
-def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
-    """Tables the stream appends to but the backfill may not have made (no malformed or late records yet),
-    created empty through delta-rs (Spark's empty writes cost a job and a commit each, ~1 s on a cold JVM)."""
-    import pyarrow as pa
-    from deltalake import DeltaTable
-
-    utc = pa.timestamp("us", tz="UTC")
-    wanted = {
-        tables.dead_letter: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-                                        ("value", pa.binary()), ("reason", pa.string()), ("phase", pa.string()),
-                                        ("recorded_at", utc), ("event_date", pa.date32())]), ["event_date"]),
-        tables.late: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-                                 (pipeline.key, pa.string()), (pipeline.event_time, utc), ("window_start", utc),
-                                 ("watermark", utc), ("value", pa.binary()), ("recorded_at", utc)]), None),
-    }
-    for path, (schema, partition_by) in wanted.items():
-        if not storage.exists(storage.join(path, "_delta_log")):
-            DeltaTable.create(path, schema, mode="ignore", partition_by=partition_by,
-                              storage_options=storage.delta_options(path))
