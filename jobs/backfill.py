@@ -26,7 +26,7 @@ from state_handoff.kafka_security import spark_source_options
 from state_handoff.step_times import StepTimes
 from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline
-from state_handoff.stream_control import read_json, stream_dir, write_json_atomically
+from state_handoff.stream_layout import read_json, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")
@@ -260,7 +260,7 @@ def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, hand
     """What the handoff's stream would otherwise do first, done while this JVM is warm: the seed's files (`state`,
     the rows just written as `state_version`), and the tables the stream appends to. The stream checks and skips
     both."""
-    from jobs.stream_keyed import seed_files
+    from jobs.seed import seed_files
 
     seed_files(spark, pipeline, tables, state_version, stream_dir(tables, handoff_id) / "seed", state)
     ensure_tables(pipeline, tables)

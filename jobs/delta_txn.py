@@ -4,10 +4,7 @@ and a Spark MERGE or append of them cost seconds of plans, jobs and JIT work on 
 
 from __future__ import annotations
 
-import json
-
-from state_handoff import storage
-from state_handoff.errors import UserError
+from state_handoff.checkpoints import checkpoint_incarnation
 
 
 def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None) -> bool:
@@ -53,20 +50,6 @@ def delete_once(table, predicate: str, app_id: str, version: int) -> bool:
         return False
     table.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     return True
-
-
-def checkpoint_incarnation(checkpoint: str) -> str | None:
-    """The query id Spark keeps in the checkpoint's `metadata`: the same across restarts from that checkpoint,
-    new with a new one. None when the checkpoint has none yet."""
-    metadata = storage.join(checkpoint, "metadata")
-    try:
-        return json.loads(storage.read_text(metadata).splitlines()[0])["id"]
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise UserError(f"the stream checkpoint's metadata file {metadata} is corrupt: restore the "
-                        "checkpoint from a backup, or start over with `switchyard backfill` and "
-                        "`switchyard handoff`") from None
 
 
 class TxnApp:

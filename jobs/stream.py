@@ -26,10 +26,11 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs import rebase
-from jobs.delta_txn import TxnApp, checkpoint_incarnation
+from jobs.delta_txn import TxnApp
+from state_handoff.checkpoints import checkpoint_incarnation
 from jobs.stream_events import SKIPPED_OVERLAP, EventsSink, ensure_tables, mark_overlap
-from jobs.stream_keyed import (KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state, seed_schema,
-                               write_seed)
+from jobs.seed import seed_schema, write_seed
+from jobs.stream_keyed import KeyedCrashPoint, kafka_records, keyed_input, keyed_updates, merged_state
 from jobs.stream_pipes import Silent, reporting
 from jobs.stream_state import StateTurn, StateSink, updates_start
 from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, storage, stream_progress
@@ -41,7 +42,7 @@ from state_handoff.step_times import StepTimes
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.storage import Uri
-from state_handoff.stream_control import prune_earlier_streams, stream_dir, write_json_atomically
+from state_handoff.stream_layout import prune_earlier_streams, stream_dir, write_json_atomically
 from state_handoff.tables import Tables
 
 KEYED = "keyed"

@@ -11,21 +11,16 @@ import json
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
-from pyspark.sql.types import StructType
 
-from state_handoff import faults, storage
-from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations, partial_columns
-from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff
+from jobs.seed import EVENTS_SEEN, seed_schema  # noqa: F401 (seed_schema: re-exported)
+from state_handoff import faults
+from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
 from state_handoff.kafka_security import spark_source_options
 from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
 
-EVENTS_SEEN = "stream_events"
 HANDOFF_HEADER = "switchyard.handoff"
 # Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"  # Spark's schema in the Parquet files it writes
 
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
@@ -91,49 +86,3 @@ class KeyedCrashPoint(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:
         pass
-
-
-def seed_schema(spark: SparkSession, seed: str) -> StructType:
-    """The seed's schema as Spark wrote it into its files' footers, read with pyarrow: no Spark job on a stream's
-    way to SWITCHED (Spark's own read listed the folder and ran a job over a footer). Spark's read when no file
-    carries it."""
-    import pyarrow.parquet as pq
-
-    part = next((n for n in storage.list_dir(seed) if n.startswith("part-") and n.endswith(".parquet")), None)
-    if part is not None:
-        with storage.open_input(storage.join(seed, part)) as source:
-            written = (pq.read_schema(source).metadata or {}).get(SPARK_ROW_METADATA)
-        if written:  # as Spark's read gives it: every field nullable, whatever the writer knew
-            return StructType.fromJson(_as_nullable(json.loads(written)))
-    return spark.read.parquet(seed).schema
-
-
-def _as_nullable(schema_json):
-    if isinstance(schema_json, dict):
-        return {k: True if k in ("nullable", "containsNull", "valueContainsNull") else _as_nullable(v)
-                for k, v in schema_json.items()}
-    if isinstance(schema_json, list):
-        return [_as_nullable(v) for v in schema_json]
-    return schema_json
-
-
-def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths) -> None:
-    """The state at the handoff's version, once, as the seed source's files: the backfill's commit wrote them
-    with the state (seed_files); a handoff without them (or an interrupted write) gets them here."""
-    if not storage.exists(paths.seed_written):
-        if storage.exists(paths.keyed_checkpoint):
-            raise UserError(f"the seed of handoff {handoff.handoff_id} ({paths.seed}) is gone but its stream "
-                            "checkpoint refers to it: restore the folder from a backup, or start over with "
-                            "`switchyard backfill` and `switchyard handoff`")
-        seed_files(spark, pipeline, tables, handoff.state_version, paths.seed)
-    faults.reach("stream.after_seed")
-
-
-def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_version: int, seed: str,
-               state: DataFrame | None = None) -> None:
-    """Write the state at `state_version` as seed rows (Spark's job commit writes `_SUCCESS` last); `state`: those
-    rows already at hand (the backfill's commit, which just wrote them), not read again."""
-    if state is None:
-        state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
-    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
-                 F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(seed))

@@ -9,7 +9,7 @@ import dagster as dg
 
 from state_handoff import handoff_log
 from state_handoff.lease import stream_running
-from state_handoff.stream_control import read_json, stream_dir
+from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 from state_handoff.update_latency import UpdateLatency
 

@@ -19,7 +19,7 @@ from jobs.stream_pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSIT
 from orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from state_handoff import handoff_log, storage
 from state_handoff.handoff import Handoff
-from state_handoff.stream_control import stream_dir
+from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 
 

@@ -20,7 +20,7 @@ from state_handoff.errors import UserError
 from state_handoff.kafka_io import consumer, offset_bounds
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
-from state_handoff.stream_control import stream_dir
+from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 
 OFFSETS = "offsets"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from state_handoff import handoff_log, lease, storage, stream_progress
-from state_handoff.stream_control import read_json, stream_dir
+from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 
 PHASES = {

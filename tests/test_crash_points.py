@@ -25,7 +25,7 @@ from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
 from state_handoff.pipelines import get_pipeline
-from state_handoff.stream_control import stream_dir
+from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
 from tests.compare import assert_state_matches, assert_windows_match, rows

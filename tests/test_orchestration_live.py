@@ -18,7 +18,7 @@ from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
-from state_handoff.stream_control import read_json, stream_dir
+from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 from tests.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.stream_process import LaunchedStream, wait_until

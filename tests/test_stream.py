@@ -23,7 +23,7 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, produce, topic_config
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
-from state_handoff.stream_control import stream_dir
+from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 from tests import oracle
 from tests.stream_process import event_batches, start_stream, wait_until
