@@ -8,7 +8,7 @@ figures: seconds from the process's start and from the supervisor's start (in pr
 without extra driver JVM options (SWITCHYARD_JVM_OPTIONS), for an A/B on a noisy machine. Needs the broker
 (`switchyard kafka start`). Usage:
 
-    .venv/bin/python benchmarks/stream_start.py --trials 3 [--jvm-options "-XX:TieredStopAtLevel=1"] [--json F]
+    .venv/bin/python -m benchmarks stream-start --trials 3 [--jvm-options "-XX:TieredStopAtLevel=1"] [--json F]
 """
 
 from __future__ import annotations
@@ -19,32 +19,29 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from state_handoff import handoff_log  # noqa: E402
-from state_handoff.pipelines import get_pipeline  # noqa: E402
-from state_handoff.tables import Tables  # noqa: E402
+from benchmarks.harness import ROOT, switchyard_command, write_json
+from benchmarks.latency import latency_event, small_switched_pipeline
+from state_handoff import handoff_log
+from state_handoff.pipelines import get_pipeline
+from state_handoff.tables import Tables
 
 PIPELINE = get_pipeline("demo")
 
 
 def switched_pipeline(base: Path, bootstrap: str) -> None:
-    """bench-latency's small switched pipeline in `base`, then 200 events past the handoff on its topic."""
-    from jobs.latency import _event, small_switched_pipeline
+    """The latency scenario's small switched pipeline in `base`, then 200 events past the handoff on its topic."""
     from state_handoff.kafka_io import produce
 
     topic = f"start.{int(time.time())}"
     small_switched_pipeline(Tables(str(base), PIPELINE.name), bootstrap, topic, out=lambda *_: None)
     first = datetime.now(timezone.utc) - timedelta(minutes=30)
-    produce(bootstrap, topic, [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"tail-{i}",
-                                                                  first + timedelta(seconds=i), 1.0), i % 2, None)
+    produce(bootstrap, topic, [(f"seed-{i % 200}".encode(), latency_event(f"seed-{i % 200}", f"tail-{i}",
+                                                                         first + timedelta(seconds=i), 1.0), i % 2, None)
                                for i in range(200)])
 
 
@@ -55,9 +52,9 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
     env = dict(os.environ)
     if jvm_options:
         env["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [env.get("SWITCHYARD_JVM_OPTIONS"), jvm_options]))
-    done = subprocess.run([sys.executable, "-m", "jobs.cli", "stream", "--pipeline", PIPELINE.name, "--warehouse",
-                           str(warehouse), "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
-                           "--trigger-seconds", "0"], capture_output=True, text=True, cwd=ROOT, env=env)
+    done = subprocess.run(switchyard_command("stream", "--pipeline", PIPELINE.name, "--warehouse", warehouse,
+                                             "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
+                                             "--trigger-seconds", "0"), capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"the stream exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
     tables = Tables(str(warehouse), PIPELINE.name)
@@ -71,13 +68,13 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
             "first_keyed_batch_ms": first["duration_ms"]}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks stream-start", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3, help="trials per arm")
     parser.add_argument("--jvm-options", help="B arm: these driver JVM options added (trials alternate A, B)")
     parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"))
     parser.add_argument("--json", help="write the trials here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     arms = [None, args.jvm_options] if args.jvm_options else [None]
     work = Path(tempfile.mkdtemp(prefix="switchyard-start-"))
     try:
@@ -97,11 +94,7 @@ def main() -> int:
             print(f"{f'B ({options})' if options else 'A'}: median SWITCHED {since_start:.2f} s from the process's "
                   f"start, {in_process:.2f} s in process")
         if args.json:
-            Path(args.json).write_text(json.dumps({"trials": trials}, indent=2))
+            write_json(args.json, {"trials": trials})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
-"""`switchyard bench`'s goals: each figure of a bench result against issue 13's target, or not measured."""
+"""The bench's goals (`python -m benchmarks bench`): each figure of a result against its target, or not measured."""
 
-from jobs.bench import _goals_table, goals
+from benchmarks.bench import goals, goals_table
 
 
 def _result() -> dict:
@@ -24,7 +24,7 @@ def test_each_goal_is_met_missed_or_not_measured():
         "generate_events_per_s": (None, None),  # the topic was there: not generated, not timed
     }
     assert verdicts["generate_events_per_s"]["target"] == ">= 200,000"
-    table = _goals_table(verdicts)
+    table = goals_table(verdicts)
     assert "1.33 (goal <= 1.1) MISSED" in table and "not measured (goal >= 200,000)" in table
 
 

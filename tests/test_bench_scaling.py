@@ -1,11 +1,11 @@
-"""`switchyard bench-scaling`: the chart and table of cost against size, from `bench --json` results."""
+"""`python -m benchmarks scaling`: the chart and table of cost against size, from `bench --json` results."""
 
 from __future__ import annotations
 
 import json
 
-from jobs.bench import run_scaling
-from jobs.cli import main
+from benchmarks.__main__ import main
+from benchmarks.scaling import run_scaling
 
 
 def _result(events: int, seconds: dict[str, float], jvm_mb: dict[str, int]) -> dict:
@@ -34,6 +34,6 @@ def test_sizes_merge_by_events_and_every_arm_is_charted(tmp_path):
 def test_a_file_that_is_not_a_result_is_a_one_line_error(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    assert main(["bench-scaling", str(bad), "--chart", str(tmp_path / "c.png")]) == 2
+    assert main(["scaling", str(bad), "--chart", str(tmp_path / "c.png")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.json" in err and "bench --json" in err

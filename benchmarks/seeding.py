@@ -10,7 +10,7 @@ Each run starts a fresh query on the same seed (K keys in the demo pipeline's st
 batch (E events on existing keys) and times the first batch, i.e. the switch; then it checks both end in the same
 state for the touched keys. Usage:
 
-    .venv/bin/python benchmarks/seeding_mechanisms.py --keys 10000,100000 [--events 1000] [--json FILE]
+    .venv/bin/python -m benchmarks seeding --keys 10000,100000 [--events 1000] [--json FILE]
 """
 
 from __future__ import annotations
@@ -18,19 +18,17 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from pyspark.sql import functions as F
 
-from pyspark.sql import functions as F  # noqa: E402
-
-from deploy.spark import build_spark  # noqa: E402
-from jobs.stream_keyed import EVENTS_SEEN, keyed_input, merged_state  # noqa: E402
-from state_handoff.aggregates import event_aggregations, flatten_last, partial_columns  # noqa: E402
-from state_handoff.pipelines import get_pipeline  # noqa: E402
+from benchmarks.harness import write_json
+from deploy.spark import build_spark
+from jobs.stream_keyed import EVENTS_SEEN, keyed_input, merged_state
+from state_handoff.aggregates import event_aggregations, flatten_last, partial_columns
+from state_handoff.pipelines import get_pipeline
 
 PIPELINE = get_pipeline("demo")
 
@@ -166,12 +164,12 @@ def run_transform_with_state(spark, seed: Path, events: Path, work: Path) -> tup
     return seconds, _comparable(spark.read.parquet(str(out)).collect())
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks seeding", description=__doc__.splitlines()[0])
     parser.add_argument("--keys", default="10000,100000", help="seed sizes, comma separated")
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     spark = build_spark("switchyard-seeding-bench")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     results = []
@@ -189,9 +187,5 @@ def main() -> int:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_json(args.json, results)
     return 0 if all(r["same_state"] for r in results) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

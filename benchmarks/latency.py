@@ -1,27 +1,26 @@
-"""`switchyard bench-latency`: steady input at fixed rates into a running, switched stream; the time from an
-input record's Kafka timestamp to the Kafka timestamp of the update it caused on `<pipeline>.updates`."""
+"""Update latency: steady input at fixed rates into a running, switched stream; the time from an input record's
+Kafka timestamp to the Kafka timestamp of the update it caused on `<pipeline>.updates`."""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import itertools
 import json
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from benchmarks.harness import add_connection, start_service, switchyard_command, terminate, write_json
+from jobs.inputs.encoding import event_time_text, event_value
 from jobs.stream import StreamSettings
 from state_handoff import handoff_log
 from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
 from state_handoff.kafka_security import client_kwargs
+from state_handoff.errors import UserError
 from state_handoff.tables import Tables
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -60,9 +59,9 @@ def _percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def _event(key: str, event_id: str, when: datetime, amount: float) -> bytes:
-    return json.dumps({"event_id": event_id, "key": key, "event_time": when.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                       "amount": amount, "kind": "latency"}).encode()
+def latency_event(key: str, event_id: str, when: datetime, amount: float) -> bytes:
+    """A demo event of kind "latency"."""
+    return event_value(event_id, key, event_time_text(when), amount, "latency")
 
 
 def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: str, sent_at: dict) -> int:
@@ -78,7 +77,7 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
         for n in itertools.count():
             event_id = f"{tag}-{n}"
             sent_at[event_id] = None
-            yield event_id.encode(), _event(event_id, event_id, datetime.now(timezone.utc), 1.0)
+            yield event_id.encode(), latency_event(event_id, event_id, datetime.now(timezone.utc), 1.0)
 
     return produce(bootstrap, topic, paced(records(), rate, seconds=seconds), linger_ms=5)
 
@@ -131,7 +130,7 @@ def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=prin
     pipeline = get_pipeline("demo")
     create_topic(bootstrap, topic, partitions=2)
     now = datetime.now(timezone.utc)
-    backlog = [(f"seed-{i % 200}".encode(), _event(f"seed-{i % 200}", f"seed-{i}", now - timedelta(hours=2) +
+    backlog = [(f"seed-{i % 200}".encode(), latency_event(f"seed-{i % 200}", f"seed-{i}", now - timedelta(hours=2) +
                                                      timedelta(seconds=i), float(i % 50)), i % 2, None)
                for i in range(4000)]
     produce(bootstrap, topic, backlog)
@@ -157,13 +156,12 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     topic = f"latency.{stamp}"
     handoff = small_switched_pipeline(tables, bootstrap, topic, out=out)
 
-    log = Path(warehouse) / "latency-stream.log"
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", pipeline.name, "--warehouse", warehouse,
-         "--bootstrap", bootstrap, "--caught-up-lag", "0", "--trigger-seconds", str(trigger_seconds),
-         "--tables-trigger-seconds", str(tables_trigger_seconds)],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True)
+    proc = start_service(switchyard_command("stream", "--pipeline", pipeline.name, "--warehouse", warehouse,
+                                            "--bootstrap", bootstrap, "--caught-up-lag", "0",
+                                            "--trigger-seconds", trigger_seconds,
+                                            "--tables-trigger-seconds", tables_trigger_seconds),
+                         Path(warehouse) / "latency-stream.log")
     report = LatencyReport(trigger=f"update query processingTime={trigger_seconds:g}s, Delta-writing queries every "
                                    f"{max(trigger_seconds, tables_trigger_seconds):g}s, "
                                    f"RocksDB state store, {warmup_seconds:g}s of warm-up input per rate")
@@ -176,15 +174,11 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
             report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds, warmup_seconds))
             out(report.table().splitlines()[-1])
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        terminate(proc, timeout=120)
     return report
 
 
-def _wait_for(tables: Tables, status: str, handoff_id: str, proc: subprocess.Popen, started: float,
+def _wait_for(tables: Tables, status: str, handoff_id: str, proc, started: float,
               timeout: float = 600) -> float:
     while time.monotonic() - started < timeout:
         if handoff_log.latest(None, tables, status, handoff_id) is not None:
@@ -218,3 +212,31 @@ def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds:
     latencies = sorted(seen[k] - stamps[k] for k in sent_at if k in seen and k in stamps)
     return RateResult(rate, seconds, sent, len(latencies), _percentile(latencies, 0.50),
                       _percentile(latencies, 0.95), _percentile(latencies, 0.99), latencies[-1] if latencies else float("nan"))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks latency", description=__doc__)
+    parser.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
+    parser.add_argument("--seconds", type=float, default=30.0, help="seconds of steady input per rate")
+    parser.add_argument("--trigger-seconds", type=float, default=0.0)
+    parser.add_argument("--tables-trigger-seconds", type=float, default=5.0,
+                        help="how often the Delta-writing queries run while latency is measured")
+    parser.add_argument("--warmup-seconds", type=float, default=20.0,
+                        help="steady input before each rate's measurement, not counted")
+    parser.add_argument("--json", dest="json_file", metavar="FILE")
+    add_connection(parser)
+    args = parser.parse_args(argv)
+    try:
+        rates = [int(r) for r in args.rates.split(",") if r.strip()]
+    except ValueError:
+        raise UserError(f"--rates must be comma-separated integers, not {args.rates!r}") from None
+    report = run_latency_bench(args.warehouse, args.bootstrap, rates, args.seconds, args.trigger_seconds,
+                               args.tables_trigger_seconds, args.warmup_seconds)
+    print(report.table())
+    in_process = (f" ({report.switched_in_process_s:.1f}s from the stream's own start)"
+                  if report.switched_in_process_s is not None else "")
+    print(f"SWITCHED {report.seconds_to_switched:.1f}s{in_process} and CAUGHT_UP {report.seconds_to_caught_up:.1f}s "
+          "after stream start")
+    if args.json_file:
+        write_json(args.json_file, dataclasses.asdict(report))
+    return 0

@@ -217,7 +217,7 @@ def _current_handoff_id(entries: list) -> str | None:
 
 
 def _progress(tables: Tables, handoff_id: str | None) -> dict | None:
-    from state_handoff.stream_control import read_json, stream_dir
+    from state_handoff.stream_layout import read_json, stream_dir
 
     return read_json(stream_dir(tables, handoff_id) / "progress.json") if handoff_id else None
 

@@ -1,0 +1,1 @@
+"""Benchmarks of switchyard, one module per scenario on one shared harness; run `python -m benchmarks --help`."""

@@ -1,0 +1,159 @@
+"""The bench's arms, each run by `python -m benchmarks worker bench MODE WAREHOUSE BOOTSTRAP TOPIC MAX_OFFSETS` in
+a fresh process (its own JVM): streaming-only, switchyard, batch-only (state alone or every table) and the
+backfill's hash strategy; each prints its wall seconds and where they went."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from state_handoff.kafka_security import spark_source_options
+
+#: The arms by mode, what each runs.
+MODES = ("streaming_only", "switchyard", "batch_only", "batch_full", "backfill_hash")
+
+
+def _empty_start(spark, pipeline, tables, topic: str) -> None:
+    """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
+    from jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
+    from state_handoff import handoff_log
+    from state_handoff.archive_files import write_archive_meta
+    from state_handoff.parsing import parse_events
+
+    nothing = spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY")
+    tiles = tiles_from_events(pipeline, parse_events(pipeline, nothing), "hash")
+    state_from_partials(pipeline, tiles).write.format("delta").mode("overwrite").save(tables.state)
+    if pipeline.windows is not None:
+        windows = window_partials_from_tiles(pipeline, tiles)
+        windows.write.format("delta").mode("overwrite").save(tables.windows)
+        windows.write.format("delta").mode("overwrite").save(tables.window_state)
+    os.makedirs(tables.archive, exist_ok=True)
+    write_archive_meta(tables.archive, {"topic": topic, "cut": {}, "first": {}, "records": 0})
+    handoff_id = handoff_log.new_handoff_id()
+    handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_COMMITTED, state_version=0,
+                       details={"boundary": {}, "complete": True, "records_read": 0, "mode": "streaming-only"})
+
+
+def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
+    from deploy.spark import build_spark
+    from jobs.stream import StreamSettings, run_stream
+    from state_handoff.handoff import run_handoff
+    from state_handoff.pipelines import get_pipeline
+    from state_handoff.tables import Tables
+
+    pipeline = get_pipeline("demo")
+    tables = Tables(warehouse, pipeline.name)
+    stages: dict[str, float] = {}
+    started = time.monotonic()
+    mark = started
+
+    def stage(name):
+        nonlocal mark
+        now = time.monotonic()
+        stages[name] = round(now - mark, 3)
+        mark = now
+
+    spark = build_spark(f"switchyard-bench-{mode}")
+    stage("spark_start")
+    settings = StreamSettings(until_caught_up=True, max_offsets_per_trigger=max_offsets)
+    quiet = lambda *_: None  # noqa: E731
+    if mode == "streaming_only":
+        # streaming only: never switching back to the batch path, which is what B is
+        settings.switch_back_lag = None
+        _empty_start(spark, pipeline, tables, topic)
+        run_handoff(spark, pipeline, tables, bootstrap)
+        stage("empty_start")
+        run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
+        stage("stream")
+    elif mode == "switchyard":
+        from jobs.backfill import backfill_tiles, commit_state
+
+        tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet)
+        stage("backfill_tiles")
+        commit_state(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap)
+        stage("commit_state")
+        handoff = run_handoff(spark, pipeline, tables, bootstrap)
+        stage("handoff")
+        run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
+        stage("stream")
+        _stream_laps(tables, handoff.handoff_id, stages)
+    elif mode == "backfill_hash":
+        from jobs.backfill import backfill_tiles
+
+        backfill_tiles(spark, pipeline, tables, strategy="hash", out=quiet)
+        stage("backfill_tiles")
+    elif mode == "batch_only":
+        _batch_only(spark, pipeline, tables, bootstrap, topic)
+        stage("aggregate")
+    elif mode == "batch_full":
+        _batch_only(spark, pipeline, tables, bootstrap, topic, every_table=True)
+        stage("aggregate")
+    else:
+        raise ValueError(mode)
+    return {"seconds": round(time.monotonic() - started, 3), "stages": stages}
+
+
+def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
+    """The tiles run's, the commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and
+    CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
+    from state_handoff import handoff_log
+
+    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED, handoff_id)
+    if committed is not None:
+        details = handoff_log.details(committed)
+        stages.update({f"tiles.{k}": v for k, v in details.get("tiles_s", {}).items()})
+        stages.update({f"commit.{k}": v for k, v in details.get("commit_s", {}).items()})
+    switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff_id)
+    caught_up = handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id)
+    if switched is None:
+        return
+    details = handoff_log.details(switched)
+    stages.update({f"stream.{k}": v for k, v in details.get("startup_s", {}).items()})
+    if caught_up is not None:
+        stages["stream.switched_to_caught_up"] = round((caught_up.at - switched.at).total_seconds(), 3)
+
+
+def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table: bool = False) -> None:
+    """The lower bound: archive files plus the un-archived tail read from Kafka in batch, one hash aggregation.
+
+    every_table: the same outputs as A and B (state, final and open windows, dead letters) from one parse, so
+    B/C compares equal work; a batch job sees every record, so no record is late here.
+    """
+    from pyspark.sql import functions as F
+
+    from jobs.aggregation import backlog_watermark, tile_start
+    from jobs.stream_events import batch_window_partials
+    from state_handoff.aggregates import event_aggregations, flatten_last
+    from state_handoff.archive_files import archive_meta
+    from state_handoff.parsing import cached_for_two_passes, parse_events
+
+    cut = archive_meta(tables.archive)["cut"]
+    archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")
+    tail = (spark.read.format("kafka").options(**spark_source_options(bootstrap)).option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {p: o for p, o in cut.items()}}))
+            .option("endingOffsets", "latest").load()
+            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"), "value"))
+    parsed = parse_events(pipeline, archived.unionByName(tail))
+    if every_table:
+        parsed = cached_for_two_passes(pipeline, parsed)
+    events = parsed.where("error IS NULL")
+    state = (events.groupBy(pipeline.key).agg(*event_aggregations(pipeline, pipeline.aggregations, keyed=True))
+             .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
+    state.write.format("delta").mode("overwrite").save(tables.state)
+    if not every_table:
+        return
+    parsed.where("error IS NOT NULL").select("kafka_partition", "kafka_offset", "value", F.col("error").alias("reason")) \
+        .write.format("delta").mode("overwrite").save(tables.dead_letter)
+    if pipeline.windows is not None:
+        watermark = backlog_watermark(pipeline, events.agg(F.max(pipeline.event_time)).first()[0])
+        windows = batch_window_partials(pipeline, events.withColumn("window_start", tile_start(pipeline)))
+        closed = F.col("window_end") <= F.lit(watermark)
+        for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
+            windows.where(part).write.format("delta").mode("overwrite").save(path)
+    parsed.unpersist()
+
+
+def worker(argv: list[str]) -> dict:
+    mode, warehouse, bootstrap, topic, max_offsets = argv
+    return run_arm(mode, warehouse, bootstrap, topic, int(max_offsets))
