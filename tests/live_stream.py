@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from jobs.archive import archive_cut, run_archive
-from jobs.generate import DEFAULT_START, run_generate
+from jobs.inputs.generate import DEFAULT_START, run_generate
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
 from orchestration.stream_health import read_progress

@@ -12,7 +12,7 @@ import pytest
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff.archive_files import ARCHIVE_META, list_archive
 from state_handoff.errors import UserError
 from state_handoff.pipelines import get_pipeline

@@ -13,7 +13,7 @@ from deltalake import DeltaTable
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import TAIL_PHASE, commit_state, run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff import delta_upkeep, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff

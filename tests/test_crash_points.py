@@ -18,7 +18,7 @@ import pytest
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from jobs.stream import StreamSettings, run_stream
 from state_handoff import faults, handoff_log
 from state_handoff.errors import UserError

@@ -14,7 +14,8 @@ from functools import lru_cache
 import pytest
 from kafka.partitioner.default import murmur2
 
-from jobs.generate import MALFORMED_KINDS, SPECIAL_KEYS, add_generate_command, generate_records, run_generate
+from jobs.cli.inputs import add_generate_command
+from jobs.inputs.generate import MALFORMED_KINDS, SPECIAL_KEYS, generate_records, run_generate
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
 
@@ -38,7 +39,7 @@ def sample(events=5000, keys=1000, partitions=4, days=7, seed=7, malformed_rate=
 
 
 def parse_event(value: bytes | None) -> dict | None:
-    """The event if `value` is well-formed under DESIGN.md, else None (written independently of jobs.generate)."""
+    """The event if `value` is well-formed under DESIGN.md, else None (written independently of jobs.inputs.generate)."""
     if value is None:
         return None
     try:

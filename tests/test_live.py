@@ -10,8 +10,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.generate import parse_start, run_generate
-from jobs.live import run_live
+from jobs.cli.inputs import parse_start
+from jobs.inputs.generate import run_generate
+from jobs.inputs.live import run_live
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import create_topic, paced
 from tests.oracle import read_topic

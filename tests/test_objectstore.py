@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff import delta_cas, handoff_log, storage
 from state_handoff.pipelines import get_pipeline
 from state_handoff.kafka_io import produce

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from orchestration.assets import handoff, keyed_state
 from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets, state_is_sound
 from orchestration.definitions import build_definitions, defs

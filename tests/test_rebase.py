@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce

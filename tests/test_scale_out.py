@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from deploy import kafka_cluster
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff import handoff_log, storage
 from state_handoff.kafka_io import produce, topic_config
 from state_handoff.pipelines import get_pipeline

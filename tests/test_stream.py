@@ -16,7 +16,7 @@ from deltalake import DeltaTable
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
-from jobs.generate import run_generate
+from jobs.inputs.generate import run_generate
 from state_handoff import delta_upkeep, handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff

@@ -30,13 +30,13 @@ def event_value(event_id: str, key: str, event_time: str, amount: float, kind: s
 
 
 def event_values(event_ids: Iterable[str], keys_json: Iterable[str], event_times: Iterable[str],
-                 amounts_json: Iterable[str], kinds: Iterable[str]) -> list[bytes]:
-    """Many demo events' value bytes at once, for generators that format a chunk of records in one pass.
+                 amounts_json: Iterable[str], kinds_json: Iterable[str]) -> list[bytes]:
+    """Many demo events' value bytes at once, for a generator that formats a chunk of records in one pass.
 
-    Keys and amounts come already as JSON text (`json_string(key)`, a number's text), so a generator that
-    repeats a few keys escapes each once and can write amounts no float repr gives (1e15); event ids,
-    event times and kinds are escaped here.
+    Keys, amounts and kinds come as JSON text already (`json_string(key)`, a number's text): a generator that
+    draws from a few keys and kinds escapes each once, and can write amounts no float repr gives (1e15).
+    Event ids are escaped here; event times are event_time_text's form, which holds nothing to escape.
     """
-    return [f'{{"event_id":{json_string(eid)},"key":{kj},"event_time":{json_string(ts)},"amount":{amt},'
-            f'"kind":{json_string(kind)}}}'.encode()
-            for eid, kj, ts, amt, kind in zip(event_ids, keys_json, event_times, amounts_json, kinds, strict=True)]
+    return [f'{{"event_id":{json_string(eid)},"key":{kj},"event_time":"{ts}","amount":{amt},"kind":{kind}}}'.encode()
+            for eid, kj, ts, amt, kind in zip(event_ids, keys_json, event_times, amounts_json, kinds_json,
+                                             strict=True)]

@@ -1,5 +1,5 @@
-"""`switchyard live`: events stamped with the current time at a steady rate, until stopped (SIGTERM or Ctrl-C) or
-for a set time: the input of a live pipeline, for the demo and for watching the stream in Dagster.
+"""The live producer (`switchyard live`): events stamped with the current time at a steady rate, until stopped
+(SIGTERM or Ctrl-C) or for a set time: the input of a live pipeline, for the demo and for watching the stream.
 
 The records have `generate`'s shape and key space (`key-000000`.. Zipf-skewed, the same kinds), so they land
 on the keys a generated backlog has built up; event ids carry the producer's start so that two runs never
@@ -16,7 +16,8 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from jobs.generate import _KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
+from jobs.inputs.encoding import event_time_text, event_value
+from jobs.inputs.generate import KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
 from state_handoff.errors import UserError
 
 
@@ -24,16 +25,15 @@ def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes,
     """(key, value) pairs without end, each stamped with the time it is taken (pace them with kafka_io.paced)."""
     rng = random.Random(seed)
     cdf = list(itertools.accumulate(1.0 / (k + 1) ** ZIPF_EXPONENT for k in range(keys)))
-    kind_cdf = list(itertools.accumulate(_KIND_WEIGHTS.tolist()))
+    kind_cdf = list(itertools.accumulate(KIND_WEIGHTS))
     run = f"live{int(clock())}"
     for i in itertools.count():
         rank = min(bisect.bisect_right(cdf, rng.random() * cdf[-1]), keys - 1)
         key = f"key-{rank:06d}"
         kind = KINDS[min(bisect.bisect_right(kind_cdf, rng.random() * kind_cdf[-1]), len(KINDS) - 1)]
-        at = datetime.fromtimestamp(clock(), UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        at = event_time_text(datetime.fromtimestamp(clock(), UTC))
         amount = rng.randint(-10_000, 100_000) / 100
-        yield key.encode(), (f'{{"event_id":"{run}-{i}","key":"{key}","event_time":"{at}",'
-                             f'"amount":{amount!r},"kind":"{kind}"}}').encode()
+        yield key.encode(), event_value(f"{run}-{i}", key, at, amount, kind)
 
 
 def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
@@ -63,20 +63,3 @@ def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seco
     out(f"live: stopped{' on ' + stop[0] if stop else ''}; {sent:,} events sent and acknowledged in "
         f"{time.monotonic() - started:.0f}s")
     return sent
-
-
-def add_live_command(commands, common) -> None:
-    parser = commands.add_parser("live", help="produce events stamped with the current time at a steady rate")
-    parser.add_argument("--topic", required=True, help="an existing Kafka topic")
-    parser.add_argument("--rate", type=float, default=20.0, help="events per second (default 20)")
-    parser.add_argument("--keys", type=int, default=500, help="distinct keys, Zipf-skewed (default 500)")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--for", dest="seconds", type=float, metavar="SECONDS",
-                        help="stop after SECONDS (default: until SIGTERM or Ctrl-C)")
-    common(parser)
-    parser.set_defaults(handler=_handle)
-
-
-def _handle(args) -> int:
-    run_live(args.bootstrap, args.topic, args.rate, args.keys, args.seed, args.seconds)
-    return 0

@@ -1,26 +1,11 @@
-"""The `switchyard` command line: parse, build what the command needs, call into jobs/ and state_handoff/."""
+"""`switchyard kafka|spark|objectstore start|stop|status`: the local services a pipeline runs against."""
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-
-from state_handoff import faults
-from state_handoff.errors import Failed, UserError
+from state_handoff.errors import UserError
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--warehouse", default=os.environ.get("SWITCHYARD_WAREHOUSE", "./warehouse"),
-                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
-    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"),
-                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="switchyard", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def add_service_commands(commands, common) -> None:
     kafka = commands.add_parser("kafka", help="start, stop or check a local KRaft broker (or a cluster of N nodes)")
     kafka.add_argument("action", choices=["start", "stop", "status"])
     kafka.add_argument("--port", type=int, default=9092,
@@ -30,12 +15,8 @@ def build_parser() -> argparse.ArgumentParser:
     kafka.add_argument("--node", type=int, help="one node K of the cluster at --port: take it down or bring it back")
     kafka.add_argument("--sasl", action="store_true",
                        help="a SASL/SCRAM listener, credentials from the SWITCHYARD_KAFKA_* settings (fixed at format)")
-    _common(kafka)
-
-    smoke = commands.add_parser("smoke", help="produce events, read them with Spark from Kafka, write Delta, print counts")
-    smoke.add_argument("--topic", default="switchyard.smoke")
-    smoke.add_argument("--events", type=int, default=5000)
-    _common(smoke)
+    common(kafka)
+    kafka.set_defaults(handler=run_kafka)
 
     spark = commands.add_parser("spark", help="start, stop or check a local Spark standalone master and workers")
     spark.add_argument("action", choices=["start", "stop", "status"])
@@ -52,10 +33,6 @@ def build_parser() -> argparse.ArgumentParser:
     objectstore.add_argument("action", choices=["start", "stop", "status"])
     objectstore.add_argument("--port", type=int, default=9000, help="port on 127.0.0.1 (default 9000)")
     objectstore.set_defaults(handler=run_objectstore)
-
-    from jobs.commands import add_pipeline_commands
-    add_pipeline_commands(commands, _common)
-    return parser
 
 
 def run_objectstore(args) -> int:
@@ -74,6 +51,8 @@ def run_objectstore(args) -> int:
 
 
 def run_kafka(args) -> int:
+    """One broker at --port, unless --brokers N or --node K asks for the cluster; `stop` and `status` on a
+    cluster's port reach the cluster too."""
     from deploy import kafka_broker, kafka_cluster
 
     if args.node is not None or args.brokers > 1:
@@ -136,29 +115,3 @@ def run_spark(args) -> int:
     up, lines = spark_cluster.status(cluster)
     print(lines)
     return 0 if up else 1
-
-
-def run_smoke(args) -> int:
-    from jobs.smoke import run_smoke_job
-
-    print(run_smoke_job(args.bootstrap, args.warehouse, args.topic, args.events))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handlers = {"kafka": run_kafka, "smoke": run_smoke}
-    try:
-        faults.check_setting()
-        handler = handlers.get(args.command) or args.handler
-        return handler(args)
-    except (UserError, Failed) as err:
-        print(f"switchyard {args.command}: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print(f"switchyard {args.command}: interrupted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

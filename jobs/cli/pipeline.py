@@ -1,7 +1,9 @@
-"""Pipeline subcommands of the command line: each parses its flags and calls one job function."""
+"""The pipeline's commands: archive, backfill, handoff, stream, rebase, stop, status; each parses its flags and
+calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark."""
 
 from __future__ import annotations
 
+from state_handoff.errors import UserError
 from state_handoff.tables import Tables
 
 
@@ -39,7 +41,6 @@ def _rebase(args) -> int:
 
 
 def run_rebase_command(args) -> int:
-    from state_handoff.errors import UserError
     from state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
@@ -52,7 +53,6 @@ def run_rebase_command(args) -> int:
 def run_backfill_command(args) -> int:
     from jobs.backfill import run_backfill
     from state_handoff import lease
-    from state_handoff.errors import UserError
     from state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
@@ -71,7 +71,6 @@ def run_backfill_command(args) -> int:
 
 def run_handoff_command(args) -> int:
     from state_handoff import lease
-    from state_handoff.errors import UserError
     from state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
@@ -126,12 +125,6 @@ def run_stop_command(args) -> int:
 
 
 def add_pipeline_commands(commands, common) -> None:
-    from jobs.generate import add_generate_command
-    from jobs.live import add_live_command
-
-    add_generate_command(commands, common)
-    add_live_command(commands, common)
-
     archive = commands.add_parser("archive", help="archive a topic up to a cut into Parquet day folders")
     archive.add_argument("--pipeline", required=True)
     archive.add_argument("--topic", required=True)
@@ -226,104 +219,3 @@ def add_pipeline_commands(commands, common) -> None:
     status.add_argument("--json", action="store_true")
     common(status)
     status.set_defaults(handler=run_status_command)
-
-    bench = commands.add_parser("bench", help="A streaming-only vs B switchyard vs C batch-only, side by side")
-    bench.add_argument("--events", type=int, default=1_000_000)
-    bench.add_argument("--keys", type=int, default=100_000)
-    bench.add_argument("--partitions", type=int, default=4)
-    bench.add_argument("--archived-fraction", type=float, default=0.99)
-    bench.add_argument("--json", dest="json_file", required=True, metavar="FILE")
-    bench.add_argument("--out-dir", default="bench-out", help="where the three runs keep their tables")
-    bench.add_argument("--max-offsets-per-trigger", type=int, default=1_000_000,
-                       help="the streaming runs' batch cap, tuned for catch-up")
-    bench.add_argument("--latency-seconds", type=float, default=20.0, help="0 skips the latency measurement")
-    bench.add_argument("--arms", default="C,C-full,B,A,B-hash",
-                       help="which runs, comma-separated (default all: C, C-full, B, A, B-hash); e.g. B alone to "
-                            "time the switch on a cluster")
-    common(bench)
-    bench.set_defaults(handler=run_bench_command)
-
-    scale = commands.add_parser("bench-scaling", help="a log-log chart of the bench's wall times against size, "
-                                                      "from several `bench --json` results")
-    scale.add_argument("results", nargs="+", metavar="FILE", help="bench results at different --events")
-    scale.add_argument("--chart", required=True, metavar="PNG", help="the chart to write (its table beside it, .json)")
-    scale.set_defaults(handler=run_scaling_command)
-
-    latency = commands.add_parser("bench-latency", help="stream latency at fixed input rates (a benchmark)")
-    latency.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
-    latency.add_argument("--seconds", type=float, default=30.0, help="seconds of steady input per rate")
-    latency.add_argument("--trigger-seconds", type=float, default=0.0)
-    latency.add_argument("--tables-trigger-seconds", type=float, default=5.0,
-                         help="how often the Delta-writing queries run while latency is measured")
-    latency.add_argument("--warmup-seconds", type=float, default=20.0,
-                         help="steady input before each rate's measurement, not counted")
-    latency.add_argument("--json", dest="json_file", metavar="FILE")
-    common(latency)
-    latency.set_defaults(handler=run_latency_command)
-
-    burst = commands.add_parser("bench-burst", help="a burst into a live stream: caught up with vs without switch back")
-    burst.add_argument("--events", type=int, default=1_000_000, help="records in the burst (default 1000000)")
-    burst.add_argument("--rate", type=int, default=1000, help="the live stream's steady input, events/s")
-    burst.add_argument("--json", dest="json_file", metavar="FILE")
-    burst.add_argument("--out-dir", default="bench-out", help="where the two arms keep their tables and logs")
-    burst.add_argument("--keys", type=int, default=100_000)
-    burst.add_argument("--partitions", type=int, default=4)
-    burst.add_argument("--backlog", type=int, default=10_000, help="archived records before the stream starts")
-    burst.add_argument("--switch-back-lag", type=int, default=100_000, metavar="N", help="arm B's threshold")
-    burst.add_argument("--switch-back-after", type=float, default=10.0, metavar="SECONDS", help="arm B's hold time")
-    burst.add_argument("--caught-up-seconds", type=float, default=20.0,
-                       help="caught up at offsets behind <= rate x SECONDS (the live input never stands still)")
-    burst.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS", help="limit of each wait")
-    burst.add_argument("--keep-topics", action="store_true", help="keep the two arms' topics afterwards")
-    common(burst)
-    burst.set_defaults(handler=run_burst_command)
-
-
-def run_latency_command(args) -> int:
-    import dataclasses
-    import json
-
-    from jobs.latency import run_latency_bench
-    from state_handoff.errors import UserError
-
-    try:
-        rates = [int(r) for r in args.rates.split(",") if r.strip()]
-    except ValueError:
-        raise UserError(f"--rates must be comma-separated integers, not {args.rates!r}") from None
-    report = run_latency_bench(args.warehouse, args.bootstrap, rates, args.seconds, args.trigger_seconds,
-                               args.tables_trigger_seconds, args.warmup_seconds)
-    print(report.table())
-    in_process = (f" ({report.switched_in_process_s:.1f}s from the stream's own start)"
-                  if report.switched_in_process_s is not None else "")
-    print(f"SWITCHED {report.seconds_to_switched:.1f}s{in_process} and CAUGHT_UP {report.seconds_to_caught_up:.1f}s "
-          "after stream start")
-    if args.json_file:
-        with open(args.json_file, "w") as fh:
-            json.dump(dataclasses.asdict(report), fh, indent=2)
-    return 0
-
-
-def run_burst_command(args) -> int:
-    from jobs.burst import run_burst_bench
-
-    run_burst_bench(args.bootstrap, args.events, args.rate, args.json_file, out_dir=args.out_dir, keys=args.keys,
-                    partitions=args.partitions, backlog=args.backlog, switch_back_lag=args.switch_back_lag,
-                    switch_back_after=args.switch_back_after, caught_up_seconds=args.caught_up_seconds,
-                    timeout=args.timeout, keep_topics=args.keep_topics)
-    return 0
-
-
-def run_scaling_command(args) -> int:
-    from jobs.bench import run_scaling
-
-    run_scaling(args.results, args.chart)
-    return 0
-
-
-def run_bench_command(args) -> int:
-    from jobs.bench import run_bench
-
-    run_bench(args.bootstrap, args.events, args.keys, args.partitions, args.archived_fraction, args.json_file,
-              out_dir=args.out_dir, max_offsets=args.max_offsets_per_trigger, latency_seconds=args.latency_seconds,
-              arms=tuple(a.strip() for a in args.arms.split(",") if a.strip()))
-    return 0

@@ -1,4 +1,4 @@
-"""`switchyard generate`: realistic, reproducible demo events for the `demo` pipeline, produced to Kafka.
+"""Realistic, reproducible demo events for the `demo` pipeline, produced to Kafka (`switchyard generate`).
 
 The events follow the demo contract of DESIGN.md: JSON values
 `{"event_id", "key", "event_time", "amount", "kind"}` with the Kafka key = `key` (UTF-8). On top of the
@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from jobs.inputs.encoding import event_values, json_string
 from state_handoff.errors import UserError
 
 
@@ -76,7 +77,7 @@ SPECIAL_KEYS = (
 )
 
 KINDS = ("purchase", "refund", "view", "add_to_cart", "checkout", "signup")
-_KIND_WEIGHTS = np.array([0.30, 0.05, 0.40, 0.15, 0.07, 0.03])
+KIND_WEIGHTS = (0.30, 0.05, 0.40, 0.15, 0.07, 0.03)
 
 ZIPF_EXPONENT = 1.1
 SPECIAL_KEY_SHARE = 0.01
@@ -91,12 +92,6 @@ _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 def malformed_count(events: int, malformed_rate: float) -> int:
     """How many of `events` records `generate_records` makes malformed (exactly)."""
     return min(events, int(round(events * malformed_rate)))
-
-
-def _json_string(text: str) -> str:
-    out = text.replace("\\", "\\\\").replace('"', '\\"')
-    out = out.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
-    return f'"{out}"'
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
@@ -116,10 +111,10 @@ def _event_ids(positions: np.ndarray, salt: np.uint64) -> list[str]:
     return [f"{x:016x}" for x in ids.tolist()]
 
 
-def _malformed_value(kind: str, eid: str, key_json: str, ts: str, amt: str, ev_kind: str) -> bytes | None:
+def _malformed_value(kind: str, eid: str, key_json: str, ts: str, amt: str, kind_json: str) -> bytes | None:
     """The value bytes of a malformed record of `kind`, built around the event it replaces."""
-    head = f'{{"event_id":"{eid}"'
-    tail = f'"kind":"{ev_kind}"}}'
+    head = f'{{"event_id":{json_string(eid)}'
+    tail = f'"kind":{kind_json}}}'
     key, time_, amount = f'"key":{key_json}', f'"event_time":"{ts}"', f'"amount":{amt}'
     if kind == "tombstone":
         return None
@@ -178,7 +173,8 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
     weights = 1.0 / np.arange(1, keys + 1, dtype=np.float64) ** ZIPF_EXPONENT
     cdf = np.cumsum(weights)
     cdf /= cdf[-1]
-    kind_cdf = np.cumsum(_KIND_WEIGHTS / _KIND_WEIGHTS.sum())
+    kind_weights = np.array(KIND_WEIGHTS)
+    kind_cdf = np.cumsum(kind_weights / kind_weights.sum())
 
     start_us = (start - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
     span_us = days * 86_400 * 1_000_000
@@ -190,9 +186,9 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
     key_json: list[str | None] = [None] * n_keys
     for s, name in enumerate(SPECIAL_KEYS):
         key_bytes[keys + s] = name.encode("utf-8")
-        key_json[keys + s] = _json_string(name)
+        key_json[keys + s] = json_string(name)
 
-    kinds_json = np.array(KINDS, dtype=object)
+    kinds_json = np.array([json_string(kind) for kind in KINDS], dtype=object)
 
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
@@ -209,7 +205,7 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
                 if key_bytes[k] is None:
                     name = f"key-{k:06d}"
                     key_bytes[k] = name.encode()
-                    key_json[k] = f'"{name}"'
+                    key_json[k] = json_string(name)
                 key_partition[k] = (murmur2(key_bytes[k]) & 0x7FFFFFFF) % partitions
 
         # Event times: evenly spread and increasing, each jittered backwards by up to 5 minutes.
@@ -226,7 +222,7 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
         for j, pick, big in zip(huge.tolist(), huge_pick.tolist(), huge_int.tolist()):
             amounts[j] = ("1e15", "-1e15", "1000000000000000000", "-999999999999999999", str(big))[pick]
 
-        ev_kinds = kinds_json[np.searchsorted(kind_cdf, rng.random(size), side="right").clip(0, len(KINDS) - 1)]
+        ev_kinds_json = kinds_json[np.searchsorted(kind_cdf, rng.random(size), side="right").clip(0, len(KINDS) - 1)]
 
         # Event ids: unique per position, except ~0.1% that reuse an earlier well-formed event's id.
         ids = _event_ids(pos, salt)
@@ -245,9 +241,8 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
         kidx = key_idx.tolist()
         parts = key_partition[key_idx].tolist()
         kjson = [key_json[k] for k in kidx]
-        kinds = ev_kinds.tolist()
-        values = [f'{{"event_id":"{eid}","key":{kj},"event_time":"{ts}","amount":{amt},"kind":"{kind}"}}'.encode()
-                  for eid, kj, ts, amt, kind in zip(ids, kjson, times, amounts, kinds)]
+        kinds = ev_kinds_json.tolist()
+        values = event_values(ids, kjson, times, amounts, kinds)
         record_keys = [key_bytes[k] for k in kidx]
         first, last = np.searchsorted(bad_positions, [lo, hi])
         for i in bad_positions[first:last].tolist():
@@ -304,36 +299,3 @@ def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitio
     seconds = max(time.monotonic() - started, 1e-9)
     return (f"generate: produced {sent} events ({malformed_count(events, malformed_rate)} malformed) to {topic} "
             f"over {partitions} partitions in {seconds:.1f} s ({sent / seconds:.0f} events/s)")
-
-
-def add_generate_command(commands, common) -> None:
-    """Register `switchyard generate` on the argparse sub-parsers object `commands`."""
-    parser = commands.add_parser("generate", help="produce realistic demo events (with malformed ones) to a Kafka topic")
-    parser.add_argument("--topic", required=True, help="Kafka topic (created if missing)")
-    parser.add_argument("--events", type=int, required=True, help="how many records to produce")
-    parser.add_argument("--keys", type=int, required=True, help="how many distinct regular keys (Zipf-skewed)")
-    parser.add_argument("--partitions", type=int, default=4, help="partitions of a new topic (default 4)")
-    parser.add_argument("--days", type=int, default=7, help="event times spread over this many days (default 7)")
-    parser.add_argument("--seed", type=int, default=42, help="random seed; same flags give the same records (default 42)")
-    parser.add_argument("--malformed-rate", type=float, default=0.01,
-                        help="share of malformed records, 0 <= R < 1 (default 0.01)")
-    parser.add_argument("--start", default=DEFAULT_START.date().isoformat(), metavar="DATE",
-                        help="the first event time, YYYY-MM-DD (UTC midnight) or an ISO time with its zone; "
-                             "events spread over --days from there (default %(default)s)")
-    common(parser)
-    parser.set_defaults(handler=_handle)
-
-
-def parse_start(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise UserError(f"--start {text!r}: give a day (YYYY-MM-DD) or an ISO time (2026-01-01T09:30:00Z)") from None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-
-
-def _handle(args) -> int:
-    print(run_generate(args.bootstrap, args.topic, events=args.events, keys=args.keys, partitions=args.partitions,
-                       days=args.days, seed=args.seed, malformed_rate=args.malformed_rate,
-                       start=parse_start(args.start)))
-    return 0

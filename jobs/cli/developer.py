@@ -1,16 +1,32 @@
-"""The smoke job: a few thousand events through the real broker, Spark's Kafka source and Delta."""
+"""Developer commands, apart from the operator's: `switchyard smoke` checks an installation end to end with a
+few thousand events through the real broker, Spark's Kafka source and Delta."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from deploy.spark import build_spark
-from state_handoff.kafka_io import create_topic, produce
-from state_handoff.kafka_security import spark_source_options
+
+def add_developer_commands(commands, common) -> None:
+    smoke = commands.add_parser("smoke", help="produce events, read them with Spark from Kafka, write Delta, "
+                                              "print counts")
+    smoke.add_argument("--topic", default="switchyard.smoke")
+    smoke.add_argument("--events", type=int, default=5000)
+    common(smoke)
+    smoke.set_defaults(handler=run_smoke)
 
 
-def run_smoke_job(bootstrap: str, warehouse: str, topic: str, events: int) -> str:
+def run_smoke(args) -> int:
+    print(smoke_check(args.bootstrap, args.warehouse, args.topic, args.events))
+    return 0
+
+
+def smoke_check(bootstrap: str, warehouse: str, topic: str, events: int) -> str:
+    """Produce `events` records to `topic`, copy the topic into a Delta table with Spark, count both sides."""
+    from deploy.spark import build_spark
+    from state_handoff.kafka_io import create_topic, produce
+    from state_handoff.kafka_security import spark_source_options
+
     started = time.monotonic()
     create_topic(bootstrap, topic, partitions=2, exist_ok=True)
     produced = produce(bootstrap, topic, (

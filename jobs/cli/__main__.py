@@ -1,0 +1,7 @@
+"""`python -m jobs.cli`: the `switchyard` command, for callers that start it with this interpreter."""
+
+import sys
+
+from jobs.cli.parser import main
+
+sys.exit(main())

@@ -1,0 +1,67 @@
+"""The `switchyard` parser, the options every command shares, and the edge where a UserError or Failed becomes
+one line on stderr and an exit code instead of a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+
+from jobs.cli import developer, inputs, pipeline, services
+from state_handoff import faults
+from state_handoff.errors import Failed, UserError
+
+
+def common_options(parser: argparse.ArgumentParser) -> None:
+    """--warehouse and --bootstrap, each defaulting to its environment setting."""
+    parser.add_argument("--warehouse", default=os.environ.get("SWITCHYARD_WAREHOUSE", "./warehouse"),
+                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
+    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"),
+                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
+
+
+def _version() -> str:
+    try:
+        return version("switchyard")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="switchyard", description="Batch-then-stream keyed aggregation: archive and backfill a topic's history "
+                                       "in batch, hand off to a stream, and run the stream.",
+        epilog="Benchmarks are not switchyard commands: see `python -m benchmarks --help`.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    services.add_service_commands(commands, common_options)
+    inputs.add_generate_command(commands, common_options)
+    inputs.add_live_command(commands, common_options)
+    pipeline.add_pipeline_commands(commands, common_options)
+    developer.add_developer_commands(commands, common_options)
+    return parser
+
+
+def run_reporting_errors(name: str, handler: Callable[[], int]) -> int:
+    """Run `handler`; a UserError or Failed is one line `NAME: error: ...` on stderr and its exit code, Ctrl-C
+    is 130. Other exceptions keep their traceback: they are bugs, not a user's mistake."""
+    try:
+        return handler()
+    except (UserError, Failed) as err:
+        print(f"{name}: error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    def run() -> int:
+        faults.check_setting()
+        return args.handler(args)
+
+    return run_reporting_errors(f"switchyard {args.command}", run)
