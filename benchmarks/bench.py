@@ -65,7 +65,7 @@ def states_identical(warehouses: list[str]) -> tuple[bool, list]:
 
 def _topic(bootstrap: str, topic: str, events: int, keys: int, partitions: int, days: int, seed: int, out) -> dict:
     """The bench's topic generated unless it already holds the events; the generator's figures when it ran."""
-    from jobs.generate import run_generate
+    from jobs.inputs.generate import run_generate
     from state_handoff.kafka_io import offset_bounds, partitions_of
 
     try:
