@@ -24,13 +24,37 @@ class ArchiveFile:
     day: date
 
 
-def list_archive(root: str) -> list[ArchiveFile]:
+@dataclass(frozen=True)
+class ArchiveListing:
+    """The archive's committed files with the metadata that commits them, read together once: a step that looks
+    at the files and then at the offsets the metadata recorded for them asks this, not the disk again."""
+
+    root: str
+    meta: dict
+    files: list[ArchiveFile]
+
+    def recorded_ranges(self, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
+        """Per file, what the metadata recorded it holds: per partition (lowest offset, highest, records); None for
+        a file of an archive written before ranges were."""
+        files = self.meta.get("files") or {}
+        entries = {path: files.get(storage.relative(path, self.root)) for path in paths}
+        return {path: None if e is None else {int(p): tuple(r) for p, r in e.items()} for path, e in entries.items()}
+
+
+def read_listing(root: str) -> ArchiveListing:
     """The archive's committed files: those the metadata's "files" map names (every file of an archive whose
-    metadata predates the map)."""
+    metadata predates the map), with that metadata."""
     if not storage.is_dir(root):
         raise UserError(f"no archive at {root}: run `switchyard archive` first")
-    committed = committed_files(archive_meta(root))
-    return [f for f in files_on_disk(root) if committed is None or storage.relative(f.path, root) in committed]
+    meta = archive_meta(root)
+    committed = committed_files(meta)
+    files = [f for f in files_on_disk(root) if committed is None or storage.relative(f.path, root) in committed]
+    return ArchiveListing(root, meta, files)
+
+
+def list_archive(root: str) -> list[ArchiveFile]:
+    """The archive's committed files (`read_listing` without the metadata)."""
+    return read_listing(root).files
 
 
 def committed_files(meta: dict) -> set[str] | None:
@@ -112,13 +136,6 @@ def file_ranges(root: str, paths: list[str]) -> dict[str, dict[str, list[int]]]:
     Recorded when the files are written, so a file that later becomes unreadable still says what it held."""
     return {storage.relative(path, root): {str(p): list(r) for p, r in sorted(offset_ranges(path).items())}
             for path in paths}
-
-
-def recorded_ranges(root: str, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
-    """What the archive metadata recorded for each file; None for a file of an archive written before ranges were."""
-    files = (archive_meta(root).get("files") or {}) if storage.exists(_meta_path(root)) else {}
-    entries = {path: files.get(storage.relative(path, root)) for path in paths}
-    return {path: None if e is None else {int(p): tuple(r) for p, r in e.items()} for path, e in entries.items()}
 
 
 def write_archive_meta(root: str, meta: dict) -> None:

@@ -1,0 +1,177 @@
+"""The commit: every tile merged into keyed state and windows, the stream's seed written while the JVM is warm,
+and BACKFILL_COMMITTED appended with the boundary and the accounting (isBacklog ends here)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
+                              window_partials_from_tiles)
+from jobs.backfill.accounting import archive_accounting
+from jobs.backfill.read import archived_boundary, resolve_range, skipped_gaps
+from jobs.backfill.reconciliation import reconcile
+from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
+from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
+from jobs.seed import seed_files
+from jobs.sinks import ensure_tables
+from state_handoff import delta_upkeep, faults, handoff_log, storage
+from state_handoff.aggregates import partial_columns
+from state_handoff.archive_files import unreadable
+from state_handoff.spec import Pipeline
+from state_handoff.step_times import StepTimes
+from state_handoff.stream_layout import stream_dir
+from state_handoff.tables import Tables
+
+
+@dataclass
+class AtCut:
+    """A backfill under a stream's history (jobs/rebase.py): the backlog ends at a cut, not at the archive's end.
+
+    The Kafka range past the archive's cut arrives as keyed partials; the windows, late records and dead
+    letters stay as the stream made them (a final window is never re-emitted, a late record never joins a
+    window); the recomputed keyed state is compared with the streamed state at the same cut before it
+    replaces it."""
+
+    cut: dict[int, int]                 # per partition, the first offset the next handoff streams
+    kafka_partials: DataFrame           # keyed partials of the well-formed records in [archive cut, cut)
+    streamed: DataFrame                 # the streamed keyed state at the cut
+    watermark: datetime | None          # the stream's watermark at the cut
+    details: dict = field(default_factory=dict)
+    reconciliation: dict = field(default_factory=dict)
+
+
+def _delta_version(path: str) -> int:
+    """The table's latest version, from its log through delta-rs (Spark's `history` is a job and a snapshot)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, storage_options=storage.delta_options(path)).version()
+
+
+def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime) -> None:
+    """The windows of all tiles, split at the backlog watermark into `windows` (closed) and `window_state` (open).
+    A tile lies in one window, so the tiles are split before they are aggregated: two aggregations over disjoint
+    tiles, the open one small, instead of one aggregation kept on disk and read twice. They run one after the
+    other: on a second thread beside the state's write and seed they slowed each other once a Kafka tail was in."""
+    closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
+    for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
+        (window_partials_from_tiles(pipeline, tiles.where(part))
+         .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path))
+
+
+def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, state_version: int,
+                   state: DataFrame):
+    """What the handoff's stream would otherwise do first, done while this JVM is warm: the seed's files (`state`,
+    the rows just written as `state_version`), and the tables the stream appends to. The stream checks and skips
+    both."""
+    seed_files(spark, pipeline, tables, state_version, stream_dir(tables, handoff_id) / "seed", state)
+    ensure_tables(pipeline, tables)
+
+
+def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
+                 out=print, at_cut: AtCut | None = None, kafka_tail_from: str | None = None) -> BackfillResult:
+    """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
+    `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too."""
+    started = time.monotonic()
+    times = StepTimes(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
+    first, last, archive, _ = resolve_range(tables, None, None)
+    files = archive.files
+    # the files this process's tiles run read a moment ago are not opened again; a tiles run loaded from its
+    # record (a separate step, maybe hours ago) checks every file again
+    just_read = set(tiles_run.files) if tiles_run is not None else set()
+    readable = [f for f in files if f.path in just_read or unreadable(f.path) is None]
+    run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
+    tail = tail_parsed = None
+    with failure_logged(spark, tables, run.handoff_id):
+        tiles = spark.read.format("delta").load(tables.tiles)
+        if kafka_tail_from is not None and at_cut is None:
+            tail = kafka_tail_to_latest(tables, kafka_tail_from)
+            out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
+                + ", ".join(f"p{p}:{tail.start.get(p, 0)}..{o}" for p, o in sorted(tail.end.items())) + ")")
+            tail_parsed, tail_tiles, tail_accounting = kafka_tail_tiles(spark, pipeline, tables, tail)
+            run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
+            tiles = tiles.unionByName(tail_tiles)
+            times.end("kafka_tail")
+        out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
+        partials = tiles
+        if at_cut is not None:
+            columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+            partials = tiles.select(*columns).unionByName(at_cut.kafka_partials.select(*columns))
+        # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
+        state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
+        if at_cut is not None:
+            at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
+        state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
+        state_version = _delta_version(tables.state)
+        times.end("state")
+        watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))
+        times.end("watermark")
+        prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
+        times.end("seed_and_stream_tables")
+        if pipeline.windows is not None and at_cut is None:
+            _write_windows(pipeline, tables, tiles, watermark)
+        times.end("windows")
+        boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
+                    else archived_boundary(spark, tables, archive, readable))
+        if tail is not None:
+            boundary.update({p: o - 1 for p, o in tail.end.items() if o > tail.start.get(p, 0)})
+            tail_parsed.unpersist()
+            tail_tiles.unpersist()
+        # The tiles run's own count when it covered exactly the archive's readable files (a backfill of every day
+        # since nothing changed): the archive read a third time would give the same figures.
+        whole = ({p: dict(a) for p, a in run.accounting.items()} if run.files and run.accounting
+                 and run.files == sorted(f.path for f in readable) and at_cut is None
+                 else archive_accounting(spark, pipeline, tables, archive, readable, first, last))
+        times.end("boundary_and_accounting")
+        missing = {p: a["read"] - a["well_formed"] - a["dead_lettered"] for p, a in whole.items()
+                   if a["read"] != a["well_formed"] + a["dead_lettered"]}
+        keys = state.count()
+        state.unpersist()
+        gaps = skipped_gaps(archive, [f.path for f in files if f not in readable], boundary)
+        times.end("keys_and_gaps")
+    result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
+                     seconds=run.seconds + time.monotonic() - started)
+    faults.reach("backfill.after_state")
+    handoff_log.append(spark, tables, run.handoff_id, handoff_log.BACKFILL_COMMITTED,
+                       state_version=state_version, backlog_watermark=watermark,
+                       details={"from": str(run.first_day), "to": str(run.last_day), "boundary": boundary,
+                                "records_read": run.records_read, "well_formed": run.well_formed,
+                                "dead_lettered": run.dead_lettered, "keys": keys, "accounting": run.accounting,
+                                "archive_accounting": whole,
+                                "complete": not missing and not any(g["below_boundary"] for g in gaps),
+                                "records_not_backfilled": missing,
+                                "unreadable_files": [f.path for f in files if f not in readable],
+                                "skipped_files": run.skipped_files, "gaps": gaps,
+                                "tiled_files": [] if missing else sorted(
+                                    storage.relative(f.path, tables.archive) for f in readable),
+                                "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
+                                "commit_s": times.parts,
+                                **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
+                                **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
+                                               "reconciliation": at_cut.reconciliation}} if at_cut else {})})
+    for path in (tables.tiles, tables.state, tables.windows, tables.window_state, tables.dead_letter):
+        delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
+    if missing:
+        out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
+            "backfill the remaining days before the handoff")
+    for g in (g for g in gaps if g["below_boundary"]):
+        held = "offsets not recorded" if g["from"] is None else f"p{g['partition']}:{g['from']}..{g['to']}"
+        out(f"  note: skipped file {g['file']} holds {held} below the boundary; the handoff will refuse "
+            "until the file is restored or rewritten and the backfill rerun")
+    return result
+
+
+def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
+                 last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
+                 out=print, kafka_tail_from: str | None = None) -> BackfillResult:
+    """`switchyard backfill`: the day tiles of a range, then the state over all tiles (and, given
+    `kafka_tail_from`, the archived topic's records after the archive up to the topic's end)."""
+    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out)
+    if tiles_run.handoff_id is None:
+        return tiles_run
+    return commit_state(spark, pipeline, tables, tiles_run, out, kafka_tail_from=kafka_tail_from)

@@ -1,0 +1,145 @@
+"""The backlog's inputs: the archive's days and files (checked before anything is written, then read), and a
+bounded Kafka offset range read in batch."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from state_handoff.archive_files import ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing, unreadable
+from state_handoff.errors import UserError
+from state_handoff.kafka_io import offset_bounds
+from state_handoff.kafka_security import spark_source_options
+from state_handoff.parsing import parse_events
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")
+
+
+def _day(text: str | None, flag: str) -> date | None:
+    if text is None:
+        return None
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{flag} must be a date like 2026-01-31, not {text!r}") from None
+
+
+def resolve_range(tables: Tables, first_day: str | None,
+                  last_day: str | None) -> tuple[date, date, ArchiveListing, list[date]]:
+    """The days first_day..last_day (the archive's first and last when not given), the archive's listing (its
+    files and metadata, read once for the whole step) and the days it holds."""
+    first, last = _day(first_day, "--from"), _day(last_day, "--to")
+    archive = read_listing(tables.archive)
+    days = sorted({f.day for f in archive.files})
+    if not days:
+        raise UserError(f"the archive at {tables.archive} holds no day folders: run `switchyard archive` first")
+    first, last = first or days[0], last or days[-1]
+    if first > last:
+        raise UserError(f"empty date range: --from {first} is after --to {last}")
+    return first, last, archive, days
+
+
+def check_files(archive: ArchiveListing, skip_bad_files: bool, out) -> tuple[list[ArchiveFile], list[str]]:
+    """Every archive file is checked before anything is written (all of them give the boundary offsets);
+    a bad one stops the run or, with skip_bad_files, is left out and reported with the offsets it held."""
+    chosen, skipped = [], []
+    for f in archive.files:
+        problem = unreadable(f.path)
+        if problem:
+            if not skip_bad_files:
+                raise UserError(f"archive file {f.path} is not readable Parquet ({problem}): "
+                                "repair or remove it, or rerun with --skip-bad-files")
+            out(f"  skipping unreadable file {f.path}: {problem}; it held {_held(archive, f.path)}")
+            skipped.append(f.path)
+            continue
+        column = missing_column(f.path)
+        if column:
+            raise UserError(f"archive file {f.path} lacks required column {column}: rewrite it with `switchyard archive`")
+        chosen.append(f)
+    return chosen, skipped
+
+
+def _held(archive: ArchiveListing, path: str) -> str:
+    ranges = archive.recorded_ranges([path])[path]
+    if ranges is None:
+        return "offsets the archive metadata does not record"
+    return ", ".join(f"p{p}:{lo}..{hi} ({n} records)" for p, (lo, hi, n) in sorted(ranges.items()))
+
+
+def skipped_gaps(archive: ArchiveListing, skipped: list[str], boundary: dict[int, int]) -> list[dict]:
+    """Per skipped file and partition, the offsets it held (from the archive metadata; null when not recorded)
+    and whether any lies at or below the boundary, where the stream will not read them either."""
+    gaps = []
+    for path, ranges in archive.recorded_ranges(skipped).items():
+        if ranges is None:
+            gaps.append({"file": path, "partition": None, "from": None, "to": None, "records": None,
+                         "below_boundary": True})
+            continue
+        gaps.extend({"file": path, "partition": p, "from": lo, "to": hi, "records": n,
+                     "below_boundary": p in boundary and lo <= boundary[p]}
+                    for p, (lo, hi, n) in sorted(ranges.items()))
+    return gaps
+
+
+def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) -> DataFrame:
+    schema = "kafka_partition INT, kafka_offset BIGINT, value BINARY, event_date DATE"
+    if not files:
+        return spark.createDataFrame([], schema)
+    return (spark.read.option("basePath", tables.archive).parquet(*[f.path for f in files])
+            .select(*ARCHIVE_COLUMNS, F.col("event_date").cast("date")))
+
+
+def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int],
+                with_key: bool = False) -> DataFrame:
+    """The records of [start, end) per partition, read in batch, shaped as the stream's readers see them."""
+    ranges = {p: (start.get(p, 0), end[p]) for p in end if end[p] > start.get(p, 0)}
+    if not ranges:
+        key = ", kafka_key BINARY" if with_key else ""
+        return spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, kafka_timestamp TIMESTAMP"
+                                         f"{key}, value BINARY")
+    bounds = offset_bounds(bootstrap, topic)
+    for p, (lo, _) in sorted(ranges.items()):
+        if bounds[p][0] > lo:
+            raise UserError(f"topic {topic} partition {p} no longer retains offset {lo} (retained from "
+                            f"{bounds[p][0]}), which the backlog must read: archive past it, then run again")
+    key = [F.col("key").alias("kafka_key")] if with_key else []
+    # assign, not subscribe: a partition with nothing in the range is left out of the offsets, and Spark refuses
+    # offsets that do not name every partition it was given ("Partitions specified ... don't match")
+    return (spark.read.format("kafka").options(**spark_source_options(bootstrap))
+            .option("assign", json.dumps({topic: sorted(ranges)}))
+            .option("startingOffsets", json.dumps({topic: {str(p): lo for p, (lo, _) in ranges.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): hi for p, (_, hi) in ranges.items()}}))
+            .option("failOnDataLoss", "true").load()
+            .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                    F.col("timestamp").alias("kafka_timestamp"), *key, "value"))
+
+
+def newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
+    """The greatest well-formed event time in the archive, searched from the newest day folder back."""
+    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    for day in sorted({f.day for f in files}, reverse=True):
+        parsed = parse_events(pipeline, read_archive(spark, tables, [f for f in files if f.day == day]))
+        newest = parsed.where(F.col("error").isNull()).agg(F.max(pipeline.event_time)).first()[0]
+        if newest is not None:
+            return newest
+    return None
+
+
+def archived_boundary(spark: SparkSession, tables: Tables, archive: ArchiveListing,
+                      readable: list[ArchiveFile]) -> dict[int, int]:
+    """Per partition, the highest offset the readable archive files hold: from the ranges the archive metadata
+    recorded when it wrote them, else (an archive older than those) read from the files."""
+    recorded = archive.recorded_ranges([f.path for f in readable])
+    if all(r is not None for r in recorded.values()):
+        boundary: dict[int, int] = {}
+        for ranges in recorded.values():
+            for p, (_, hi, _) in ranges.items():
+                boundary[p] = max(hi, boundary.get(p, hi))
+        return boundary
+    return {int(p): int(o) for p, o in
+            read_archive(spark, tables, readable).groupBy("kafka_partition").agg(F.max("kafka_offset")).collect()}

@@ -1,0 +1,82 @@
+"""The Kafka tail: the archived topic's records after the archive's cut up to the topic's end, read in batch and
+folded into the backlog by the commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import SORT, tiles_from_events
+from jobs.backfill.read import kafka_range
+from jobs.sinks import dead_letter_rows, ensure_tables
+from state_handoff import storage
+from state_handoff.archive_files import archive_meta
+from state_handoff.kafka_io import latest_offsets
+from state_handoff.parsing import cached_for_two_passes, parse_events
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+TAIL_PHASE = "kafka-tail"
+
+
+@dataclass
+class KafkaTail:
+    """The backlog's second input (DESIGN: "or a bounded Kafka offset range read in batch"): the topic's
+    records after the archive's cut, up to `end` (exclusive, per partition), aggregated sort-based with the
+    archived ones. The handoff then starts the stream at `end`, so the stream's first batch carries the seed
+    and no backlog: what micro-batches would do with window MERGEs and state upserts, one batch pass does.
+    Like the archive, the tail is backlog: none of it is late, the backlog watermark covers it."""
+
+    bootstrap: str
+    topic: str
+    start: dict[int, int]
+    end: dict[int, int]
+
+    @property
+    def records(self) -> int:
+        return sum(max(0, o - self.start.get(p, 0)) for p, o in self.end.items())
+
+    def as_details(self) -> dict:
+        return {"topic": self.topic, "from": {str(p): o for p, o in sorted(self.start.items())},
+                "to": {str(p): o for p, o in sorted(self.end.items())}}
+
+
+def kafka_tail_to_latest(tables: Tables, bootstrap: str) -> KafkaTail:
+    """The tail from the archive's cut to the topic's end now."""
+    meta = archive_meta(tables.archive)
+    start = {int(p): int(o) for p, o in meta["cut"].items()}
+    latest = latest_offsets(bootstrap, [meta["topic"]])[meta["topic"]]
+    return KafkaTail(bootstrap, meta["topic"], start, {p: max(o, start.get(p, 0)) for p, o in latest.items()})
+
+
+def kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables,
+                     tail: KafkaTail) -> tuple[DataFrame, DataFrame, dict[str, dict[str, int]]]:
+    """The tail's day tiles, its dead letters (replacing what an interrupted attempt wrote from the same start,
+    whatever end it had reached), and its accounting per partition (records read, parsed well-formed,
+    dead-lettered) in one pass over the parsed records, kept on local disk for the tiles. The caller unpersists
+    the parsed records and the tiles it returns."""
+    parsed = cached_for_two_passes(pipeline, parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic,
+                                                                                tail.start, tail.end)))
+    counts = {str(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed, "dead_lettered": r.dead_lettered}
+              for r in parsed.groupBy("kafka_partition").agg(
+                  F.count(F.lit(1)).alias("read"), F.count_if(F.col("error").isNull()).alias("well_formed"),
+                  F.count_if(F.col("error").isNotNull()).alias("dead_lettered")).collect()}
+    # The tail's dead letters are few: written by delta-rs in one commit that also drops what an interrupted
+    # attempt wrote (a Spark replaceWhere write costs a snapshot, a job and a commit).
+    from deltalake import DeltaTable, write_deltalake
+
+    dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), TAIL_PHASE).toArrow()
+    anywhere_in_tail = " OR ".join(f"(kafka_partition = {p} AND kafka_offset >= {tail.start.get(p, 0)})"
+                                   for p in sorted(tail.end))
+    ensure_tables(pipeline, tables)
+    table = DeltaTable(tables.dead_letter, storage_options=storage.delta_options(tables.dead_letter))
+    schema = pa.schema(table.schema())
+    write_deltalake(table, dead.select(schema.names).cast(schema), mode="overwrite",
+                    predicate=f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})")
+    # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
+    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
+    return parsed, tiles, dict(sorted(counts.items()))
