@@ -36,9 +36,9 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     as_typed = ", ".join(f"`{f.name}` {'DOUBLE' if f in numeric else 'STRING'}" for f in pipeline.fields)
     # One parse with the numbers typed answers for every record it accepts: a JSON object whose numbers convert
     # (a string field takes any JSON value as its text, so only a number or the syntax can fail). A record it
-    # refuses, few in any topic, parses again as before the typed parse existed: as text, to tell a JSON object from
-    # anything else, and each number alone, so a non-number in one field cannot blank the others. Two full parses
-    # of every record cost a 10^7 backfill ~12 s.
+    # refuses, few in any topic, parses again: as text, to tell a JSON object from anything else, and each number
+    # alone, so a non-number in one field cannot blank the others. A second full parse of every record would double
+    # the costliest part of a scan.
     parsed = records.withColumn("__typed", F.from_json(raw, as_typed + ", `_corrupt_record` STRING", corrupt))
     refused = F.col("__typed._corrupt_record").isNotNull()
     parsed = parsed.withColumns({
@@ -82,8 +82,8 @@ def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
     again: every record's partition, `error` and the fields an aggregation reads; the rest of the record (its value,
     offset, date...) only when it failed, for its dead letter. Fields nothing reads are left out.
 
-    Building the cache costs more than reading it: a 10^7 backfill's parse with a cache of every column took
-    36.6-41.1 s, with this one and no columnar compression (deploy/spark.py) 27.5 s, the parse alone 22-24 s."""
+    Building the cache costs more than reading it, so it holds no more than the two passes read, and is written
+    without columnar compression (deploy/spark.py)."""
     used = {pipeline.key, pipeline.event_time, pipeline.event_id,
             *(a.column for a in pipeline.all_aggregations if a.column)}
     fields = {f.name for f in pipeline.fields}

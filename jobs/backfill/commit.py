@@ -56,8 +56,9 @@ def _delta_version(path: str) -> int:
 def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime) -> None:
     """The windows of all tiles, split at the backlog watermark into `windows` (closed) and `window_state` (open).
     A tile lies in one window, so the tiles are split before they are aggregated: two aggregations over disjoint
-    tiles, the open one small, instead of one aggregation kept on disk and read twice. They run one after the
-    other: on a second thread beside the state's write and seed they slowed each other once a Kafka tail was in."""
+    tiles, the open one small, instead of one aggregation kept on disk and read twice. Both run here, in turn: on a
+    second thread beside the state's write and the seed they helped a commit alone, but slowed each other once a
+    Kafka tail was folded in."""
     closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
     for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
         (window_partials_from_tiles(pipeline, tiles.where(part))

@@ -9,7 +9,8 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff.archive_files import ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing, unreadable
+from state_handoff.archive_files import (ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing,
+                                         unreadable)
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
 from state_handoff.kafka_security import spark_source_options
