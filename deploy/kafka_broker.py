@@ -5,22 +5,19 @@ with a SASL/SCRAM listener whose credentials come from the SWITCHYARD_KAFKA_* se
 from __future__ import annotations
 
 import base64
-import os
-import signal
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy import local_server
 from deploy.jars import kafka_classpath
 from deploy.java import check_java
-from deploy.local_processes import is_zombie as _is_zombie, port_accepts as _port_accepts, port_free as _port_free
+from deploy.local_server import HOST
 from deploy.paths import kafka_home
 from state_handoff import kafka_security
 from state_handoff.errors import UserError
 
-HOST = "127.0.0.1"
 HEAP = "512m"
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
@@ -74,6 +71,11 @@ class Broker:
     @property
     def pid_file(self) -> Path:
         return self.home / "broker.pid"
+
+    @property
+    def process(self) -> local_server.PidFile:
+        """The node's process, tracked by its pid file (a `kafka.Kafka` reading this node's configuration)."""
+        return local_server.PidFile(self.pid_file, ("kafka.Kafka", str(self.config_file)))
 
     @property
     def log_file(self) -> Path:
@@ -148,25 +150,10 @@ listener.name.controller.plain.sasl.jaas.config={plain_login}
 """
 
 
-def _pid(broker: Broker) -> int | None:
-    """The pid of the broker this project started, if that process still runs."""
-    try:
-        pid = int(broker.pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    if "kafka.Kafka" not in cmdline or str(broker.config_file) not in cmdline:
-        return None  # the pid was reused by another process
-    return pid
-
-
 def answers(bootstrap: str) -> bool:
     """True once a broker at `bootstrap` serves metadata to the project's clients, not merely accepts TCP."""
     first_port = int(bootstrap.split(",")[0].rsplit(":", 1)[1])
-    if not _port_accepts(first_port):
+    if not local_server.port_accepts(first_port):
         return False
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
@@ -190,7 +177,7 @@ def _broker_answers(broker: Broker) -> bool:
 
 
 def is_up(broker: Broker) -> bool:
-    return _pid(broker) is not None and _broker_answers(broker)
+    return running_pid(broker) is not None and _broker_answers(broker)
 
 
 def new_cluster_id() -> str:
@@ -240,9 +227,7 @@ def sasl_settings(broker: Broker, requested: bool) -> kafka_security.KafkaSecuri
 
 
 def check_ports_free(broker: Broker) -> None:
-    for port in (broker.port, broker.controller_port):
-        if not _port_free(port):
-            raise UserError(f"port {port} on {HOST} is already in use: stop what holds it or pick another --port")
+    local_server.check_ports_free((broker.port, broker.controller_port))
 
 
 def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
@@ -257,24 +242,20 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
         broker.config_file.chmod(0o600)  # it holds the password
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
     _format_storage(broker, java, cluster_id, sasl)
-    with open(broker.console_file, "ab") as console:
-        proc = subprocess.Popen(
-            [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", *jvm_flags, "-Djava.awt.headless=true",
-             f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
-             f"-Dkafka.logs.dir={broker.home / 'logs'}",
-             "-cp", kafka_classpath(), "kafka.Kafka", str(broker.config_file)],
-            stdout=console, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, cwd=broker.home,
-        )
-    broker.pid_file.write_text(str(proc.pid))
+    proc = local_server.launch(
+        [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", *jvm_flags, "-Djava.awt.headless=true",
+         f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}", f"-Dkafka.logs.dir={broker.home / 'logs'}",
+         "-cp", kafka_classpath(), "kafka.Kafka", str(broker.config_file)],
+        broker.console_file, broker.home)
+    broker.process.record(proc.pid)
     return proc
 
 
 def start(broker: Broker, sasl: bool = False) -> str:
     """Start the broker (idempotent); return a one-line description."""
-    if _pid(broker) is not None:
+    if running_pid(broker) is not None:
         wait_until_up(broker, subprocess_handle=None)
-        return f"kafka already running on {broker.bootstrap} (pid {_pid(broker)})"
+        return f"kafka already running on {broker.bootstrap} (pid {running_pid(broker)})"
     check_ports_free(broker)
     proc = launch(broker, check_java(), sasl)
     wait_until_up(broker, proc)
@@ -284,14 +265,9 @@ def start(broker: Broker, sasl: bool = False) -> str:
 
 def wait_until_up(broker: Broker, subprocess_handle: subprocess.Popen | None,
                   timeout_s: float = START_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if _broker_answers(broker):
-            return
-        if subprocess_handle is not None and subprocess_handle.poll() is not None:
-            broker.pid_file.unlink(missing_ok=True)
-            raise UserError(f"kafka broker exited with code {subprocess_handle.returncode} while starting: see {broker.log_file} and {broker.console_file}")
-        time.sleep(0.5)
+    exited = f"kafka broker exited with code {{code}} while starting: see {broker.log_file} and {broker.console_file}"
+    if broker.process.wait_until_ready(lambda: _broker_answers(broker), timeout_s, subprocess_handle, exited):
+        return
     raise UserError(f"kafka broker did not answer on {broker.bootstrap} within {timeout_s:.0f}s: see {broker.log_file}"
                     + _security_hint(broker))
 
@@ -304,42 +280,21 @@ def _security_hint(broker: Broker) -> str:
     return ""
 
 
-def send_stop(broker: Broker) -> int | None:
-    """Ask the node to shut down (SIGTERM); return its pid, None when it was not running."""
-    pid = _pid(broker)
-    if pid is None:
-        broker.pid_file.unlink(missing_ok=True)
-        return None
-    os.kill(pid, signal.SIGTERM)
-    return pid
-
-
-def wait_stopped(broker: Broker, pid: int, deadline: float) -> None:
-    """Wait for the node to exit until `deadline` (monotonic), then kill it."""
-    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
-        time.sleep(0.2)
-    if Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
-        os.kill(pid, signal.SIGKILL)
-        while Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
-            time.sleep(0.1)
-    broker.pid_file.unlink(missing_ok=True)
-
-
 def stop(broker: Broker) -> str:
     """Stop the broker this project started, by pid, and wait for it to exit."""
-    pid = send_stop(broker)
+    pid = broker.process.stop(STOP_TIMEOUT_S)
     if pid is None:
         return f"{broker.name} is not running"
-    wait_stopped(broker, pid, time.monotonic() + STOP_TIMEOUT_S)
     return f"{broker.name} stopped (pid {pid})"
 
 
 def running_pid(broker: Broker) -> int | None:
-    return _pid(broker)
+    """The pid of the node this project started, if that process still runs."""
+    return broker.process.running()
 
 
 def status(broker: Broker) -> tuple[bool, str]:
-    pid = _pid(broker)
+    pid = running_pid(broker)
     if pid is None:
         return False, f"{broker.name} is not running"
     if not _broker_answers(broker):

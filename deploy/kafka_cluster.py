@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import kafka_broker
+from deploy import kafka_broker, local_server
 from deploy.java import check_java
+from deploy.local_server import HOST
 from deploy.paths import kafka_cluster_home
 from state_handoff import kafka_security
 from state_handoff.errors import UserError
 
-HOST = kafka_broker.HOST
 NODE_HEAP = "256m"
 NODE_MIN_HEAP = "64m"
 # N JVMs on a small machine: the quick compiler only and one GC thread start a node in less CPU time.
@@ -23,6 +23,8 @@ SETTINGS = "cluster.properties"
 
 @dataclass(frozen=True)
 class Cluster:
+    """The files of the cluster whose node 0 listens on `port`: its settings, and one folder per node."""
+
     port: int
     brokers: int
     home: Path
@@ -94,9 +96,10 @@ def _wait_registered(cluster: Cluster, node_ids: set[int]) -> None:
     from kafka.errors import KafkaError
     from kafka.protocol.metadata import MetadataRequest
 
-    deadline = time.monotonic() + kafka_broker.START_TIMEOUT_S
     seen: set[int] = set()
-    while time.monotonic() < deadline:
+
+    def registered() -> bool:
+        nonlocal seen
         try:
             admin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=5000,
                                      **kafka_security.client_kwargs())
@@ -110,9 +113,10 @@ def _wait_registered(cluster: Cluster, node_ids: set[int]) -> None:
                 admin.close()
         except (KafkaError, OSError):
             pass
-        if node_ids <= seen:
-            return
-        time.sleep(0.5)
+        return node_ids <= seen
+
+    if local_server.wait_until_ready(registered, kafka_broker.START_TIMEOUT_S):
+        return
     raise UserError(f"nodes {sorted(node_ids - seen)} of the cluster at port {cluster.port} did not join within "
                     f"{kafka_broker.START_TIMEOUT_S}s: see their logs under {cluster.home}")
 
@@ -146,11 +150,11 @@ def start_node(cluster: Cluster, k: int) -> str:
 
 def stop(cluster: Cluster) -> list[str]:
     """Stop every node at once (one by one, the last ones wait on a quorum that is gone)."""
-    pids = {node: kafka_broker.send_stop(node) for node in cluster.nodes}
+    pids = {node: node.process.send_stop() for node in cluster.nodes}
     deadline = time.monotonic() + kafka_broker.STOP_TIMEOUT_S
     for node, pid in pids.items():
         if pid is not None:
-            kafka_broker.wait_stopped(node, pid, deadline)
+            node.process.wait_stopped(pid, deadline)
     stopped = [f"node {node.node_id} (pid {pid})" for node, pid in pids.items() if pid is not None]
     if not stopped:
         return [f"kafka cluster at port {cluster.port} is not running"]

@@ -10,21 +10,19 @@ file-system stores do not keep S3's directory markers the way Hadoop's S3A relie
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy import local_server
 from deploy.jars import objectstore_classpath
 from deploy.java import check_java
-from deploy.local_processes import is_zombie as _is_zombie, port_free as _port_free
+from deploy.local_server import HOST
 from deploy.paths import objectstore_home
 from state_handoff.errors import UserError
 
-HOST = "127.0.0.1"
 BUCKET = "switchyard"
 HEAP_ENV = "SWITCHYARD_OBJECTSTORE_HEAP"
 DEFAULT_HEAP = "1g"  # holds every object
@@ -66,6 +64,11 @@ class ObjectStore:
         return self.home / "s3proxy.pid"
 
     @property
+    def process(self) -> local_server.PidFile:
+        """The server's process, tracked by its pid file (S3Proxy reading this store's configuration)."""
+        return local_server.PidFile(self.pid_file, (_MAIN, str(self.config_file)))
+
+    @property
     def log_file(self) -> Path:
         return self.home / "logs" / "s3proxy.log"
 
@@ -98,21 +101,6 @@ def _write_private(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _pid(store: ObjectStore) -> int | None:
-    """The pid of the server this project started, if that process still runs."""
-    try:
-        pid = int(store.pid_file.read_text().strip())
-    except (FileNotFoundError, ValueError):
-        return None
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-    except FileNotFoundError:
-        return None
-    if _MAIN not in cmdline or str(store.config_file) not in cmdline or _is_zombie(pid):
-        return None  # the pid was reused by another process
-    return pid
-
-
 def _answers(store: ObjectStore) -> bool:
     """True once the server answers S3 requests (an unsigned one is refused, which is an answer)."""
     try:
@@ -136,65 +124,46 @@ def _create_bucket(store: ObjectStore, key: str, secret: str) -> None:
 def start(store: ObjectStore) -> str:
     """Start the server (idempotent) and create the bucket; return a one-line description."""
     key, secret = _credentials()
-    if _pid(store) is None:
-        if not _port_free(store.port):
-            raise UserError(f"port {store.port} on {HOST} is already in use: stop what holds it or pick another --port")
+    if store.process.running() is None:
+        local_server.check_ports_free([store.port])
         java = check_java()
         (store.home / "logs").mkdir(parents=True, exist_ok=True)
         _write_private(store.config_file, _config(store, key, secret))
         (store.home / "logback.xml").write_text(_LOGBACK)
-        with open(store.log_file, "ab") as log:
-            proc = subprocess.Popen(
-                [java, f"-Xmx{os.environ.get(HEAP_ENV, DEFAULT_HEAP)}", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
-                 f"-Dlogback.configurationFile={store.home / 'logback.xml'}",
-                 "-cp", objectstore_classpath(), _MAIN, "--properties", str(store.config_file)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                cwd=store.home)
-        store.pid_file.write_text(str(proc.pid))
+        proc = local_server.launch(
+            [java, f"-Xmx{os.environ.get(HEAP_ENV, DEFAULT_HEAP)}", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+             f"-Dlogback.configurationFile={store.home / 'logback.xml'}",
+             "-cp", objectstore_classpath(), _MAIN, "--properties", str(store.config_file)],
+            store.log_file, store.home)
+        store.process.record(proc.pid)
         _wait_until_up(store, proc)
         started = f"started (pid {proc.pid})"
     else:
         _wait_until_up(store, None)
-        started = f"already running (pid {_pid(store)})"
+        started = f"already running (pid {store.process.running()})"
     _create_bucket(store, key, secret)
     return (f"objectstore {started} on {store.endpoint}, bucket {BUCKET} (in memory until stopped): "
             f"export SWITCHYARD_S3_ENDPOINT={store.endpoint} and use --warehouse s3a://{BUCKET}/warehouse")
 
 
 def _wait_until_up(store: ObjectStore, process: subprocess.Popen | None) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if _answers(store):
-            return
-        if process is not None and process.poll() is not None:
-            store.pid_file.unlink(missing_ok=True)
-            raise UserError(f"the object store exited with code {process.returncode} while starting: "
-                            f"see {store.log_file}")
-        time.sleep(0.3)
+    exited = f"the object store exited with code {{code}} while starting: see {store.log_file}"
+    if store.process.wait_until_ready(lambda: _answers(store), START_TIMEOUT_S, process, exited, interval_s=0.3):
+        return
     raise UserError(f"the object store did not answer on {store.endpoint} within {START_TIMEOUT_S}s: "
                     f"see {store.log_file}")
 
 
 def stop(store: ObjectStore) -> str:
     """Stop the server this project started, by pid, and wait for it to exit; its objects go with it."""
-    pid = _pid(store)
+    pid = store.process.stop(STOP_TIMEOUT_S)
     if pid is None:
-        store.pid_file.unlink(missing_ok=True)
         return f"objectstore on {store.endpoint} is not running"
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline and not _is_zombie(pid):
-        time.sleep(0.2)
-    if not _is_zombie(pid):
-        os.kill(pid, signal.SIGKILL)
-        while not _is_zombie(pid):
-            time.sleep(0.1)
-    store.pid_file.unlink(missing_ok=True)
     return f"objectstore on {store.endpoint} stopped (pid {pid})"
 
 
 def status(store: ObjectStore) -> tuple[bool, str]:
-    pid = _pid(store)
+    pid = store.process.running()
     if pid is None:
         return False, f"objectstore on {store.endpoint} is not running"
     if not _answers(store):

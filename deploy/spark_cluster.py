@@ -1,25 +1,22 @@
 """A Spark standalone cluster on 127.0.0.1 (one master, N workers) from pyspark's own `bin/spark-class`, run in the
-background and tracked by pid like the Kafka broker (deploy/kafka_broker.py)."""
+background and tracked by pid (deploy/local_server.py); each daemon's record also keeps its ports and settings."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from deploy import local_server
 from deploy.java import check_java
-from deploy.local_processes import is_zombie as _is_zombie, port_free as _port_free
+from deploy.local_server import HOST
 from deploy.paths import spark_cluster_home
 from state_handoff.errors import UserError
 
-HOST = "127.0.0.1"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 DAEMON_HEAP = "512m"  # the master's and each worker's own JVM; executors get the worker's --memory
@@ -91,20 +88,9 @@ def _write(record: Path, fields: dict) -> None:
     os.replace(tmp, record)
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
-
-
 def _running(record: Path, *markers: str) -> int | None:
     """The recorded pid, if that process still runs and is the one we started (its command line has `markers`)."""
-    pid = _read(record).get("pid")
-    if not isinstance(pid, int) or _is_zombie(pid):
-        return None
-    cmdline = _cmdline(pid)
-    return pid if all(m in cmdline for m in markers) else None
+    return local_server.started_pid(_read(record).get("pid"), *markers)
 
 
 def master_pid(cluster: Cluster) -> int | None:
@@ -113,12 +99,6 @@ def master_pid(cluster: Cluster) -> int | None:
 
 def worker_pid(cluster: Cluster, worker: Worker) -> int | None:
     return _running(worker.record, WORKER_CLASS, str(worker.home / "worker.conf"), cluster.master_url)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 def _spark_home() -> Path:
@@ -135,10 +115,7 @@ def _launch(cluster: Cluster, args: list[str], cwd: Path, log: Path) -> subproce
            "SPARK_LOCAL_IP": HOST,  # RPC and web UIs bind to loopback; executors inherit it
            "SPARK_DAEMON_MEMORY": DAEMON_HEAP}
     cwd.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        return subprocess.Popen([str(_spark_home() / "bin" / "spark-class"), *args], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                cwd=cwd, env=env)
+    return local_server.launch([str(_spark_home() / "bin" / "spark-class"), *args], log, cwd, env)
 
 
 def master_state(cluster: Cluster) -> dict | None:
@@ -159,14 +136,9 @@ def _alive_worker_ports(cluster: Cluster) -> set[int]:
 
 
 def _wait(what: str, ready, procs: list[tuple[subprocess.Popen, Path]]) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        for proc, log in procs:
-            if proc.poll() is not None:
-                raise UserError(f"{what} exited with code {proc.returncode} while starting: see {log}")
-        time.sleep(0.5)
+    exited = [(proc, f"{what} exited with code {{code}} while starting: see {log}") for proc, log in procs]
+    if local_server.wait_until_ready(ready, START_TIMEOUT_S, exited):
+        return
     raise UserError(f"{what} not up within {START_TIMEOUT_S}s: see {procs[0][1] if procs else 'the logs'}")
 
 
@@ -179,10 +151,9 @@ def start(cluster: Cluster, workers: int = 2, cores: int = 1, memory: str = "2g"
     cluster.home.mkdir(parents=True, exist_ok=True)
     lines = []
     if master_pid(cluster) is None:
-        webui_port = webui_port or free_port()
-        for port, name in ((cluster.port, "--port"), (webui_port, "--webui-port")):
-            if not _port_free(port):
-                raise UserError(f"port {port} on {HOST} is already in use: stop what holds it or pick another {name}")
+        webui_port = webui_port or local_server.free_port()
+        for port, option in ((cluster.port, "--port"), (webui_port, "--webui-port")):
+            local_server.check_ports_free([port], option)
         conf = cluster.home / "master.conf"
         conf.write_text("spark.master.rest.enabled false\n")
         proc = _launch(cluster, [MASTER_CLASS, "--host", HOST, "--port", str(cluster.port),
@@ -202,7 +173,7 @@ def start(cluster: Cluster, workers: int = 2, cores: int = 1, memory: str = "2g"
             already += 1
             continue
         worker.home.mkdir(parents=True, exist_ok=True)
-        port, ui_port = free_port(), free_port()
+        port, ui_port = local_server.free_port(), local_server.free_port()
         conf = worker.home / "worker.conf"
         # Folders of finished applications go after a day; running ones are never touched.
         conf.write_text("spark.worker.cleanup.enabled true\nspark.worker.cleanup.appDataTtl 86400\n")
@@ -225,24 +196,6 @@ def start(cluster: Cluster, workers: int = 2, cores: int = 1, memory: str = "2g"
     return "\n".join(lines)
 
 
-def _terminate(pid: int) -> None:
-    """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; returns once the process is gone."""
-    def alive() -> bool:
-        return Path(f"/proc/{pid}").exists() and not _is_zombie(pid)
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while alive() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if alive():
-        os.kill(pid, signal.SIGKILL)
-        while alive():
-            time.sleep(0.1)
-
-
 # What a worker leaves running in its work folder: executors and their Python workers.
 _EXECUTOR_MARKERS = ("CoarseGrainedExecutorBackend", "pyspark.daemon", "pyspark.worker")
 
@@ -259,8 +212,8 @@ def leftover_processes(cluster: Cluster) -> list[int]:
         except OSError:
             continue
         pid = int(proc.name)
-        if any(cwd == r or cwd.startswith(r + os.sep) for r in roots) and not _is_zombie(pid) \
-                and any(m in _cmdline(pid) for m in _EXECUTOR_MARKERS):
+        if any(cwd == r or cwd.startswith(r + os.sep) for r in roots) and local_server.is_running(pid) \
+                and any(m in local_server.command_line(pid) for m in _EXECUTOR_MARKERS):
             found.append(pid)
     return found
 
@@ -271,15 +224,15 @@ def stop(cluster: Cluster) -> str:
     for worker in cluster.workers():
         pid = worker_pid(cluster, worker)
         if pid is not None:
-            _terminate(pid)
+            local_server.terminate(pid, STOP_TIMEOUT_S)
             stopped.append(f"worker-{worker.number} (pid {pid})")
     pid = master_pid(cluster)
     if pid is not None:
-        _terminate(pid)
+        local_server.terminate(pid, STOP_TIMEOUT_S)
         stopped.append(f"master (pid {pid})")
     # A worker kills its executors as it stops; one stopped hard leaves them to notice on their own, so do not wait.
     for leftover in leftover_processes(cluster):
-        _terminate(leftover)
+        local_server.terminate(leftover, STOP_TIMEOUT_S)
         stopped.append(f"leftover executor process {leftover}")
     if not stopped:
         return f"spark cluster on {cluster.master_url} is not running"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from deploy import spark_cluster as standalone
+from deploy.local_server import free_port
 from deploy.paths import PROJECT_ROOT
 
 SWITCHYARD = str(PROJECT_ROOT / ".venv" / "bin" / "switchyard")
@@ -59,7 +60,7 @@ def processes_of(cluster: standalone.Cluster, *folders: Path) -> list[str]:
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory):
     """Master + 2 workers (1 core, 1g each). The home is where `switchyard spark --port P` looks for it."""
-    cluster = standalone.Cluster.at(standalone.free_port())
+    cluster = standalone.Cluster.at(free_port())
     elsewhere = tmp_path_factory.mktemp("worker-2-work")
     try:
         standalone.start(cluster, workers=2, cores=1, memory="1g", work_dirs={2: elsewhere})

@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from deploy import kafka_broker
+from deploy.local_server import port_free
 from deploy.spark import build_spark
 
 # Streams in tests (in process or in a `switchyard stream` subprocess) keep two state-store partitions, as the test
@@ -21,7 +22,7 @@ def _free_port_pair() -> int:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        if port < 65000 and kafka_broker._port_free(port) and kafka_broker._port_free(port + 1):
+        if port < 65000 and port_free(port) and port_free(port + 1):
             return port
     raise RuntimeError("no free port pair on 127.0.0.1")
 

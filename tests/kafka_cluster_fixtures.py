@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy import kafka_broker, kafka_cluster
+from deploy import kafka_cluster
+from deploy.local_server import port_free
 from deploy.paths import PROJECT_ROOT
 
 BROKERS = 3
@@ -31,7 +32,7 @@ def free_base_port(ports: int) -> int:
     stopped and started again must find its ports free, and an outgoing connection may take any ephemeral port."""
     for _ in range(200):
         base = random.randrange(20000, 32700 - ports)
-        if all(kafka_broker._port_free(base + i) for i in range(ports)):
+        if all(port_free(base + i) for i in range(ports)):
             return base
     raise RuntimeError(f"no {ports} consecutive free ports on 127.0.0.1")
 

@@ -13,6 +13,7 @@ import uuid
 import pytest
 
 from deploy import objectstore as server
+from deploy.local_server import port_free
 from state_handoff import storage
 
 BUCKET = server.BUCKET
@@ -23,7 +24,7 @@ def _free_port() -> int:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        if server._port_free(port):
+        if port_free(port):
             return port
     raise RuntimeError("no free port on 127.0.0.1")
 

@@ -1,0 +1,185 @@
+"""What every local server here shares (the Kafka broker and each node of its cluster, the Spark standalone master
+and workers, the object store): a process started in the background on 127.0.0.1, its ports, its pid file, the
+wait until it answers, and the stop (SIGTERM, then SIGKILL). Each server's own module keeps its command line, its
+configuration and its readiness probe."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from state_handoff.errors import UserError
+
+HOST = "127.0.0.1"
+
+
+def port_free(port: int) -> bool:
+    """Nothing listens on `port` (a connection lingering in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def port_accepts(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def free_port() -> int:
+    """A port the system hands out as free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def check_ports_free(ports: Iterable[int], option: str = "--port") -> None:
+    """A one-line UserError naming the first of `ports` something already listens on, and the option to change."""
+    for port in ports:
+        if not port_free(port):
+            raise UserError(f"port {port} on {HOST} is already in use: stop what holds it or pick another {option}")
+
+
+def is_zombie(pid: int) -> bool:
+    """Gone, or exited and not yet reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+def is_running(pid: int) -> bool:
+    return not is_zombie(pid)
+
+
+def command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
+
+
+def started_pid(pid: object, *markers: str) -> int | None:
+    """`pid`, if that process still runs and is the one we started: its command line holds every one of `markers`
+    (the system may have given a gone server's pid to another process)."""
+    if not isinstance(pid, int) or not is_running(pid):
+        return None
+    cmdline = command_line(pid)
+    return pid if all(m in cmdline for m in markers) else None
+
+
+def launch(command: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start `command` in the background, in a session of its own (a Ctrl-C at the terminal does not reach it),
+    its output appended to `log`."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=cwd, env=env)
+
+
+def wait_until_ready(ready: Callable[[], bool], timeout_s: float, starting: Iterable[tuple[subprocess.Popen, str]] = (),
+                     interval_s: float = 0.5) -> bool:
+    """Poll `ready` until it holds (True) or `timeout_s` passes (False). When one of the `starting` processes exits
+    first: a UserError with its message, where `{code}` stands for the exit code."""
+    starting = list(starting)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return True
+        for process, exited in starting:
+            if process.poll() is not None:
+                raise UserError(exited.replace("{code}", str(process.returncode)))
+        time.sleep(interval_s)
+    return False
+
+
+def send_stop(pid: int) -> bool:
+    """SIGTERM to `pid`; False when it is gone already."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_stopped(pid: int, deadline: float) -> None:
+    """Wait for `pid` to exit until `deadline` (monotonic), then SIGKILL it; returns once it is gone (or a zombie
+    its parent has yet to reap)."""
+    while time.monotonic() < deadline and is_running(pid):
+        time.sleep(0.2)
+    if is_running(pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        while is_running(pid):
+            time.sleep(0.1)
+
+
+def terminate(pid: int, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout_s`; returns once the process is gone."""
+    if send_stop(pid):
+        wait_stopped(pid, time.monotonic() + timeout_s)
+
+
+@dataclass(frozen=True)
+class PidFile:
+    """The file that holds the pid of a server this project started, and what that server's command line holds
+    (so a pid the system reused for another process is not taken for it)."""
+
+    path: Path
+    markers: tuple[str, ...]
+
+    def running(self) -> int | None:
+        """The recorded pid, if that process still runs and is ours."""
+        try:
+            pid = int(self.path.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return started_pid(pid, *self.markers)
+
+    def record(self, pid: int) -> None:
+        self.path.write_text(str(pid))
+
+    def forget(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def send_stop(self) -> int | None:
+        """SIGTERM to the server; its pid, or None (and the file forgotten) when it was not running."""
+        pid = self.running()
+        if pid is None or not send_stop(pid):
+            self.forget()
+            return None
+        return pid
+
+    def wait_stopped(self, pid: int, deadline: float) -> None:
+        """Wait for the server to exit until `deadline` (monotonic), kill it after, and forget the file."""
+        wait_stopped(pid, deadline)
+        self.forget()
+
+    def stop(self, timeout_s: float) -> int | None:
+        """Stop the server (SIGTERM, then SIGKILL after `timeout_s`) and wait for it; its pid, None when it was
+        not running."""
+        pid = self.send_stop()
+        if pid is not None:
+            self.wait_stopped(pid, time.monotonic() + timeout_s)
+        return pid
+
+    def wait_until_ready(self, ready: Callable[[], bool], timeout_s: float, process: subprocess.Popen | None,
+                         exited: str, interval_s: float = 0.5) -> bool:
+        """`wait_until_ready` for the server this file records, started as `process` (None: it ran already); the
+        file is forgotten when the process exits while starting."""
+        try:
+            return wait_until_ready(ready, timeout_s, [(process, exited)] if process is not None else [], interval_s)
+        except UserError:
+            self.forget()
+            raise
