@@ -2,8 +2,8 @@
 
 The webserver, the daemon and a run's process each open the instance, and the first to open a fresh home creates
 its SQLite storage and stamps the schema's version. Two doing it at once stamp it twice, and every later opening
-fails with alembic's "Version table 'alembic_version' has more than one head present" (a fresh-clone test run
-caught the webserver and the daemon at it). So one process opens the home first, alone: this one.
+fails with alembic's "Version table 'alembic_version' has more than one head present" (the webserver and the
+daemon started together on a fresh home do just that). So one process opens the home first, alone: this one.
 
     python -m deploy.dagster_home [DAGSTER_HOME]
 """

@@ -25,16 +25,16 @@ setup_python() {
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   echo "switchyard setup: installing Python packages into .venv (first time takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
-  # --no-compile: Python compiles what is imported when it is first imported; compiling every installed file
-  # (dagster, pyspark, GX) took 30 of the install's 57 s on this machine (pip's cache warm)
+  # --no-compile: compile_python below does it once, in parallel; pip compiles file by file, and dagster, pyspark
+  # and GX hold many files
   .venv/bin/python -m pip install -q --no-compile -e '.[test]' || fail "pip could not install the pinned packages (see the output above)"
   touch "$stamp"
 }
 
 compile_python() {
-  # Byte-compile the installed packages once. Where PYTHONDONTWRITEBYTECODE is set (as on the CI machine), Python
-  # never caches what it compiles, so every process compiled pandas, pyspark and the rest again on import: taking
-  # the stream's lease spent 1.2 s compiling pandas, a stream's start 6.4 s before its supervisor, 4.8 s after.
+  # Byte-compile the installed packages once. Where PYTHONDONTWRITEBYTECODE is set (as on a CI machine), Python
+  # never caches what it compiles, so every process would compile pandas, pyspark and the rest again on import,
+  # and every short-lived command would start that much slower.
   local stamp=.venv/.switchyard-compiled
   if [ -f "$stamp" ] && [ "$stamp" -nt .venv/.switchyard-installed ]; then return; fi
   echo "switchyard setup: byte-compiling the Python packages (once)"
@@ -78,7 +78,7 @@ install_chromium() {
 
 spark_class_archive() {
   # Drivers start faster with their classes archived (deploy/spark_cds.py); without it they only start slower.
-  .venv/bin/python -m deploy.spark_cds \
+  .venv/bin/python -m deploy.spark_cds_build \
     || echo "switchyard setup: warning: no Spark class archive (see above); drivers start without it" >&2
 }
 

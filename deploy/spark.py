@@ -19,7 +19,7 @@ PROFILES = {
     "default": {
         "spark.sql.shuffle.partitions": "8",
         "spark.ui.showConsoleProgress": "false",
-        # Each Delta table load replays its log; Delta's default of 50 tasks costs ~2 s a load on 2 cores.
+        # Each Delta table load replays its log; Delta's default of 50 tasks makes every load slow on a few cores.
         "spark.databricks.delta.snapshotPartitions": "4",
     },
     # Tests: one small, quiet, fast session.
@@ -35,20 +35,17 @@ PROFILES = {
 }
 
 
-# JVM options per profile. Tests start many short-lived JVMs (each CLI step, each stream) on 2 cores, where the
-# C2 compiler's threads take cores from the work before it pays off: C1 only cut a fresh session's first small
-# Delta jobs by ~30% and test_switch_to_stream_matches_oracle from 132 s to 107 s. Other runs keep C2. Without
-# tiered compilation the JVM reserves 48 MB of code cache, which a stream filled in 50 s: the JIT stopped and the
-# interpreter's deeper frames overflowed the planner's stack; hence the tiered default of 240 MB.
+# JVM options per profile (the figures behind them: docs/performance.md).
+#
+# Tests start many short-lived JVMs (each CLI step, each stream) on few cores, where the C2 compiler's threads take
+# cores from the work before it pays off: they compile with C1 only. The code cache keeps the tiered size: without
+# tiered compilation the JVM reserves 48 MB, which a stream fills, and then the JIT stops and the interpreter's
+# deeper frames overflow the query planner's stack.
 #
 # Every other driver sends a method to C2 only when it is ten times hotter than HotSpot's defaults require: a stream
-# compiles new generated code in every small batch, and on 2 cores the C2 threads took the cores from its first
-# batches; the loops of a big batch job, a catch-up or a rebase still reach C2 within seconds. Measured alone against
-# the defaults: a stream's SWITCHED ~1 s sooner (benchmarks/stream_start.py, alternating trials); a 10^6 burst into a
-# live stream (`switchyard bench-burst`) caught up in 62.0 / 65.0 s (without / with switch back; rebase 58.8 s)
-# against 84.8 / 77.8 s (67.9 s); `switchyard bench --events 1000000 --arms B,C-full`, two alternating pairs: C
-# 30.3, 30.2 s against 31.2, 31.2 s, B 43.7, 48.0 s against 47.6, 59.0 s. C1 only started a stream faster still
-# (~2.3 s) but took 130.6 / 126.0 s (rebase 142.4 s) through the burst.
+# compiles new generated code in every small batch, and C2's threads would take the cores from its first batches;
+# the loops of a big batch job, a catch-up or a rebase still reach C2 within seconds. C1 alone starts a stream
+# sooner still, but runs a long catch-up much slower.
 PROFILE_JVM_OPTIONS = {
     "test": "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m",
     "default": "-XX:Tier4InvocationThreshold=50000 -XX:Tier4MinInvocationThreshold=6000 "
@@ -68,7 +65,7 @@ def driver_addresses() -> tuple[str, str]:
 
 def _shuffle_partitions() -> dict:
     """SWITCHYARD_SHUFFLE_PARTITIONS overrides the profile's shuffle partitions (batch jobs and the stream's
-    stateless shuffles; the stream's state-store partitions are SWITCHYARD_STATE_PARTITIONS, jobs/stream.py)."""
+    stateless shuffles; the stream's state-store partitions are SWITCHYARD_STATE_PARTITIONS)."""
     value = os.environ.get("SWITCHYARD_SHUFFLE_PARTITIONS")
     if value is None:
         return {}
@@ -139,12 +136,11 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
         "spark.scheduler.mode": "FAIR",
         # Spark keeps 100 generated classes by default; a stream's three queries and their Delta commands cycle
-        # through more, so the same source was compiled again every few batches (234 compiles, 95 distinct, in
-        # 45 s of a stream at 1,000 events/s), each a Janino compile, a class load and its JIT work.
+        # through more, so the same source would be compiled again every few batches, each a Janino compile, a
+        # class load and its JIT work.
         "spark.sql.codegen.cache.maxEntries": "2000",
         # Cached DataFrames (a backfill's parsed records, read by its tiles and its dead letters) stay uncompressed:
-        # they live on local disk for one job, and compressing them cost more than reading them (a 10^7 backfill's
-        # parse and cache 36.6-41.1 -> 31.1 s).
+        # they live on local disk for one job, and compressing them costs more than reading them back.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
         **object_store_conf(),
         **PROFILES[profile],
