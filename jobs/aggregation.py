@@ -72,6 +72,7 @@ def window_end(pipeline: Pipeline, start: F.Column) -> F.Column:
 
 
 def window_partials_merged(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    """One row per (key, window_start): merge any rows carrying the window's partial columns."""
     aggs = pipeline.windows.aggregations
     return (partials.groupBy(pipeline.key, "window_start").agg(*merge_aggregations(aggs))
             .select(pipeline.key, "window_start", *flatten_last(aggs)))

@@ -108,6 +108,7 @@ def unreadable(path: str) -> str | None:
 
 
 def missing_column(path: str) -> str | None:
+    """The first of REQUIRED_COLUMNS the file's schema lacks; None when it has them all."""
     import pyarrow.parquet as pq
 
     with storage.open_input(path) as source:

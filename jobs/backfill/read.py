@@ -88,6 +88,7 @@ def skipped_gaps(archive: ArchiveListing, skipped: list[str], boundary: dict[int
 
 
 def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) -> DataFrame:
+    """The records of `files` with the day folder each lies in as its `event_date`."""
     schema = "kafka_partition INT, kafka_offset BIGINT, value BINARY, event_date DATE"
     if not files:
         return spark.createDataFrame([], schema)
