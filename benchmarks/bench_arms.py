@@ -37,7 +37,8 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
 
 def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
     from deploy.spark import build_spark
-    from jobs.stream import StreamSettings, run_stream
+    from jobs.stream.settings import StreamSettings
+    from jobs.stream.supervisor import run_stream
     from state_handoff.handoff import run_handoff
     from state_handoff.pipelines import get_pipeline
     from state_handoff.tables import Tables
@@ -123,7 +124,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     from pyspark.sql import functions as F
 
     from jobs.aggregation import backlog_watermark, tile_start
-    from jobs.stream_events import batch_window_partials
+    from jobs.sinks import batch_window_partials
     from state_handoff.aggregates import event_aggregations, flatten_last
     from state_handoff.archive_files import archive_meta
     from state_handoff.parsing import cached_for_two_passes, parse_events

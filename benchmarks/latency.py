@@ -15,7 +15,7 @@ from pathlib import Path
 
 from benchmarks.harness import add_connection, start_service, switchyard_command, terminate, write_json
 from jobs.inputs.encoding import event_time_text, event_value
-from jobs.stream import StreamSettings
+from jobs.stream.settings import StreamSettings
 from state_handoff import handoff_log
 from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
 from state_handoff.kafka_security import client_kwargs

@@ -26,7 +26,8 @@ from pyspark.sql import functions as F
 
 from benchmarks.harness import write_json
 from deploy.spark import build_spark
-from jobs.stream_keyed import EVENTS_SEEN, keyed_input, merged_state
+from jobs.seed import EVENTS_SEEN
+from jobs.stream.keyed import keyed_input, merged_state
 from state_handoff.aggregates import event_aggregations, flatten_last, partial_columns
 from state_handoff.pipelines import get_pipeline
 

@@ -1,6 +1,6 @@
 """Backfill benchmark: the sort-based tiles aggregation (the default) against Spark's groupBy().agg ("hash").
 
-    .venv/bin/python benchmarks/backfill_sort_vs_hash.py --events 1000000 [--keys 100000] [--days 7] [--json out.json]
+    .venv/bin/python -m benchmarks sort-vs-hash --events 1000000 [--keys 100000] [--days 7] [--json out.json]
 
 Builds a synthetic archive straight to Parquet (the columns `switchyard archive` writes; no Kafka), then runs
 `run_backfill` once per strategy, each in a fresh Python + JVM under SWITCHYARD_DRIVER_MEMORY (2g), over its own
@@ -22,209 +22,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import threading
 import time
-from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from benchmarks.backfill_profile import (PROBE, event_log_breakdown, parse_breakdown, partial_aggregation, step_cpu,
+                                         step_of, tiles_breakdown)
+from benchmarks.harness import MB, ROOT, cpu_seconds, rss_bytes, run_arm, scenario_command
+from benchmarks.synthetic_archive import archive_is_current, archive_params, build_archive
 
 PIPELINE = "demo"
 STRATEGIES = ("sort", "hash")
-START = datetime(2026, 1, 1, tzinfo=UTC)
-MAX_JITTER_S = 300
-KINDS = ("purchase", "refund", "view", "add_to_cart", "checkout", "signup")
-MALFORMED_KINDS = 5  # tombstone, not JSON, no key, unparseable event_time, quoted amount
 AMOUNT_TOLERANCE = 1e-9  # relative; sums of the same doubles in another order differ in the last bits
-MB = 1024 * 1024
-
-
-# ----------------------------------------------------------------------------------------------- the archive
-
-def archive_params(args) -> dict:
-    return {"events": args.events, "keys": args.keys, "days": args.days, "partitions": args.partitions,
-            "seed": args.seed, "malformed_rate": args.malformed_rate, "layout": 1}
-
-
-def archive_is_current(archive: Path, params: dict) -> bool:
-    meta = archive / "_archive.json"
-    if not meta.exists() or not glob.glob(str(archive / "event_date=*" / "*.parquet")):
-        return False
-    return json.loads(meta.read_text()).get("benchmark") == params
-
-
-def archive_frame(spark, params: dict):
-    """One Spark partition per Kafka partition: offsets 0.. in order, event times rising with the offset.
-
-    Keys are skewed (index = floor(n * u^3) per partition, so low indexes are hot) and every key lives in one
-    Kafka partition, as with a keyed producer; event times are jittered up to 5 minutes backwards; about
-    `malformed_rate` of the values are malformed in one of five ways.
-    """
-    from pyspark.sql import functions as F
-
-    n, parts, seed = params["events"], params["partitions"], params["seed"]
-    per_partition = -(-n // parts)
-    keys_per_partition = max(1, params["keys"] // parts)
-    span_us = params["days"] * 86_400 * 1_000_000
-    start_us = int(START.timestamp()) * 1_000_000
-
-    rows = spark.range(0, n, 1, numPartitions=parts)
-    partition = (F.col("id") / F.lit(per_partition)).cast("int")
-    offset = F.col("id") - partition.cast("long") * F.lit(per_partition)
-    base_us = F.lit(start_us) + F.floor(offset.cast("double") * F.lit(span_us / per_partition)).cast("long")
-    jitter_us = F.floor(F.rand(seed + 1) * F.lit(MAX_JITTER_S * 1_000_000 + 1)).cast("long")
-    key_index = (F.floor(F.lit(keys_per_partition) * F.pow(F.rand(seed + 2), 3)).cast("long") * F.lit(parts)
-                 + partition)
-    cents = F.floor(F.rand(seed + 3) * F.lit(110_001)).cast("long") - F.lit(10_000)
-    rows = rows.select(
-        partition.alias("kafka_partition"), offset.alias("kafka_offset"),
-        F.timestamp_micros(base_us - jitter_us).alias("event_time"),
-        F.format_string("key-%07d", key_index).alias("key"),
-        F.lpad(F.lower(F.hex(F.xxhash64(F.col("id"), F.lit(seed)))), 16, "0").alias("event_id"),
-        (cents.cast("decimal(12,0)") / F.lit(100)).cast("decimal(12,2)").cast("string").alias("amount"),
-        F.element_at(F.array(*[F.lit(k) for k in KINDS]),
-                     (F.floor(F.rand(seed + 4) * F.lit(len(KINDS))) + 1).cast("int")).alias("kind"),
-        F.when(F.rand(seed + 5) < F.lit(params["malformed_rate"]),
-               F.pmod(F.col("id"), F.lit(MALFORMED_KINDS))).alias("bad"),
-    )
-    iso = F.date_format("event_time", "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
-
-    def body(*fields):
-        return F.concat(F.lit("{"), F.concat_ws(",", *fields), F.lit("}"))
-
-    event_id = F.concat(F.lit('"event_id":"'), "event_id", F.lit('"'))
-    key = F.concat(F.lit('"key":"'), "key", F.lit('"'))
-    event_time = F.concat(F.lit('"event_time":"'), iso, F.lit('"'))
-    amount = F.concat(F.lit('"amount":'), "amount")
-    kind = F.concat(F.lit('"kind":"'), "kind", F.lit('"'))
-    bad = F.col("bad")
-    value = (F.when(bad.isNull(), body(event_id, key, event_time, amount, kind))
-             .when(bad == 0, F.lit(None).cast("string"))
-             .when(bad == 1, F.lit("not json {"))
-             .when(bad == 2, body(event_id, event_time, amount, kind))
-             .when(bad == 3, body(event_id, key, F.lit('"event_time":"yesterday"'), amount, kind))
-             .otherwise(body(event_id, key, event_time, F.concat(F.lit('"amount":"'), "amount", F.lit('"')), kind)))
-    kafka_key = F.when(bad.isNull() | ~bad.isin(1, 2), F.col("key").cast("binary"))
-    return rows.select(
-        F.col("kafka_partition").cast("int"), F.col("kafka_offset").cast("long"),
-        F.col("event_time").alias("kafka_timestamp"), kafka_key.alias("kafka_key"),
-        value.cast("binary").alias("value"), F.to_date("event_time").alias("event_date"))
-
-
-def build_archive(archive: Path, params: dict) -> dict:
-    from deploy.spark import build_spark
-    from state_handoff.archive_files import write_archive_meta
-
-    started = time.monotonic()
-    spark = build_spark("bench-archive")
-    if archive.exists():
-        shutil.rmtree(archive)
-    archive_frame(spark, params).write.mode("overwrite").partitionBy("event_date").parquet(str(archive))
-    n, parts = params["events"], params["partitions"]
-    per = -(-n // parts)
-    ends = {str(p): min(n, (p + 1) * per) - p * per for p in range(parts)}
-    write_archive_meta(str(archive), {"topic": f"bench.backfill.{n}", "cut": ends,
-                                      "first": {str(p): 0 for p in range(parts)}, "records": n,
-                                      "benchmark": params})
-    seconds = time.monotonic() - started
-    files = glob.glob(str(archive / "event_date=*" / "*.parquet"))
-    size = sum(os.path.getsize(f) for f in files)
-    spark.stop()
-    return {"seconds": round(seconds, 2), "files": len(files), "bytes": size}
-
-
-# ------------------------------------------------------------------------------------- one run, one process
-
-def _proc_status(pid: int) -> dict[str, int]:
-    """VmRSS / VmHWM (bytes) of a live process; empty when it is gone."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            text = fh.read()
-    except OSError:
-        return {}
-    found = {}
-    for name in ("VmRSS", "VmHWM"):
-        match = re.search(rf"^{name}:\s+(\d+) kB", text, re.M)
-        if match:
-            found[name] = int(match.group(1)) * 1024
-    return found
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = defaultdict(list)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        tree[ppid].append(int(entry))
-    return tree
-
-
-def _descendants(pid: int) -> list[int]:
-    tree, found, todo = _children(), [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a live process, all its threads (JIT, GC and task threads for a JVM)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except OSError:
-        return 0.0
-    fields = stat[stat.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _comm(pid: int) -> str:
-    """The process's kind: java, python, or pyspark.daemon / pyspark.worker (per-row Python)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            cmdline = fh.read().replace(b"\0", b" ").decode(errors="replace")
-        with open(f"/proc/{pid}/comm") as fh:
-            comm = fh.read().strip()
-    except OSError:
-        return ""
-    return next((kind for kind in ("pyspark.daemon", "pyspark.worker") if kind in cmdline), comm)
-
-
-class MemorySampler(threading.Thread):
-    """Every 0.5 s: the peak RSS (kernel VmHWM) of a process and of its descendants, by kind; and whether any
-    PySpark Python worker (per-row Python) ever ran."""
-
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid, self.stop_event = pid, threading.Event()
-        self.peak: dict[int, tuple[str, int]] = {}
-        self.python_workers = 0
-
-    def run(self) -> None:
-        while not self.stop_event.is_set():
-            for pid in [self.pid, *_descendants(self.pid)]:
-                status, comm = _proc_status(pid), _comm(pid)
-                if status:
-                    seen = max(status.get("VmHWM", 0), status.get("VmRSS", 0), self.peak.get(pid, ("", 0))[1])
-                    self.peak[pid] = (comm, seen)
-            self.python_workers = sum(1 for comm, _ in self.peak.values() if comm.startswith("pyspark."))
-            self.stop_event.wait(0.5)
-
-    def peak_of(self, kind: str) -> int:
-        return max((rss for pid, (comm, rss) in self.peak.items()
-                    if (pid == self.pid if kind == "driver-python" else comm == kind)), default=0)
 
 
 def _jvm_memory(spark) -> dict:
@@ -274,7 +84,7 @@ def run_worker(args) -> int:
         print(f"[{args.strategy} +{now - started:7.2f}s] {line}", flush=True)
 
     load_before = os.getloadavg()
-    jvm_cpu_before = _cpu_seconds(spark._jvm.java.lang.ProcessHandle.current().pid())
+    jvm_cpu_before = cpu_seconds(spark._jvm.java.lang.ProcessHandle.current().pid())
     out("[0/5] start")
     try:
         backfill = run_backfill(spark, get_pipeline(PIPELINE), Tables(str(run_dir / "warehouse"), PIPELINE),
@@ -297,9 +107,9 @@ def run_worker(args) -> int:
     spark.sparkContext.setJobDescription(None)
     result["load_average"] = {"before": load_before, "after": os.getloadavg()}
     result["jvm"] = _jvm_memory(spark)
-    result["jvm"]["vm_hwm_bytes"] = _proc_status(result["jvm"]["pid"]).get("VmHWM", 0)
-    result["jvm"]["cpu_s"] = round(_cpu_seconds(result["jvm"]["pid"]) - jvm_cpu_before, 1)
-    result["python_vm_hwm_bytes"] = _proc_status(os.getpid()).get("VmHWM", 0)
+    result["jvm"]["vm_hwm_bytes"] = rss_bytes(result["jvm"]["pid"]).get("VmHWM", 0)
+    result["jvm"]["cpu_s"] = round(cpu_seconds(result["jvm"]["pid"]) - jvm_cpu_before, 1)
+    result["python_vm_hwm_bytes"] = rss_bytes(os.getpid()).get("VmHWM", 0)
     if result["finished"] and args.probes:
         result["probes"] = run_probes(spark, Tables(str(run_dir / "warehouse"), PIPELINE), args.strategy,
                                       parse_probes=args.strategy == STRATEGIES[0])
@@ -310,9 +120,6 @@ def run_worker(args) -> int:
         result["spark"] = event_log_breakdown(logs[-1])
     Path(args.result).write_text(json.dumps(result, indent=2, default=str))
     return 0 if result["finished"] else 1
-
-
-PROBE = "[probe]"
 
 
 def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, float]:
@@ -346,216 +153,6 @@ def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, fl
     spark.sparkContext.setJobDescription(None)
     return seconds
 
-
-# ------------------------------------------------------------------------------------- the Spark event log
-
-def _plan_metrics(plan: dict, into: dict[int, tuple[str, str]]) -> None:
-    node = plan.get("nodeName", "")
-    label = node
-    if node.startswith("Sort") and plan.get("simpleString"):
-        columns = re.findall(r"(\w+)#\d+ (?:ASC|DESC)", plan["simpleString"])
-        label = f"Sort by ({', '.join(columns)})" if columns else node
-    for metric in plan.get("metrics", []):
-        into[int(metric["accumulatorId"])] = (label, metric["name"])
-    for child in plan.get("children", []):
-        _plan_metrics(child, into)
-
-
-def _event_lines(path: Path):
-    """A plain event log file, or Spark 4's rolling directory of events_<n>_<app> files."""
-    files = [path] if path.is_file() else sorted(
-        path.glob("events_*"), key=lambda p: int(p.name.split("_")[1]) if p.name.split("_")[1].isdigit() else 0)
-    for file in files:
-        with open(file) as fh:
-            yield from fh
-
-
-def event_log_breakdown(path: Path) -> dict:
-    """Stage metrics per backfill step (the job description), plus SQL operator metrics for every stage."""
-    accumulators: dict[int, tuple[str, str]] = {}
-    stage_step: dict[int, str] = {}
-    stages: dict[int, dict] = {}
-    task_sql: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    peak_heap: dict[int, int] = {}
-
-    def stage(sid: int) -> dict:
-        return stages.setdefault(sid, defaultdict(float))
-
-    for line in _event_lines(path):
-        event = json.loads(line)
-        kind = event.get("Event", "")
-        if kind.endswith("SparkListenerSQLExecutionStart") or kind.endswith("SparkListenerSQLAdaptiveExecutionUpdate"):
-            _plan_metrics(event.get("sparkPlanInfo", {}), accumulators)
-        elif kind.endswith("SparkListenerSQLAdaptiveSQLMetricUpdates"):
-            for metric in event.get("sqlPlanMetrics", []):
-                accumulators[int(metric["accumulatorId"])] = ("(adaptive)", metric["name"])
-        elif kind == "SparkListenerJobStart":
-            description = (event.get("Properties") or {}).get("spark.job.description") or "(no step)"
-            for sid in event.get("Stage IDs", []):
-                stage_step.setdefault(sid, description)
-        elif kind == "SparkListenerTaskEnd":
-            sid, metrics = event["Stage ID"], event.get("Task Metrics") or {}
-            s = stage(sid)
-            s["tasks"] += 1
-            s["run_ms"] += metrics.get("Executor Run Time", 0)
-            s["cpu_ns"] += metrics.get("Executor CPU Time", 0)
-            s["gc_ms"] += metrics.get("JVM GC Time", 0)
-            s["spill_memory_bytes"] += metrics.get("Memory Bytes Spilled", 0)
-            s["spill_disk_bytes"] += metrics.get("Disk Bytes Spilled", 0)
-            s["peak_execution_memory_max"] = max(s["peak_execution_memory_max"],
-                                                 metrics.get("Peak Execution Memory", 0))
-            write = metrics.get("Shuffle Write Metrics") or {}
-            s["shuffle_write_bytes"] += write.get("Shuffle Bytes Written", 0)
-            s["shuffle_write_ns"] += write.get("Shuffle Write Time", 0)
-            s["shuffle_write_records"] += write.get("Shuffle Records Written", 0)
-            read = metrics.get("Shuffle Read Metrics") or {}
-            s["shuffle_read_bytes"] += read.get("Local Bytes Read", 0) + read.get("Remote Bytes Read", 0)
-            s["shuffle_fetch_wait_ms"] += read.get("Fetch Wait Time", 0)
-            s["input_records"] += (metrics.get("Input Metrics") or {}).get("Records Read", 0)
-            s["input_bytes"] += (metrics.get("Input Metrics") or {}).get("Bytes Read", 0)
-            s["output_records"] += (metrics.get("Output Metrics") or {}).get("Records Written", 0)
-            for acc in (event.get("Task Info") or {}).get("Accumulables", []):
-                update = acc.get("Update")
-                if acc.get("Metadata") == "sql" and update is not None:
-                    try:
-                        task_sql[sid][int(acc["ID"])] += int(update)
-                    except (TypeError, ValueError):
-                        pass
-        elif kind == "SparkListenerStageCompleted":
-            info = event["Stage Info"]
-            s = stage(info["Stage ID"])
-            s["name"] = info.get("Stage Name", "")
-            s["wall_ms"] = (info.get("Completion Time") or 0) - (info.get("Submission Time") or 0)
-            s["num_tasks"] = info.get("Number of Tasks", 0)
-            s["accumulable_names"] = {int(a["ID"]): a.get("Name", "") for a in info.get("Accumulables", [])}
-        elif kind == "SparkListenerStageExecutorMetrics":
-            heap = (event.get("Executor Metrics") or {}).get("JVMHeapMemory", 0)
-            peak_heap[event["Stage ID"]] = max(peak_heap.get(event["Stage ID"], 0), heap)
-
-    per_stage = []
-    for sid in sorted(stages):
-        s = stages[sid]
-        sql: dict[str, int] = defaultdict(int)
-        names = s.pop("accumulable_names", {}) if isinstance(s.get("accumulable_names"), dict) else {}
-        for acc_id, value in task_sql.get(sid, {}).items():
-            node, metric = accumulators.get(acc_id, (f"(writer) {names.get(acc_id, '?')}", names.get(acc_id, "?")))
-            if node.startswith("(writer)"):
-                sql[node] += value
-            else:
-                sql[f"{node}: {metric}"] += value
-        per_stage.append({"stage": sid, "step": stage_step.get(sid, "(no step)"), "name": s.get("name", ""),
-                          "tasks": int(s.get("tasks", 0)), "wall_ms": int(s.get("wall_ms", 0)),
-                          **{k: int(v) for k, v in s.items() if k not in ("name", "wall_ms", "num_tasks", "tasks")},
-                          "peak_jvm_heap_bytes": peak_heap.get(sid, 0), "sql": dict(sorted(sql.items()))})
-    steps: dict[str, dict] = {}
-    for st in per_stage:
-        agg = steps.setdefault(st["step"], defaultdict(int))
-        agg["stages"] += 1
-        for k in ("wall_ms", "run_ms", "cpu_ns", "gc_ms", "spill_memory_bytes", "spill_disk_bytes",
-                  "shuffle_write_bytes", "shuffle_read_bytes", "input_records"):
-            agg[k] += st.get(k, 0)
-        agg["peak_jvm_heap_bytes"] = max(agg["peak_jvm_heap_bytes"], st["peak_jvm_heap_bytes"])
-    return {"stages": per_stage, "steps": {k: dict(v) for k, v in steps.items()},
-            "peak_jvm_heap_bytes": max(peak_heap.values(), default=0)}
-
-
-def _step(stage: dict) -> str:
-    """The backfill step of a stage; Delta prefixes the descriptions of its own jobs with "Delta: "."""
-    step = stage["step"]
-    while step.startswith("Delta: "):
-        step = step[len("Delta: "):]
-    return step
-
-
-def _split(stages: list[dict]) -> dict[str, float]:
-    """CPU-seconds of one scan-shuffle-aggregate(-write) query by kind of work.
-
-    Spark times some work directly (sort time, shuffle write time, fetch wait: wall clock inside a task); the
-    rest of a task's run time is the scan/parse side or the aggregate/write side. Each part is then scaled
-    by its stage's CPU/run-time ratio, so time spent waiting for a core on a busy machine drops out.
-    Whole-stage-codegen "duration" is not used: it is a pipeline's wall time and nested pipelines overlap.
-    """
-    work: dict[str, float] = defaultdict(float)
-    for st in stages:
-        sql = st["sql"]
-        run_s = st.get("run_ms", 0) / 1000
-        cpu_share = min(1.0, st.get("cpu_ns", 0) / 1e9 / run_s) if run_s else 0.0
-        sorts = {k.split(":")[0].lower(): v / 1000 for k, v in sql.items()
-                 if k.startswith("Sort by") and k.endswith("sort time")}
-        writer_sort = sum(v for k, v in sql.items() if k == "(writer) sort time") / 1000
-        shuffle_write = st.get("shuffle_write_ns", 0) / 1e9
-        fetch_wait = st.get("shuffle_fetch_wait_ms", 0) / 1000
-        part: dict[str, float] = defaultdict(float)
-        if not st.get("shuffle_read_bytes"):
-            for node, sec in sorts.items():
-                part[f"map-side {node}"] += sec
-            part["map side: scan, parse, filter (+ partial aggregate)"] += max(run_s - sum(sorts.values()) - shuffle_write, 0)
-        else:
-            for node, sec in sorts.items():
-                part[f"reduce-side {node}"] += sec
-            part["shuffle read (fetch wait)"] += fetch_wait
-            rest = max(run_s - sum(sorts.values()) - writer_sort - fetch_wait - shuffle_write, 0)
-            part["aggregate + Delta write" if "(writer) task commit time" in sql else "aggregate"] += rest
-        if shuffle_write:
-            part["shuffle write"] += shuffle_write
-        if writer_sort:
-            part["Delta writer's sort by event_date"] += writer_sort
-        for name, sec in part.items():
-            work[name] += sec * cpu_share
-        work["(task run time, wall)"] += run_s
-        work["(JVM GC, wall)"] += st.get("gc_ms", 0) / 1000
-    return dict(work)
-
-
-def tiles_breakdown(result: dict) -> dict[str, float]:
-    """Where the tiles step [2/5] goes, in CPU-seconds summed over cores; the `noop` probe of the same query
-    (no Delta write) splits "aggregate + Delta write" into its two parts."""
-    stages = (result.get("spark") or {}).get("stages", [])
-    work = _split([s for s in stages if _step(s).startswith("[2/5]")])
-    probe = _split([s for s in stages if _step(s) == f"{PROBE} tiles, no write"])
-    if "aggregate + Delta write" in work and "aggregate" in probe:
-        both = work.pop("aggregate + Delta write")
-        work["aggregate (from the noop probe)"] = min(probe["aggregate"], both)
-        work["Delta write: encode, stats, files"] = max(both - probe["aggregate"], 0)
-    notes = {k: work.pop(k) for k in ("(task run time, wall)", "(JVM GC, wall)") if k in work}
-    work["= CPU-seconds"] = sum(work.values())
-    work.update(notes)
-    return {k: round(v, 2) for k, v in work.items()}
-
-
-def partial_aggregation(result: dict) -> dict[str, int]:
-    """Rows into and out of the map-side partial aggregate of the tiles step (the hash strategy's)."""
-    stages = [s for s in (result.get("spark") or {}).get("stages", [])
-              if _step(s).startswith("[2/5]") and not s.get("shuffle_read_bytes")]
-    rows_in = sum(v for s in stages for k, v in s["sql"].items() if k == "Filter: number of output rows")
-    rows_out = sum(s.get("shuffle_write_records", 0) for s in stages)
-    return {"rows_in": rows_in, "rows_shuffled": rows_out}
-
-
-def parse_breakdown(result: dict) -> dict[str, float]:
-    """CPU-seconds of the scan / parse probes: what the JSON parse and the pushed-down filter cost."""
-    stages = (result.get("spark") or {}).get("stages", [])
-    seconds = {name: sum(s["cpu_ns"] for s in stages if _step(s) == f"{PROBE} {name}") / 1e9
-               for name in ("scan", "scan + parse", "scan + parse + filter")}
-    if not all(seconds.values()):
-        return {}
-    return {"scan (read Parquet, value bytes)": round(seconds["scan"], 2),
-            "parse (from_json x2, regex, casts)": round(seconds["scan + parse"] - seconds["scan"], 2),
-            "filter error IS NULL, pushed into the parse (parses again)":
-                round(seconds["scan + parse + filter"] - seconds["scan + parse"], 2)}
-
-
-def step_cpu(result: dict) -> dict[str, float]:
-    """Task CPU-seconds per backfill step (probes excluded)."""
-    cpu: dict[str, float] = defaultdict(float)
-    for s in (result.get("spark") or {}).get("stages", []):
-        step = _step(s)
-        if step.startswith("[") and not step.startswith(PROBE):
-            cpu[step.split("]")[0] + "]"] += s.get("cpu_ns", 0) / 1e9
-    return {k: round(v, 1) for k, v in sorted(cpu.items())}
-
-
-# --------------------------------------------------------------------------------------------- comparison
 
 STATE_EXACT = ("event_count", "amount_min", "amount_max", "last_by_time", "last_by_event_id", "last_event_time",
                "last_amount")
@@ -608,24 +205,15 @@ def compare_worker(args) -> int:
     return 0 if all(r["identical"] for r in report.values()) else 1
 
 
-# ------------------------------------------------------------------------------------------- orchestration
-
-def _subprocess(argv: list[str], env: dict, log: Path) -> tuple[int, MemorySampler, float]:
-    started = time.monotonic()
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=fh, text=True, cwd=REPO)
-        sampler = MemorySampler(proc.pid)
-        sampler.start()
-        for line in proc.stdout:
-            print("   " + line.rstrip(), flush=True)
-        code = proc.wait()
-    sampler.stop_event.set()
-    sampler.join()
-    return code, sampler, time.monotonic() - started
+def _subprocess(argv: list[str], env: dict, log: Path):
+    """A worker in a fresh process, its output echoed: (exit code, its memory, wall seconds)."""
+    log.unlink(missing_ok=True)
+    arm = run_arm(argv, log, env=env, echo="   ")
+    return arm.returncode, arm.memory, arm.seconds
 
 
 def _worker_argv(*extra: str) -> list[str]:
-    return [sys.executable, str(Path(__file__).resolve()), *extra]
+    return scenario_command("sort-vs-hash", *extra)
 
 
 def run_strategy(args, out_dir: Path, strategy: str) -> dict:
@@ -663,7 +251,7 @@ def run_strategy(args, out_dir: Path, strategy: str) -> dict:
 
 
 def derived_figures(result: dict, driver_memory: str) -> dict:
-    timed = [s for s in (result.get("spark") or {}).get("stages", []) if not _step(s).startswith(PROBE)]
+    timed = [s for s in (result.get("spark") or {}).get("stages", []) if not step_of(s).startswith(PROBE)]
     result["spill_bytes"] = sum(s.get("spill_memory_bytes", 0) for s in timed)
     result["spill_disk_bytes"] = sum(s.get("spill_disk_bytes", 0) for s in timed)
     result["shuffle_write_bytes"] = sum(s.get("shuffle_write_bytes", 0) for s in timed)
@@ -747,7 +335,7 @@ def report(runs: list[dict], comparison: dict | None) -> str:
         out("\nprobe wall seconds (noop sink, warm JVM): " + "; ".join(
             f"{r['strategy']}: " + ", ".join(f"{k} {v:.1f}" for k, v in r["probes"].items()) for r in probes))
     for r in runs:
-        tiles = [s for s in (r.get("spark") or {}).get("stages", []) if _step(s).startswith("[2/5]")]
+        tiles = [s for s in (r.get("spark") or {}).get("stages", []) if step_of(s).startswith("[2/5]")]
         if tiles:
             out(f"\n{r['strategy']}: stages of the tiles step")
             out(_table(["stage", "tasks", "wall s", "task s", "cpu s", "gc s", "input rows", "shuffle w MB",
@@ -778,8 +366,8 @@ def print_saved_report(args, out_dir: Path, strategies: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks sort-vs-hash", description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, help="how many archived records (required)")
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--days", type=int, default=7)
@@ -823,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     strategies = [s for s in args.strategies.split(",") if s]
     if not set(strategies) <= set(STRATEGIES):
         parser.error(f"--strategies takes a comma list of {', '.join(STRATEGIES)}")
-    out_dir = Path(args.out_dir or REPO / "bench-out" / "backfill" / str(args.events)).resolve()
+    out_dir = Path(args.out_dir or ROOT / "bench-out" / "backfill" / str(args.events)).resolve()
     archive = out_dir / "warehouse" / PIPELINE / "archive"
     params = archive_params(args)
     if args.report_only:
@@ -878,7 +466,3 @@ def main(argv: list[str] | None = None) -> int:
         print("\nFAIL: a run did not finish", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
