@@ -11,6 +11,10 @@
 5. Live again, then the stop: the Dagster job `stop_stream`, the producer, the daemon.
 
 `--live` (`make demo-live`) leaves the stream and the producer running; `--stop` (`make stop`) stops them.
+
+The demo drives the system from outside, as an operator would: `switchyard` commands and Dagster runs
+(`python -m orchestration.run`) in processes of their own; it only reads the pipeline's handoff log, lease and
+status to follow along.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ from state_handoff.tables import Tables
 PIPELINE = "demo"
 TOPIC_PREFIX = "demo.events."
 HISTORY_DAYS = 3
+# The commands of the environment the demo runs in (.venv/bin): the `switchyard` command line, Dagster's daemon.
+BIN = Path(sys.executable).parent
+SWITCHYARD = str(BIN / "switchyard")
 
 
 def demo_home() -> Path:
@@ -55,16 +62,17 @@ class Demo:
         elapsed = time.monotonic() - self.started
         print(f"[demo {int(elapsed) // 60:02d}:{int(elapsed) % 60:02d}] {line}", flush=True)
 
-    def run(self, *args: str) -> None:
-        done = subprocess.run([sys.executable, *args], cwd=PROJECT_ROOT, env=self.env)
+    def run(self, *command: str) -> None:
+        done = subprocess.run(command, cwd=PROJECT_ROOT, env=self.env)
         if done.returncode != 0:
-            raise UserError(f"`{' '.join(args)}` failed with exit code {done.returncode} (its output is above)")
+            raise UserError(f"`{_shown(command)}` failed with exit code {done.returncode} (its output is above)")
 
     def switchyard(self, *args: str) -> None:
-        self.run("-m", "jobs.cli", *args)
+        self.run(SWITCHYARD, *args)
 
-    def dagster(self, job: str, first: str, last: str, *extra: str) -> None:
-        self.run("-m", "deploy.dagster_run", "--job", job, "--from", first, "--to", last, *extra)
+    def dagster(self, job: str, *args: str) -> None:
+        """A run of `job` in the Dagster instance (orchestration/run.py), in a process of its own."""
+        self.run(sys.executable, "-m", "orchestration.run", "--job", job, *args)
 
     # ------------------------------------------------------------ the phases
 
@@ -90,15 +98,15 @@ class Demo:
     def start_daemon(self, dagster_home: Path) -> None:
         log = demo_home() / "daemon.log"
         self.say(f"the Dagster daemon (sensors: the stream's health every 30 s), log {log}")
-        self.daemon = subprocess.Popen([str(PROJECT_ROOT / ".venv/bin/dagster-daemon"), "run", "-w", "workspace.yaml"],
+        self.daemon = subprocess.Popen([str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml"],
                                        cwd=PROJECT_ROOT, env={**self.env, "DAGSTER_HOME": str(dagster_home)},
                                        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def start_producer(self, topic: str) -> None:
         log = demo_home() / "live.log"
         self.say(f"live: {self.rate:g} events/s stamped with the current time (switchyard live), log {log}")
-        self.producer = subprocess.Popen([sys.executable, "-m", "jobs.cli", "live", "--topic", topic, "--rate",
-                                          f"{self.rate:g}"], cwd=PROJECT_ROOT, env=self.env, stdout=open(log, "w"),
+        self.producer = subprocess.Popen([SWITCHYARD, "live", "--topic", topic, "--rate", f"{self.rate:g}"],
+                                         cwd=PROJECT_ROOT, env=self.env, stdout=open(log, "w"),
                                          stderr=subprocess.STDOUT, start_new_session=True)
         (demo_home() / "live.pid").write_text(str(self.producer.pid))
 
@@ -141,6 +149,11 @@ class Demo:
                 os.killpg(self.daemon.pid, signal.SIGKILL)
 
 
+def _shown(command: tuple[str, ...]) -> str:
+    """A command as the user would type it: the program's name without its folder."""
+    return " ".join([Path(command[0]).name, *command[1:]])
+
+
 def _delete_old_topics(bootstrap: str) -> None:
     from state_handoff.kafka_io import admin_client
 
@@ -151,16 +164,17 @@ def _delete_old_topics(bootstrap: str) -> None:
 
 
 def stop_demo(warehouse: str, out=print) -> None:
-    """`make stop`: the demo's producer, then its stream (cleanly, through its lease's owner)."""
-    from jobs.stop import stop_stream
-
+    """`make stop`: the demo's producer, then its stream (`switchyard stop`: it drains and logs STOPPED)."""
     stop_producer(out)
     tables = Tables(warehouse, PIPELINE)
-    if lease.stream_running(tables):
-        stopped = stop_stream(tables, out=out)
-        out("the stream: " + ("STOPPED" if stopped else "ended without STOPPED (see `switchyard status`)"))
-    else:
+    if not lease.stream_running(tables):
         out("the stream: not running")
+        return
+    command = (SWITCHYARD, "stop", "--pipeline", PIPELINE, "--warehouse", warehouse)
+    stopped = subprocess.run(command, cwd=PROJECT_ROOT).returncode
+    if stopped not in (0, 1):  # 1: it ended, without STOPPED
+        raise UserError(f"`{_shown(command)}` failed with exit code {stopped} (its output is above)")
+    out("the stream: " + ("STOPPED" if stopped == 0 else "ended without STOPPED (see `switchyard status`)"))
 
 
 def stop_producer(out=print) -> None:
@@ -186,7 +200,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     demo.start_daemon(dagster_home)
     seq = demo.last_seq()
     demo.say(f"Dagster: backfill_then_stream over {first}..{last}; the stream stays live after the run")
-    demo.dagster("backfill_then_stream", first, last, "--detach-stream", "--caught-up-lag",
+    demo.dagster("backfill_then_stream", "--from", first, "--to", last, "--detach-stream", "--caught-up-lag",
                  str(int(demo.rate * 60)))  # under live input never 0 behind: a minute of input is caught up
     demo.wait_for(handoff_log.CAUGHT_UP, seq)
     demo.start_producer(topic)
@@ -197,7 +211,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
                     "{" + ", ".join(f'"{p}": {o}' for p, o in sorted(until_midnight.items())) + "}")
     seq = demo.last_seq()
     demo.say(f"Dagster: backfill_days for {yesterday}, as the schedule runs it: the live stream rebases at a cut")
-    demo.dagster("backfill_days", yesterday, yesterday)
+    demo.dagster("backfill_days", "--from", yesterday, "--to", yesterday)
     demo.wait_for(handoff_log.SWITCHED, seq)  # the same stream process, on the handoff at the cut
     demo.watch_live()
     if leave_running:
@@ -205,7 +219,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
         return
     demo.say("the producer stops; then the Dagster job stop_stream (the stream drains what it wrote)")
     stop_producer()
-    demo.run("-m", "deploy.dagster_run", "--job", "stop_stream")
+    demo.dagster("stop_stream")
 
 
 def main(argv=None) -> int:
@@ -236,7 +250,7 @@ def main(argv=None) -> int:
             demo.stop_daemon()
         demo.say(f"done; the runs, checks and observations are in {dagster_home}: `make ui`, then "
                  f"http://127.0.0.1:{os.environ.get('DAGSTER_PORT', '3000')}")
-        demo.run("-m", "jobs.cli", "status", "--pipeline", PIPELINE)
+        demo.switchyard("status", "--pipeline", PIPELINE)
         return 0
     except UserError as err:
         print(f"switchyard demo: {err}", file=sys.stderr)

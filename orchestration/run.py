@@ -1,5 +1,10 @@
 """Run a job of the switchyard code location in the Dagster instance at $DAGSTER_HOME (the one `make ui` shows),
-through Dagster's Python API: `python -m deploy.dagster_run --job backfill_then_stream --from DAY --to DAY`."""
+through Dagster's Python API, over a range of daily partitions:
+
+    python -m orchestration.run --job backfill_then_stream --from DAY --to DAY
+"""
+
+from __future__ import annotations
 
 import argparse
 import sys
@@ -10,6 +15,7 @@ RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_p
 
 
 def run_job(job_name: str, first: str | None, last: str | None, config: dict | None = None) -> bool:
+    """Run `job_name` in process, over the days `first`..`last` when given; True when the run succeeded."""
     import dagster as dg
 
     from orchestration.definitions import defs
@@ -36,7 +42,7 @@ def run_job(job_name: str, first: str | None, last: str | None, config: dict | N
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.dagster_run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m orchestration.run", description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True)
     parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")
     parser.add_argument("--to", dest="last", help="last day of the partition range (YYYY-MM-DD)")
