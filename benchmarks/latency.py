@@ -69,10 +69,9 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
     is stamped as it is sent (its Kafka timestamp too, when `produce` takes it, so a record's wait for its
     batch counts in its latency).
 
-    The producer lingers 5 ms for a batch, the default of librdkafka and of Kafka's Java client since 4.0. Without
-    lingering every record was a request of its own: at 8,000 events/s the broker and the sender each took about
-    half a core (7.0 and 7.4 s of CPU in 15 s; with 5 ms 1.1 and 4.5 s, and the sender 1.6 s once its pacing
-    slept once a millisecond), cores the stream under measurement shares on a two-core machine."""
+    The producer lingers 5 ms for a batch, the default of librdkafka and of Kafka's Java client since 4.0: without
+    it every record is a request of its own, and at high rates the broker and the sender take cores the stream
+    under measurement shares on a small machine."""
     def records():
         for n in itertools.count():
             event_id = f"{tag}-{n}"
@@ -143,7 +142,8 @@ def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=prin
 
 
 def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
-                      trigger_seconds: float = 0.0, tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
+                      trigger_seconds: float = 0.0,
+                      tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
                       warmup_seconds: float = 20.0, out=print) -> LatencyReport:
     """Set up a small switched pipeline, then measure at each rate in turn."""
     from state_handoff.pipelines import get_pipeline
@@ -210,8 +210,8 @@ def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds:
     collector.join(timeout=10)
     stamps = _input_timestamps(bootstrap, topic, start)
     latencies = sorted(seen[k] - stamps[k] for k in sent_at if k in seen and k in stamps)
-    return RateResult(rate, seconds, sent, len(latencies), _percentile(latencies, 0.50),
-                      _percentile(latencies, 0.95), _percentile(latencies, 0.99), latencies[-1] if latencies else float("nan"))
+    return RateResult(rate, seconds, sent, len(latencies), _percentile(latencies, 0.50), _percentile(latencies, 0.95),
+                      _percentile(latencies, 0.99), latencies[-1] if latencies else float("nan"))
 
 
 def main(argv: list[str]) -> int:

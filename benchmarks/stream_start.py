@@ -14,7 +14,6 @@ without extra driver JVM options (SWITCHYARD_JVM_OPTIONS), for an A/B on a noisy
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -28,6 +27,7 @@ from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
 from state_handoff import handoff_log
 from state_handoff.pipelines import get_pipeline
+from state_handoff.stream_layout import StreamPaths, read_json
 from state_handoff.tables import Tables
 
 PIPELINE = get_pipeline("demo")
@@ -40,9 +40,10 @@ def switched_pipeline(base: Path, bootstrap: str) -> None:
     topic = f"start.{int(time.time())}"
     small_switched_pipeline(Tables(str(base), PIPELINE.name), bootstrap, topic, out=lambda *_: None)
     first = datetime.now(timezone.utc) - timedelta(minutes=30)
-    produce(bootstrap, topic, [(f"seed-{i % 200}".encode(), latency_event(f"seed-{i % 200}", f"tail-{i}",
-                                                                         first + timedelta(seconds=i), 1.0), i % 2, None)
-                               for i in range(200)])
+    tail = [(f"seed-{i % 200}".encode(),
+             latency_event(f"seed-{i % 200}", f"tail-{i}", first + timedelta(seconds=i), 1.0), i % 2, None)
+            for i in range(200)]
+    produce(bootstrap, topic, tail)
 
 
 def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> dict:
@@ -52,15 +53,16 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
     env = dict(os.environ)
     if jvm_options:
         env["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [env.get("SWITCHYARD_JVM_OPTIONS"), jvm_options]))
-    done = subprocess.run(switchyard_command("stream", "--pipeline", PIPELINE.name, "--warehouse", warehouse,
-                                             "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
-                                             "--trigger-seconds", "0"), capture_output=True, text=True, cwd=ROOT, env=env)
+    stream = switchyard_command("stream", "--pipeline", PIPELINE.name, "--warehouse", warehouse,
+                                "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
+                                "--trigger-seconds", "0")
+    done = subprocess.run(stream, capture_output=True, text=True, cwd=ROOT, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"the stream exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
     tables = Tables(str(warehouse), PIPELINE.name)
     switched = handoff_log.latest(None, tables, handoff_log.SWITCHED)
     details = handoff_log.details(switched)
-    progress = json.loads(next((Path(tables.root) / "_stream").glob("*/recent_progress.json")).read_text())
+    progress = read_json(StreamPaths.of(tables, switched.handoff_id).root / "recent_progress.json")
     first = progress[f"{PIPELINE.name}-keyed"][0]
     shutil.rmtree(warehouse, ignore_errors=True)
     return {"jvm_options": jvm_options or "", "since_process_start_s": details["seconds_since_process_start"],
