@@ -8,6 +8,10 @@ events query at E, per partition. The cut C is the topic's end at the pause (at 
    read in batch, compared with the streamed state folded up to C (the reconciliation), and replaces it;
 3. BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream then seeds from the recomputed state.
 Each step is idempotent, so a rebase that dies is finished by the next `stream` (or `rebase`).
+
+The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
+layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
+(jobs/sinks.py), so it never imports the stream.
 """
 
 from __future__ import annotations
@@ -16,21 +20,26 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range
-from state_handoff import faults, handoff_log, storage, stream_progress
+from jobs.delta_txn import TxnApp
+from jobs.sinks import EventsSink, mark_overlap
+from state_handoff import faults, handoff_log, lease, storage, stream_progress
 from state_handoff.aggregates import partial_columns
-from state_handoff.archive_files import archive_meta
+from state_handoff.archive_files import archive_meta, list_archive
+from state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets, last_committed_batch,
+                                       last_planned_batch, planned_end_offsets)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.kafka_io import latest_offsets
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
+from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
 
 CUT = "cut"
@@ -51,44 +60,7 @@ class Cut:
         return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
 
 
-def _batch_ids(checkpoint: str, log: str) -> list[int]:
-    return sorted(int(name) for name in storage.list_dir(storage.join(checkpoint, log)) if name.isdigit())
-
-
-def last_committed_batch(checkpoint: str) -> int | None:
-    return max(_batch_ids(checkpoint, "commits"), default=None)
-
-
-def last_planned_batch(checkpoint: str) -> int | None:
-    """Spark writes a batch's offsets before it runs it: a planned batch past the last commit was interrupted."""
-    return max(_batch_ids(checkpoint, "offsets"), default=None)
-
-
-def batch_end_offsets(checkpoint: str, batch: int, topic: str) -> dict[int, int]:
-    """Where batch `batch` of the query ends on `topic`, from the checkpoint's offset log."""
-    offset_log = storage.join(checkpoint, "offsets", str(batch))
-    for line in storage.read_text(offset_log).splitlines()[2:]:
-        try:
-            offsets = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(offsets, dict) and topic in offsets:
-            return {int(p): int(o) for p, o in offsets[topic].items()}
-    raise UserError(f"the offset log {offset_log} names no offsets of topic {topic}: the checkpoint is damaged; "
-                    "restore it from a backup")
-
-
-def committed_end_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
-    batch = last_committed_batch(checkpoint)
-    return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
-
-
-def planned_end_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
-    batch = last_planned_batch(checkpoint)
-    return None if batch is None else batch_end_offsets(checkpoint, batch, topic)
-
-
-def pause_cut(bootstrap: str, handoff: Handoff, paths) -> Cut:
+def pause_cut(bootstrap: str, handoff: Handoff, paths: StreamPaths) -> Cut:
     """The cut of a stopped stream: the topic's end now, and where each reader's batches ended (for the events
     query, its last planned batch, which the catch-up completes as planned)."""
     start = handoff.start_offsets
@@ -101,18 +73,15 @@ def pause_cut(bootstrap: str, handoff: Handoff, paths) -> Cut:
 
 
 def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                    paths, cut: Cut) -> datetime | None:
+                    paths: StreamPaths, cut: Cut) -> datetime | None:
     """The events path up to the cut as the stream's next batches, with the stream's own sink and transaction
     ids, so a rerun writes nothing twice: first a batch an interrupted run had planned, over exactly its planned
     range (its writes may be half done), then [E, C). Returns the watermark at the cut."""
-    from jobs.delta_txn import TxnApp
-    from jobs.stream_events import EventsSink, mark_overlap
-
     checkpoint = paths.events_checkpoint
     sink = EventsSink(pipeline, tables, handoff,
                       TxnApp(f"switchyard-{pipeline.name}-{handoff.handoff_id}-events", checkpoint,
                              missing="unstreamed"))
-    str(sink.app)
+    str(sink.app)  # the checkpoint's incarnation, read once now: every batch below is tagged with it
 
     def run(start: dict[int, int], end: dict[int, int], batch_id: int) -> datetime | None:
         done = stream_progress.batch(tables, handoff.handoff_id, stream_progress.EVENTS, sink.app.incarnation,
@@ -157,7 +126,7 @@ def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, b
 
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                  paths, cut: Cut, request: dict, out=print) -> Handoff:
+                  paths: StreamPaths, cut: Cut, request: dict, out=print) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
     out(f"rebase {pipeline.name}: catching the events path up to the cut "
@@ -211,8 +180,6 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     """The requested days, widened to every day with archive files the last committed backfill had not tiled
     (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
     must hold every archived record."""
-    from state_handoff.archive_files import list_archive
-
     committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
     tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
     days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
@@ -239,8 +206,6 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
                request: dict, out=print) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
     pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there."""
-    from jobs.stream import StreamPaths
-
     paths = StreamPaths.of(tables, handoff.handoff_id)
     if "paused" in request:
         cut = Cut.from_details(request["paused"]["cut"])
@@ -268,10 +233,6 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
     (`session` builds the SparkSession only then)."""
-    from datetime import timezone
-
-    from state_handoff import lease
-
     if lease.stream_running(tables):
         if no_rebase:
             owner = lease.owner(tables)

@@ -1,14 +1,165 @@
-"""Sinks the backfill and the stream share: `dead_letter`'s rows for records that failed to parse, and the
-tables both append to that neither may have made yet (`dead_letter`, `late`)."""
+"""The events path's Delta sinks, shared by the stream and the batch paths.
+
+`EventsSink` takes one batch of parsed records: malformed ones to `dead_letter`, records for windows at or
+before the watermark to `late`, the others merged into `window_state`; windows that the watermark passes move to
+`windows`. The watermark starts at the backlog watermark; each batch records the one it leaves in Delta
+(`stream_batches`), so a replayed batch classifies its records exactly as the first attempt did. The stream's
+events query runs it on each micro-batch; the rebase runs it over the range up to its cut, as the stream's next
+batch. The backfill writes its dead letters with `dead_letter_rows` and makes the tables the stream appends to.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state_handoff import storage
+from jobs.aggregation import tile_start, window_end
+from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
+from state_handoff import delta_upkeep, faults, storage, stream_progress
+from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
+from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
+
+SKIPPED_OVERLAP = "skipped_overlap"
+
+
+def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, overlap: Overlap) -> DataFrame:
+    """SKIPPED_OVERLAP: the record is in the overlap (Kafka timestamp at or before its end) and its identity is
+    among the archived ones; a left join on the small static identity set, so the stream keeps every row."""
+    identities = archived.select(F.col("identity").alias("__archived_identity")).distinct()
+    in_overlap = F.col("kafka_timestamp") <= F.lit(overlap.until)
+    return (parsed.withColumn("__identity", F.when(in_overlap, record_identity(pipeline)))
+            .join(F.broadcast(identities), F.col("__identity") == F.col("__archived_identity"), "left")
+            .withColumn(SKIPPED_OVERLAP, F.col("__archived_identity").isNotNull())
+            .drop("__identity", "__archived_identity"))
+
+
+def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
+    aggs = pipeline.windows.aggregations
+    return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
+            .select(pipeline.key, "window_start", window_end(pipeline, F.col("window_start")).alias("window_end"),
+                    *flatten_last(aggs)))
+
+
+class EventsSink:
+    def __init__(self, pipeline: Pipeline, tables: Tables, handoff: Handoff, app: TxnApp):
+        self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
+        self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
+        self._delta: dict[str, object] = {}  # deltalake DeltaTables by path, loaded once
+
+    def _table(self, path: str):
+        """The table at `path` for delta-rs: the batch's writes go through it, not through Spark's Delta
+        commands, whose plans, jobs and JIT work take the cores from the keyed path."""
+        from deltalake import DeltaTable
+
+        if path not in self._delta:
+            self._delta[path] = DeltaTable(path, storage_options=storage.delta_options(path))
+        return self._delta[path]
+
+    def watermark_before(self, batch_id: int) -> datetime | None:
+        """The backlog watermark for batch 0; else the watermark the previous batch recorded in Delta."""
+        if batch_id == 0:
+            return self.handoff.backlog_watermark
+        previous = self.last if self.last is not None and self.last.batch_id == batch_id - 1 else \
+            stream_progress.batch(self.tables, self.handoff.handoff_id, stream_progress.EVENTS,
+                                  self.app.incarnation, batch_id - 1)
+        if previous is None:
+            raise RuntimeError(
+                f"events batch {batch_id - 1} of handoff {self.handoff.handoff_id} (checkpoint "
+                f"{self.app.incarnation}) is committed in its checkpoint but missing from "
+                f"{self.tables.stream_batches}: its watermark is lost; restore that table, or start over with "
+                "`switchyard backfill` and `switchyard handoff`")
+        return previous.watermark_after
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = datetime.now(timezone.utc)
+        pipeline, tables, app = self.pipeline, self.tables, str(self.app)
+        watermark = self.watermark_before(batch_id)
+        batch = batch.persist()
+        try:
+            skipping = SKIPPED_OVERLAP in batch.columns
+            kept = ~F.col(SKIPPED_OVERLAP) if skipping else F.lit(True)
+            well = F.col("error").isNull() & kept
+            malformed = F.col("error").isNotNull() & kept
+            windows = pipeline.windows is not None
+            events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
+            is_late = F.lit(False)
+            if windows and watermark:
+                is_late = well & (window_end(pipeline, F.col("window_start")) <= F.lit(watermark))
+            events = events.withColumn("__late", is_late)
+            stats = events.groupBy("kafka_partition").agg(
+                F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
+                F.count_if(malformed).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.count_if(~kept).alias(SKIPPED_OVERLAP),
+                F.max("kafka_offset").alias("last_offset"),
+                F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
+            per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
+                                                      "dead_lettered": r.dead_lettered, "late": r.late,
+                                                      "last_offset": r.last_offset} for r in stats}
+            if skipping:
+                for r in stats:
+                    per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
+            newest = max((r.newest for r in stats if r.newest is not None), default=None)
+            if any(p["dead_lettered"] for p in per_partition.values()):
+                dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
+                append_arrow_once(self._table(tables.dead_letter), dead.toArrow(), f"{app}-dead", batch_id)
+                faults.reach("stream.events.after_dead_letter")
+            if any(p["late"] for p in per_partition.values()):
+                late = events.where("__late").select(
+                    "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
+                    F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
+                append_arrow_once(self._table(tables.late), late.toArrow(), f"{app}-late", batch_id)
+            watermark_after = watermark
+            if windows:
+                on_time = events.where(well & ~F.col("__late"))
+                if any(p["well_formed"] - p["late"] for p in per_partition.values()):
+                    self._merge_windows(batch_window_partials(pipeline, on_time), batch_id)
+                    faults.reach("stream.events.after_window_merge")
+                if newest is not None:
+                    candidate = newest - pipeline.allowed_lateness
+                    watermark_after = max(watermark, candidate) if watermark else candidate
+                if watermark_after and (watermark is None or _window_index(pipeline, watermark_after)
+                                        > _window_index(pipeline, watermark)):
+                    self._finalize_windows(watermark_after, batch_id)
+        finally:
+            batch.unpersist()
+        row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
+                                       batch_id, watermark, watermark_after,
+                                       {str(p): counts for p, counts in per_partition.items()}, started,
+                                       datetime.now(timezone.utc))
+        stream_progress.record(tables, row)
+        self.last = row
+        faults.reach("stream.events.after_progress")
+        if delta_upkeep.due(batch_id):
+            for table in self._delta.values():  # the tables this sink wrote, each only by this thread
+                delta_upkeep.tidy(table)
+
+    def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
+        key = self.pipeline.key
+        merge_once(self._table(self.tables.window_state), partials.toArrow(),
+                   f't."{key}" = s."{key}" AND t."window_start" = s."window_start"', f"{self.app}-windows-merge", batch_id,
+                   updates=merge_into_sql(self.pipeline.windows.aggregations))
+
+    def _finalize_windows(self, watermark: datetime, batch_id: int) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        open_windows = self._table(self.tables.window_state)
+        open_windows.update_incremental()
+        bound = watermark.astimezone(timezone.utc)
+        final = open_windows.to_pyarrow_dataset().to_table(
+            filter=pc.field("window_end") <= pa.scalar(bound, pa.timestamp("us", tz="UTC")))
+        append_arrow_once(self._table(self.tables.windows), final, f"{self.app}-windows-final", batch_id)
+        faults.reach("stream.events.after_finalize_append")
+        delete_once(open_windows, f"window_end <= arrow_cast('{bound:%Y-%m-%dT%H:%M:%S.%f}Z', "
+                    "'Timestamp(Microsecond, Some(\"UTC\"))')", f"{self.app}-windows-close", batch_id)
+
+
+def _window_index(pipeline: Pipeline, t: datetime) -> int:
+    return int(t.timestamp() // pipeline.windows.size.total_seconds())
 
 
 def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event_date: F.Column | None = None):

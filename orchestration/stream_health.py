@@ -118,7 +118,7 @@ def progress_from(tables: Tables, entries: list, running: bool) -> Progress | No
 
 def reported_progress(phase: str, progress: dict, update_latency: dict | None) -> Progress:
     """What a stream reported of itself through Pipes: its phase, the figures it writes to progress.json, and the
-    update latency it sampled (jobs/stream_pipes.py)."""
+    update latency it sampled (jobs/stream/pipes.py)."""
     return Progress(progress["handoff_id"], phase, True, progress.get("updated"), progress.get("batch_id"),
                     _behind(progress.get("offsets_behind")), progress.get("input_rows_per_s"),
                     progress.get("processed_rows_per_s"), progress.get("stream_watermark"),

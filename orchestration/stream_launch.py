@@ -1,5 +1,5 @@
 """The stream as its own process (`switchyard stream`) in a Dagster Pipes session: what it reports (its transitions,
-lag, rates, update latency; jobs/stream_pipes.py) becomes observations of `stream`, and its death fails the run."""
+lag, rates, update latency; jobs/stream/pipes.py) becomes observations of `stream`, and its death fails the run."""
 
 import os
 import signal
@@ -15,7 +15,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from jobs.stream_pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION, entry_from_payload
+from jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION, entry_from_payload
 from orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from state_handoff import handoff_log, storage
 from state_handoff.handoff import Handoff

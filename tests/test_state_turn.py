@@ -1,4 +1,4 @@
-"""The state query's turn (jobs/stream_state.StateTurn): half an interval after the trigger, never for a query that
+"""The state query's turn (jobs/stream/state.py, StateTurn): half an interval after the trigger, never for a query that
 is behind, and never once a drain hurries it. Plain Python and the wall clock; no Spark."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from jobs.stream_state import StateTurn
+from jobs.stream.state import StateTurn
 
 INTERVAL = 1.0
 

@@ -1,39 +1,25 @@
-"""The keyed query: the seed (the state at the handoff's version, as a file stream source) unioned with the
-parsed events, merged by one streaming aggregation on the RocksDB state store. Each batch sends the changed
-keys' whole new state to `<pipeline>.updates` through Spark's own Kafka sink and does nothing else: no Delta
-write and no Python step sits between an input record and its update. The seed's files are recorded in the
+"""The keyed query: the seed (the state at the handoff's version, as a file stream source; jobs/seed.py) unioned
+with the parsed events, merged by one streaming aggregation on the RocksDB state store. Each batch sends the
+changed keys' whole new state to `<pipeline>.updates` through Spark's own Kafka sink and does nothing else: no
+Delta write and no Python step sits between an input record and its update. The seed's files are recorded in the
 checkpoint, so a restart never seeds again."""
 
 from __future__ import annotations
 
-import json
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from jobs.seed import EVENTS_SEEN, seed_schema  # noqa: F401 (seed_schema: re-exported)
+from jobs.seed import EVENTS_SEEN, seed_schema
 from state_handoff import faults
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.kafka_security import spark_options
 from state_handoff.spec import Pipeline
+from state_handoff.stream_layout import StreamPaths
 
 HANDOFF_HEADER = "switchyard.handoff"
 # Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
-
-
-def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
-                  max_offsets_per_trigger: int | None, with_key: bool = False) -> DataFrame:
-    reader = (spark.readStream.format("kafka").options(**spark_source_options(bootstrap))
-              .option("subscribe", topic)
-              .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-              .option("failOnDataLoss", "true"))
-    if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
-    key = [F.col("key").alias("kafka_key")] if with_key else []
-    return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
-                                F.col("timestamp").alias("kafka_timestamp"), *key, "value")
 
 
 def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
@@ -86,3 +72,20 @@ class KeyedCrashPoint(StreamingQueryListener):
 
     def onQueryTerminated(self, event) -> None:
         pass
+
+
+def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff_id: str, paths: StreamPaths,
+                      source: DataFrame, trigger: dict) -> StreamingQuery:
+    """The keyed query over `source` (the parsed input) and the handoff's seed, in the `keyed` scheduler pool."""
+    seed = spark.readStream.schema(seed_schema(spark, str(paths.seed))).parquet(str(paths.seed))
+    context = spark.sparkContext
+    context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's threads
+    merged = merged_state(pipeline, keyed_input(pipeline, source).unionByName(seed))
+    query = (keyed_updates(pipeline, merged, handoff_id)
+             .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
+             .format("kafka").options(**spark_options(bootstrap)).option("kafka.acks", "all")
+             .option("topic", pipeline.updates_topic)
+             .option("checkpointLocation", str(paths.keyed_checkpoint))
+             .trigger(**trigger).start())
+    context.setLocalProperty("spark.scheduler.pool", None)
+    return query

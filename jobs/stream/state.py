@@ -4,20 +4,24 @@ or late changes nothing; a stop drains it, so `state` holds every update when th
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from datetime import datetime, timezone
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 
 from jobs.delta_txn import TxnApp, merge_once
-from jobs.stream_keyed import HANDOFF_HEADER, JSON_OPTIONS
+from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
 from state_handoff import delta_upkeep, faults, handoff_log, storage, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import latest_offsets
+from state_handoff.kafka_security import spark_source_options
 from state_handoff.spec import Pipeline
+from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
 
 
@@ -33,9 +37,9 @@ def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: 
 class StateTurn:
     """The state query's batches do their work half a trigger interval after the events query's. Spark starts
     processing-time triggers at multiples of the interval since the epoch, so the two Delta-writing queries
-    otherwise read and reduce their batches at the same moments, and the keyed batches beside them met both
-    at once (`switchyard bench-latency --rates 1000`: p99 2.1-2.6 s together, 1.4-1.8 s taking turns). A drain
-    (`hurry`) cuts the wait short: a stop or a pause never waits for a turn."""
+    otherwise read and reduce their batches at the same moments, and the keyed batches beside them would meet
+    both at once: taking turns keeps the update latency down. A drain (`hurry`) cuts the wait short: a stop or a
+    pause never waits for a turn."""
 
     def __init__(self, interval_s: float):
         self.interval_s, self.hurry = interval_s, threading.Event()
@@ -55,7 +59,7 @@ class StateTurn:
 
 class StateSink:
     """Upserts the updates of a batch into `state`, once per batch id: the newest update per key, collected
-    (at most one row per key) and merged by delta-rs. A Spark MERGE of a few thousand rows costs ~6 s of the two
+    (at most one row per key) and merged by delta-rs. A Spark MERGE of a few thousand rows costs seconds of the
     cores on a running stream (its plans, jobs and the JIT compiling them), taken from the keyed path."""
 
     def __init__(self, pipeline: Pipeline, tables: Tables, schema, handoff_id: str, app: TxnApp,
@@ -92,8 +96,8 @@ class StateSink:
             delta_upkeep.tidy(self.table)
 
 
-def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths,
-                   entries: list) -> dict[str, int]:
+def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,
+                  entries: list) -> dict[str, int]:
     """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
     kept in the log's STREAM_STARTED entry before any update is sent."""
     for entry in entries:
@@ -107,3 +111,22 @@ def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths,
                         "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
     ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
     return {str(p): hi for p, hi in ends.items()}
+
+
+def start_state_query(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff_id: str,
+                      updates_from: dict[str, int], paths: StreamPaths, app: TxnApp, turn: StateTurn,
+                      trigger: dict) -> StreamingQuery:
+    """The state query over the updates topic from `updates_from`, in the `state` scheduler pool. The topic is
+    compacted: Kafka may drop a key's older updates, which only the newest matters for."""
+    updates = (spark.readStream.format("kafka").options(**spark_source_options(bootstrap))
+               .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
+               .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
+               .option("failOnDataLoss", "false").load())
+    state_schema = spark.read.format("delta").load(tables.state).schema
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", "state")
+    query = (updates.writeStream.queryName(f"{pipeline.name}-state")
+             .foreachBatch(StateSink(pipeline, tables, state_schema, handoff_id, app, turn))
+             .option("checkpointLocation", str(paths.state_checkpoint))
+             .trigger(**trigger).start())
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
+    return query

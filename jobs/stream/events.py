@@ -1,0 +1,56 @@
+"""The events query: the handoff's input topic from its start offsets, parsed, through the events sink
+(jobs/sinks.py) into Delta. The same parsed input, without the overlap records the archive already holds, feeds
+the keyed query."""
+
+from __future__ import annotations
+
+import json
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from jobs.sinks import SKIPPED_OVERLAP, EventsSink, mark_overlap
+from state_handoff.handoff import Handoff
+from state_handoff.kafka_security import spark_source_options
+from state_handoff.parsing import parse_events
+from state_handoff.spec import Pipeline
+from state_handoff.stream_layout import StreamPaths
+
+
+def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],
+                  max_offsets_per_trigger: int | None, with_key: bool = False) -> DataFrame:
+    reader = (spark.readStream.format("kafka").options(**spark_source_options(bootstrap))
+              .option("subscribe", topic)
+              .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
+              .option("failOnDataLoss", "true"))
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", max_offsets_per_trigger)
+    key = [F.col("key").alias("kafka_key")] if with_key else []
+    return reader.load().select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
+                                F.col("timestamp").alias("kafka_timestamp"), *key, "value")
+
+
+def parsed_input(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff: Handoff,
+                 max_offsets_per_trigger: int | None) -> tuple[DataFrame, DataFrame]:
+    """The handoff's parsed input for the events query (a time-mode handoff's overlap records marked
+    SKIPPED_OVERLAP when archived) and for the keyed query (those records left out)."""
+    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets,
+                                                  max_offsets_per_trigger, with_key=handoff.overlap is not None))
+    keyed_source = parsed
+    if handoff.overlap is not None:
+        parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
+        keyed_source = parsed.where(~F.col(SKIPPED_OVERLAP))
+    return parsed, keyed_source
+
+
+def start_events_query(spark: SparkSession, pipeline: Pipeline, parsed: DataFrame, sink: EventsSink,
+                       paths: StreamPaths, trigger: dict) -> StreamingQuery:
+    """The events query over `parsed`, each batch through `sink`, in the `events` scheduler pool."""
+    context = spark.sparkContext
+    context.setLocalProperty("spark.scheduler.pool", "events")  # inherited by the query's threads
+    query = (parsed.writeStream.queryName(f"{pipeline.name}-events").foreachBatch(sink)
+             .option("checkpointLocation", str(paths.events_checkpoint))
+             .trigger(**trigger).start())
+    context.setLocalProperty("spark.scheduler.pool", None)
+    return query

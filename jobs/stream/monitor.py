@@ -1,0 +1,221 @@
+"""The monitor of one handoff's queries: the input's lag, CAUGHT_UP and FALLING_BEHIND, the switch back to the
+batch path when the lag stays high, the rebase requests of other processes, and the progress cache that `status`
+and the Dagster sensor read (reported through Pipes as well)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from jobs import rebase
+from jobs.sinks import EventsSink
+from jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
+from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
+from state_handoff import handoff_log, lease as leases, storage
+from state_handoff.handoff import Handoff
+from state_handoff.kafka_io import LatestOffsets
+from state_handoff.spec import Pipeline
+from state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
+
+
+class Monitor:
+    """Watches one handoff's queries and the input's lag; returns None on a stop, or the rebase to run.
+
+    Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the log, the
+    progress cache) fails soft: retried with backoff while the lag is reported as unknown."""
+
+    def __init__(self, supervisor, handoff: Handoff, queries, events_sink: EventsSink):
+        self.sup, self.handoff, self.queries, self.events_sink = supervisor, handoff, queries, events_sink
+        self.settings = supervisor.settings
+        self.paths = StreamPaths.of(supervisor.tables, handoff.handoff_id)
+        self.result = StreamResult(handoff.handoff_id, reason="")
+        self.lag_error: str | None = None
+        self.lag_unknown_since: float | None = None
+        self.next_lag_at = 0.0
+        self.next_requests_at = 0.0
+        self.backoff = self.settings.poll_seconds
+        self.behind_since: float | None = None
+        self.caught_up_since: float | None = None
+        self.latest_offsets = LatestOffsets(supervisor.bootstrap)
+        self.pruned = False  # the earlier handoffs' stream folders, once this one is live
+
+    def log(self, status: str, **fields) -> None:
+        self.sup.log(self.handoff.handoff_id, status, **fields)
+
+    def run(self) -> dict | None:
+        try:
+            return self._run()
+        finally:
+            self.latest_offsets.close()
+
+    def _run(self) -> dict | None:
+        settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
+        logged = handoff_log.entries(None, sup.tables)  # also the order of the earlier handoffs, for the prune
+        switched = any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in logged)
+        result.switched_after_s = sup.switched_after_s  # when start() saw it
+        caught_up = False
+        lag, snapshot = {}, {}
+        try:
+            while True:
+                sup.lease.check()
+                self._raise_if_a_query_failed()
+                if not switched and storage.exists(self.paths.keyed_checkpoint / "commits" / "0"):
+                    switched = True
+                    result.switched_after_s = sup.log_switched(handoff, time.monotonic())
+                if switched and not self.pruned:
+                    self.pruned = True
+                    self._prune_earlier_streams(logged)
+                now = time.monotonic()
+                if now >= self.next_lag_at:
+                    measured = self._measure_lag()
+                    if measured is not None:
+                        lag, snapshot = measured
+                        result.lag = lag
+                known = self.lag_error is None
+                behind = sum(lag.values())
+                state_current = snapshot.get("state_updates_behind", 0) <= settings.caught_up_lag
+                if known and switched and not caught_up and behind <= settings.caught_up_lag and state_current:
+                    caught_up = True
+                    self.caught_up_since = now
+                    result.caught_up_after_s = result.caught_up_after_s or now - sup.started
+                    self.log(handoff_log.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
+                    sup.out(f"CAUGHT_UP after {now - sup.started:.1f}s: {behind} offsets behind latest")
+                elif known and caught_up and behind > settings.behind_threshold:
+                    caught_up = False
+                    self.caught_up_since = None
+                    self.log(handoff_log.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
+                    sup.out(f"FALLING_BEHIND: {behind} offsets behind latest")
+                self._write_progress(lag if known else None, snapshot)
+                if sup.stop_signal:
+                    result.reason = sup.stop_signal[0]
+                    return None
+                if settings.until_caught_up and caught_up:
+                    result.reason = "caught up"
+                    return None
+                if settings.for_seconds is not None and now - sup.started >= settings.for_seconds:
+                    result.reason = f"ran {settings.for_seconds:g}s"
+                    return None
+                if known and switched:
+                    switch_back = self._switch_back(now, behind, lag, snapshot)
+                    if switch_back is not None:
+                        return switch_back
+                if now >= self.next_requests_at:
+                    self.next_requests_at = now + settings.requests_every_seconds
+                    request = self._read_request()
+                    if request is not None:
+                        return request
+                time.sleep(settings.poll_seconds)
+        except Exception as err:
+            stop_all(self.queries)
+            reason = query_error(err)
+            try:
+                self.log(handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            except Exception:  # the log is out of reach too; the exit code still says it
+                pass
+            if isinstance(err, (StreamFailed, leases.LeaseLost)):
+                raise
+            raise StreamFailed(f"the stream's supervisor failed: {reason}") from err
+
+    def _prune_earlier_streams(self, logged: list) -> None:
+        """This handoff is live: the seeds and checkpoints of earlier ones go (stream_layout.RUN_PARTS). A failure
+        is reported and left for the next handoff's prune, which takes every earlier one. `logged`: the handoff log
+        as this monitor began, which already orders every earlier handoff."""
+        try:
+            pruned = prune_earlier_streams(self.sup.tables, self.handoff.handoff_id, logged)
+        except Exception as err:  # noqa: BLE001 - housekeeping: the stream goes on either way
+            self.sup.out(f"note: the stream folders of earlier handoffs were not pruned: {first_line(err)}")
+            return
+        if pruned:
+            self.sup.out(f"pruned the seeds and checkpoints of {len(pruned)} earlier handoff(s): {', '.join(pruned)}")
+
+    def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> dict | None:
+        """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up
+        faster than micro-batches. Hysteresis: after one, none again until caught up for a while."""
+        settings = self.settings
+        if settings.switch_back_lag is None or behind <= settings.switch_back_lag:
+            self.behind_since = None
+            return None
+        self.behind_since = self.behind_since or now
+        if now - self.behind_since < settings.switch_back_after:
+            return None
+        last = self.sup.last_switch_back
+        if last is not None and (self.caught_up_since is None or now - self.caught_up_since < settings.switch_back_hold):
+            return None
+        figures = {"offsets_behind": {str(p): n for p, n in lag.items()}, "behind": behind,
+                   "behind_for_s": round(now - self.behind_since, 1), "threshold": settings.switch_back_lag,
+                   "processed_rows_per_s": snapshot.get("processed_rows_per_s")}
+        request_id = rebase.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
+        self.sup.last_switch_back = now
+        self.sup.out(f"SWITCH BACK: {behind} offsets behind for {now - self.behind_since:.0f}s "
+                     f"(threshold {settings.switch_back_lag}): rebasing through the batch path")
+        return rebase.open_request(self.sup.tables) or {"request_id": request_id}
+
+    def _read_request(self) -> dict | None:
+        try:
+            return rebase.open_request(self.sup.tables)
+        except Exception as err:  # the log unreadable for a moment: ask again at the next poll
+            self.sup.out(f"could not read the handoff log: {first_line(err)}")
+            return None
+
+    def _raise_if_a_query_failed(self) -> None:
+        for query in self.queries:
+            if query.exception() is not None:
+                raise StreamFailed(f"query {query.name} failed: {query_error(query.exception())}")
+            if not query.isActive:
+                raise StreamFailed(f"query {query.name} stopped unexpectedly")
+
+    def _measure_lag(self) -> tuple[dict[int, int], dict] | None:
+        try:
+            measured = measure_lag(self.latest_offsets, self.sup.pipeline, self.handoff, self.queries, self.events_sink,
+                            self.sup.updates_from)
+        except Exception as err:  # a broker restarting, a network blip: the queries ride it out or fail themselves
+            now = time.monotonic()
+            if self.lag_error is None:
+                self.lag_unknown_since = time.time()
+                self.sup.out(f"lag unknown: {first_line(err)}; retrying with backoff")
+            self.lag_error = first_line(err)
+            self.next_lag_at = now + self.backoff
+            self.backoff = min(self.backoff * 2, 30.0)
+            return None
+        if self.lag_error is not None:
+            self.sup.out(f"lag known again after {time.time() - self.lag_unknown_since:.0f}s")
+        self.lag_error, self.lag_unknown_since, self.backoff = None, None, self.settings.poll_seconds
+        return measured
+
+    def _write_progress(self, lag: dict[int, int] | None, snapshot: dict) -> None:
+        progress = {"pid": os.getpid(), "updated": time.time(), "handoff_id": self.handoff.handoff_id,
+                    **snapshot, "offsets_behind": lag, "lag_error": self.lag_error,
+                    "lag_unknown_since": self.lag_unknown_since}
+        self.sup.report.progress(self.handoff.topic, progress)
+        try:
+            write_json_atomically(self.paths.progress, progress)
+        except OSError as err:  # a cache for status: the stream goes on without it
+            self.lag_error = self.lag_error or f"progress file not written: {first_line(err)}"
+
+
+def measure_lag(latest_offsets: LatestOffsets, pipeline: Pipeline, handoff: Handoff, queries, events_sink: EventsSink,
+         updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
+    """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
+    among them the updates the state query has yet to apply."""
+    keyed, events, state = (last_progress(q) for q in queries)  # each query's last progress
+    newest = latest_offsets([handoff.topic, pipeline.updates_topic])
+    latest, updates_latest = newest[handoff.topic], newest[pipeline.updates_topic]
+    done = dict(handoff.start_offsets)
+    committed = [kafka_end_offsets(progress, handoff.topic) or {} for progress in (keyed, events)]
+    lag = {}
+    for p, hi in latest.items():
+        position = min(c.get(p, done.get(p, 0)) for c in committed)
+        lag[p] = max(0, hi - position)
+    applied = kafka_end_offsets(state, pipeline.updates_topic) or updates_from
+    state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
+    last = events_sink.last
+    return lag, {
+        "latest_offsets": latest,
+        "input_rows_per_s": events.get("inputRowsPerSecond"),
+        "processed_rows_per_s": events.get("processedRowsPerSecond"),
+        "last_batch_ms": (events.get("durationMs") or {}).get("triggerExecution"),
+        "stream_watermark": last.watermark_after.isoformat() if last and last.watermark_after else None,
+        "batch_id": events.get("batchId"),
+        "update_batch_ms": (keyed.get("durationMs") or {}).get("triggerExecution"),
+        "state_updates_behind": state_behind,
+    }

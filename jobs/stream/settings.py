@@ -1,0 +1,72 @@
+"""What `switchyard stream` is asked to do (StreamSettings) and what it answers (StreamResult, or StreamFailed)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from state_handoff.errors import Failed, UserError
+
+COMMAND = "switchyard stream"
+DEFAULT_STATE_PARTITIONS = 2  # what a 2-core machine runs well; raise it on a cluster
+
+
+@dataclass
+class StreamSettings:
+    until_caught_up: bool = False
+    for_seconds: float | None = None
+    caught_up_lag: int = 0
+    falling_behind_lag: int | None = None  # default: 10 x caught_up_lag, at least 1000
+    max_offsets_per_trigger: int | None = 200_000
+    trigger_seconds: float = 0.0
+    # The Delta side (dead letters, late, windows, state from the updates topic) at most this often: fewer,
+    # larger Delta commits leave the cores to the update path; a backlog still runs batches back to back.
+    tables_trigger_seconds: float = 5.0
+    poll_seconds: float = 0.5
+    # Switch back: offsets behind above this for `switch_back_after` seconds rebase the stream (None: never).
+    # A rebase costs a pause, one batch over the backlog and a seed: worth it only for a large backlog.
+    switch_back_lag: int | None = 1_000_000
+    switch_back_after: float = 30.0
+    # Hysteresis: after a switch back, none again until the stream has been caught up this long.
+    switch_back_hold: float = 120.0
+    requests_every_seconds: float = 1.0
+    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS, default 2.
+    state_partitions: int | None = None
+
+    def __post_init__(self):
+        value = self.state_partitions if self.state_partitions is not None else \
+            os.environ.get("SWITCHYARD_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))
+        if not str(value).isdigit() or int(value) < 1:
+            raise UserError(f"state partitions (--state-partitions or SWITCHYARD_STATE_PARTITIONS) must be a whole "
+                            f"number of at least 1, not {value!r}")
+        self.state_partitions = int(value)
+
+    @property
+    def behind_threshold(self) -> int:
+        return self.falling_behind_lag if self.falling_behind_lag is not None else max(10 * self.caught_up_lag, 1000)
+
+
+@dataclass
+class StreamResult:
+    handoff_id: str
+    reason: str
+    switched_after_s: float | None = None
+    caught_up_after_s: float | None = None
+    batches: int = 0
+    lag: dict[int, int] = field(default_factory=dict)
+    rebases: int = 0
+
+    def summary(self, pipeline: str) -> str:
+        parts = [f"stream {pipeline} {self.handoff_id} stopped ({self.reason})", f"{self.batches} event batches"]
+        if self.switched_after_s is not None:
+            parts.append(f"SWITCHED after {self.switched_after_s:.1f}s")
+        if self.caught_up_after_s is not None:
+            parts.append(f"CAUGHT_UP after {self.caught_up_after_s:.1f}s")
+        if self.rebases:
+            parts.append(f"{self.rebases} rebase{'s' if self.rebases > 1 else ''}")
+        parts.append(f"offsets behind: {sum(self.lag.values())}")
+        return "; ".join(parts)
+
+
+class StreamFailed(Failed):
+    """A query of the stream failed, or the supervisor could not go on: FAILED is in the log."""

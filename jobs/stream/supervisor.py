@@ -1,0 +1,323 @@
+"""The supervisor of a pipeline's live phase (`switchyard stream`, isBacklog = false): it owns the lifecycle.
+
+It holds the pipeline's lease, starts the three queries of the current handoff (keyed.py, events.py, state.py;
+each with its own checkpoint, state_handoff/stream_layout.py), logs the transitions (STREAM_STARTED, SWITCHED,
+STOPPED, FAILED; the monitor logs CAUGHT_UP and FALLING_BEHIND), and rebases: when a REBASE_REQUESTED appears in
+the log (from `switchyard rebase` or a `backfill` under the live stream) or the lag stays above the switch-back
+threshold, it pauses the queries at a cut, runs the backlog phase up to it (jobs/rebase.py), and resumes with the
+new handoff in the same process. Launched by Dagster, it reports its transitions and figures through Pipes as
+well (pipes.py).
+
+What a restart needs is in the checkpoints or in Delta (the handoff log, `stream_batches`); files beside the
+checkpoints are caches for `status`. Every Delta write of a batch carries (txnAppId, txnVersion = batch id),
+the app id naming the handoff and the incarnation of the query's checkpoint (jobs/delta_txn.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from pyspark.sql import SparkSession
+
+from jobs import rebase
+from jobs.delta_txn import TxnApp
+from jobs.seed import write_seed
+from jobs.sinks import EventsSink, ensure_tables
+from jobs.stream.events import parsed_input, start_events_query
+from jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
+from jobs.stream.monitor import Monitor
+from jobs.stream.pipes import Silent, reporting
+from jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
+                                 query_error, stop_all)
+from jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
+from jobs.stream.state import StateTurn, start_state_query, updates_start
+from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, storage, stream_progress
+from state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
+from state_handoff.errors import UserError
+from state_handoff.handoff import Handoff, current_handoff
+from state_handoff.kafka_io import create_topic, latest_offsets
+from state_handoff.spec import Pipeline
+from state_handoff.step_times import StepTimes
+from state_handoff.stream_layout import KEYED, StreamPaths
+from state_handoff.stream_progress import EVENTS
+from state_handoff.tables import Tables
+
+
+def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:
+    """Refuse a checkpoint that is not the one whose writes Delta holds for this handoff: a lost or replaced
+    checkpoint restarts batch ids, and replaying the handoff from its start would apply records twice."""
+    recorded = stream_progress.incarnations(tables, handoff.handoff_id)
+    switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED]
+    if switched:  # the keyed query writes no Delta table; its first committed batch is in the log
+        recorded[KEYED] = {handoff_log.details(e).get("keyed_incarnation") for e in switched}
+    for query, incarnations in recorded.items():
+        current = checkpoint_incarnation(paths.checkpoints[query])
+        if current not in incarnations:
+            state = "missing" if current is None else f"a new one ({current[:8]})"
+            raise UserError(
+                f"the {query} checkpoint of handoff {handoff.handoff_id} ({paths.checkpoints[query]}) is {state}, but "
+                f"Delta already holds that handoff's stream writes: a stream cannot resume without the checkpoint "
+                "that made them; restore it, or start over with `switchyard backfill` and `switchyard handoff`")
+
+
+def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
+               settings: StreamSettings | None = None, out=print, lease: leases.Lease | None = None) -> StreamResult:
+    """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
+    unless the caller passes the one it holds)."""
+    settings = settings or StreamSettings()
+    delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
+    if current_handoff(None, tables) is None:
+        raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
+    with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process
+        if lease is not None:
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out, report).run()
+        with leases.hold(tables, COMMAND) as held:
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
+
+
+class Supervisor:
+    """One handoff's queries at a time; between them, the rebases."""
+
+    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out, report=None):
+        self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
+        self.settings, self.lease, self.out = settings, lease, out
+        self.report = report or Silent()
+        self.started = time.monotonic()
+        self.startup = StepTimes(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
+        self.stop_signal: list[str] = []
+        self.last_switch_back: float | None = None
+        self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
+        self.state_turn: StateTurn | None = None  # the running state query's turn (a drain hurries it)
+        self.updates_from: dict[int, int] = {}  # where the running handoff's updates begin on the updates topic
+        self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
+
+    def log(self, handoff_id: str, status: str, **fields) -> None:
+        handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
+        self.report.logged(handoff_id, status)
+
+    def run(self) -> StreamResult:
+        previous = {sig: signal.signal(sig, lambda s, _f: self.stop_signal.append(signal.Signals(s).name))
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        result = None
+        try:
+            while True:
+                handoff = current_handoff(None, self.tables)
+                request = rebase.open_request(self.tables)
+                if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
+                    self.rebase(handoff, request, queries=None)
+                    continue
+                queries, events_sink = self.start(handoff)
+                monitor = Monitor(self, handoff, queries, events_sink)
+                outcome = monitor.run()
+                if result is not None:
+                    monitor.result.rebases = result.rebases
+                    monitor.result.switched_after_s = result.switched_after_s
+                    monitor.result.caught_up_after_s = monitor.result.caught_up_after_s or result.caught_up_after_s
+                result = monitor.result
+                if outcome is None:
+                    return self.stop(handoff, queries, result)
+                self.rebase(handoff, outcome, queries)
+                result.rebases += 1
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # ------------------------------------------------------------ one handoff's queries
+
+    def start(self, handoff: Handoff):
+        spark, pipeline, tables, bootstrap = self.spark, self.pipeline, self.tables, self.bootstrap
+        if self.startup.parts:  # a handoff after a rebase: its own step times
+            self.startup = StepTimes(time.monotonic())
+        self.switched_after_s = None
+        step_done = self.startup.end
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        entries = handoff_log.entries(None, tables)
+        check_resumable(tables, handoff, paths, entries)
+        restart = storage.exists(paths.keyed_checkpoint)
+        step_done("checks")
+        write_seed(spark, pipeline, tables, handoff, paths)
+        step_done("seed")
+        ensure_tables(pipeline, tables)
+        create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
+                     exist_ok=True, compacted=True)
+        updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
+        self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
+        step_done("tables_and_topic")
+        self.log(handoff.handoff_id, handoff_log.STREAM_STARTED, start_offsets=handoff.start_offsets,
+                 backlog_watermark=handoff.backlog_watermark,
+                 details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
+                          "updates_from": updates_from})
+        self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
+                 f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
+        step_done("stream_started_logged")
+
+        # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
+        # from configuration, not from its cores (a handoff's new checkpoints take a changed value).
+        spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.state_partitions))
+        for key, value in checkpoint_conf(paths.keyed_checkpoint).items():
+            spark.conf.set(key, value)
+        keyed, _, _ = self.start_readers(handoff, only=KEYED)
+        step_done("keyed_started")
+        if not any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in entries):
+            self.await_first_batch(handoff, keyed, paths)
+        _, events, events_sink = self.start_readers(handoff, only=EVENTS)
+        self.state_turn = StateTurn(self.tables_trigger_seconds())
+        state = start_state_query(spark, pipeline, tables, bootstrap, handoff.handoff_id, updates_from, paths,
+                                  TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint), self.state_turn,
+                                  self.tables_trigger())
+        step_done("other_queries_started")
+        return (keyed, events, state), events_sink
+
+    def await_first_batch(self, handoff: Handoff, keyed, paths: StreamPaths, timeout_s: float = 120.0) -> None:
+        """A new handoff's first keyed batch (the seed, and the updates of the first input) has the cores to itself:
+        the Delta-writing queries start once it committed (SWITCHED), a failure, a stop signal, or `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while not storage.exists(paths.keyed_checkpoint / "commits" / "0"):
+            if not keyed.isActive or self.stop_signal or time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        self.log_switched(handoff, time.monotonic())
+
+    def log_switched(self, handoff: Handoff, seen_at: float) -> float:
+        """SWITCHED: the keyed query's first batch, the seed with it, was seen committed at `seen_at`; returns the
+        seconds since this handoff's start."""
+        self.switched_after_s = seen_at - self.started
+        self.startup.end("first_batch")
+        committed = handoff_log.latest(None, self.tables, handoff_log.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
+        request_id = handoff_log.details(committed).get("request_id") if committed else None
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        self.log(handoff.handoff_id, handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
+                 backlog_watermark=handoff.backlog_watermark,
+                 details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.parts,
+                          "seconds_since_process_start": _since_process_start(seen_at),
+                          "keyed_incarnation": checkpoint_incarnation(paths.keyed_checkpoint),
+                          **({"request_id": request_id} if request_id else {})})
+        self.out(f"SWITCHED after {self.switched_after_s:.1f}s: the first batch with the seed has committed "
+                 f"({self.startup.describe()})")
+        return self.switched_after_s
+
+    def app_id(self, handoff: Handoff) -> str:
+        return f"switchyard-{self.pipeline.name}-{handoff.handoff_id}"
+
+    def tables_trigger_seconds(self) -> float:
+        return max(self.settings.trigger_seconds, self.settings.tables_trigger_seconds)
+
+    def tables_trigger(self) -> dict:
+        return {"processingTime": f"{self.tables_trigger_seconds()} seconds"}
+
+    def start_readers(self, handoff: Handoff, only: str | None = None, replay_only: bool = False):
+        """The keyed and events queries (or `only` one of them, the other None), and the events sink. `replay_only`:
+        a trigger that fires once now and not again for hours, for a restart that should only complete the batch
+        an interrupted run had planned (Spark replays it first, exactly as planned)."""
+        spark, pipeline, tables, bootstrap, settings = (self.spark, self.pipeline, self.tables, self.bootstrap,
+                                                        self.settings)
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        parsed, keyed_source = parsed_input(spark, pipeline, bootstrap, handoff, settings.max_offsets_per_trigger)
+        once = {"processingTime": "6 hours"}
+        keyed = events = None
+        if only in (None, KEYED):
+            if faults.armed("stream.keyed.after_send") and self._crash_listener is None:
+                self._crash_listener = KeyedCrashPoint(f"{pipeline.name}-keyed")
+                spark.streams.addListener(self._crash_listener)
+            keyed = start_keyed_query(spark, pipeline, bootstrap, handoff.handoff_id, paths, keyed_source,
+                                      once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"})
+        events_sink = EventsSink(pipeline, tables, handoff,
+                                 TxnApp(f"{self.app_id(handoff)}-events", paths.events_checkpoint))
+        if only in (None, EVENTS):
+            events = start_events_query(spark, pipeline, parsed, events_sink, paths,
+                                        once if replay_only else self.tables_trigger())
+        return keyed, events, events_sink
+
+    def settle(self, handoff: Handoff, queries) -> None:
+        """For a pause: stopping a reader may interrupt a batch half done (half its updates sent, half its Delta
+        writes made). Restart each such reader alone until Spark has replayed that planned batch as planned,
+        then stop it before it plans another; then drain `state`."""
+        *readers, state = queries
+        stop_all(readers)
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        for name, checkpoint in ((KEYED, paths.keyed_checkpoint), (EVENTS, paths.events_checkpoint)):
+            planned = last_planned_batch(checkpoint)
+            if planned is None or planned == last_committed_batch(checkpoint):
+                continue
+            query = next(q for q in self.start_readers(handoff, only=name, replay_only=True)[:2] if q is not None)
+            while last_committed_batch(checkpoint) != planned:
+                if query.exception() is not None or not query.isActive:
+                    raise StreamFailed(f"query {query.name} failed while pausing: "
+                                       f"{query_error(query.exception() or 'stopped')}")
+                time.sleep(0.2)
+            stop_all([query])
+        self.drain(handoff, [state])
+
+    def stop(self, handoff: Handoff, queries, result: StreamResult) -> StreamResult:
+        paths = StreamPaths.of(self.tables, handoff.handoff_id)
+        keep_recent_progress(queries, paths)
+        self.drain(handoff, queries)
+        result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
+        self.log(handoff.handoff_id, handoff_log.STOPPED, details={"reason": result.reason,
+                                                                   "offsets_behind": result.lag})
+        return result
+
+    def drain(self, handoff: Handoff, queries) -> None:
+        """Stop reading input, then let the state query apply every update already sent, then stop it."""
+        *readers, state = queries
+        stop_all(readers)
+        if self.state_turn is not None:
+            self.state_turn.hurry.set()
+        try:
+            if not self._applied_every_update(state):
+                state.processAllAvailable()  # waits for the query's next trigger, then for what it finds
+            state.stop()
+        except Exception as err:
+            reason = f"applying the last updates to state: {query_error(err)}"
+            self.log(handoff.handoff_id, handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            raise StreamFailed(reason) from None
+
+    def _applied_every_update(self, state) -> bool:
+        """The state query's last batch ended at the updates topic's end (the readers stopped, so nothing more
+        comes), or, before its first batch in this process, no update was sent since the handoff's updates began:
+        a drain has nothing to wait for. Unsure (Kafka unreachable): False.
+
+        Without the second case, a stream stopped soon after its start (at CAUGHT_UP, a short `--until-caught-up`)
+        would wait out the state query's first, cold batch over nothing."""
+        topic = self.pipeline.updates_topic
+        try:
+            applied = kafka_end_offsets(last_progress(state), topic)
+            ends = latest_offsets(self.bootstrap, [topic])[topic]
+        except Exception:
+            return False
+        if applied is None:  # no batch yet: what it applied before this process is unknown, but not below the start
+            if state.exception() is not None:
+                return False  # a failed query: the wait reports its error
+            applied = self.updates_from
+        return all(applied.get(p, 0) >= hi for p, hi in ends.items())
+
+    # ------------------------------------------------------------ the way back
+
+    def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff:
+        """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there."""
+        started = time.monotonic()
+        if queries is not None:
+            self.settle(handoff, queries)
+        new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
+                                out=self.out)
+        self.out(f"rebase {self.pipeline.name}: handed off at the cut as {new.handoff_id} after "
+                 f"{time.monotonic() - started:.1f}s; resuming")
+        return new
+
+
+def _process_age() -> float | None:
+    """Seconds since this process began (its JVM start included), from /proc; None where there is none."""
+    try:
+        started_ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
+        uptime = float(open("/proc/uptime").read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 3)
+
+
+def _since_process_start(at: float) -> float | None:
+    """Seconds from this process's start to the monotonic time `at` (a moment ago)."""
+    age = _process_age()
+    return None if age is None else round(age - (time.monotonic() - at), 3)
