@@ -47,8 +47,9 @@ def commit_next(table: DeltaTable, rows: pa.Table, mode: str = "append") -> bool
     return True
 
 
-def read(table: DeltaTable, columns: list[str] | None = None, order_by: str | None = None) -> pa.Table:
-    """The table's rows at its snapshot, read by delta-rs's own engine.
+def read(table: DeltaTable, columns: list[str] | None = None, order_by: str | None = None,
+         where: str | None = None) -> pa.Table:
+    """The table's rows at its snapshot (those matching the SQL condition `where`), read by delta-rs's own engine.
 
     Not `to_pyarrow_table`: its pyarrow dataset scan leaves Arrow threads that abort some interpreter exits
     ("terminate called without an active exception", exit -6) after the command's work is done: 3 exits in 30
@@ -57,7 +58,8 @@ def read(table: DeltaTable, columns: list[str] | None = None, order_by: str | No
     from deltalake import QueryBuilder
 
     select = ", ".join(f'"{c}"' for c in columns) if columns else "*"
-    sql = f'SELECT {select} FROM "t"' + (f' ORDER BY "{order_by}"' if order_by else "")
+    sql = (f'SELECT {select} FROM "t"' + (f" WHERE {where}" if where else "")
+           + (f' ORDER BY "{order_by}"' if order_by else ""))
     data = pa.table(QueryBuilder().register("t", table).execute(sql).read_all())
     plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}
     return data.cast(pa.schema([f.with_type(plain.get(f.type, f.type)) for f in data.schema]))

@@ -8,15 +8,18 @@ A pipeline's log grows for as long as it lives (every backfill, handoff, rebase 
 one small file per entry; every reader (the stream's supervisor, `status`, Dagster's sensors) reads them all. So
 an append that finds COMPACT_FILES or more row files in the table compacts them into one (delta-rs's optimize,
 a commit that changes no data) and vacuums the files compacted away longer than the table's retention ago
-(Delta's default, 7 days): reading 1,000 entries from 1,000 files took 0.50 s here, from one 0.023 s.
+(Delta's default, 7 days), so a long log is read from one file, not from one per entry.
+
+An append is checked against the lifecycle (state_handoff/lifecycle.py) on the snapshot its compare-and-swap
+commits after: a status that may not follow its handoff's earlier entries is refused, in one line.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from datetime import datetime, timezone
-from types import SimpleNamespace
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -24,25 +27,27 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from state_handoff import delta_cas, delta_upkeep
+from state_handoff.clock import as_utc, naive_utc, utc_now
+from state_handoff.lifecycle import Status, check_transition
 from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-BACKFILL_STARTED = "BACKFILL_STARTED"
-BACKFILL_COMMITTED = "BACKFILL_COMMITTED"
-HANDOFF_COMMITTED = "HANDOFF_COMMITTED"
-STREAM_STARTED = "STREAM_STARTED"
-SWITCHED = "SWITCHED"
-CAUGHT_UP = "CAUGHT_UP"
-FALLING_BEHIND = "FALLING_BEHIND"
-STOPPED = "STOPPED"
-FAILED = "FAILED"
-REBASE_REQUESTED = "REBASE_REQUESTED"
-PAUSED = "PAUSED"
-STATUSES = (BACKFILL_STARTED, BACKFILL_COMMITTED, HANDOFF_COMMITTED, STREAM_STARTED, SWITCHED, CAUGHT_UP,
-            FALLING_BEHIND, STOPPED, FAILED, REBASE_REQUESTED, PAUSED)
+# The statuses under their old names: each equals its name as a string, as callers compare it.
+BACKFILL_STARTED = Status.BACKFILL_STARTED
+BACKFILL_COMMITTED = Status.BACKFILL_COMMITTED
+HANDOFF_COMMITTED = Status.HANDOFF_COMMITTED
+STREAM_STARTED = Status.STREAM_STARTED
+SWITCHED = Status.SWITCHED
+CAUGHT_UP = Status.CAUGHT_UP
+FALLING_BEHIND = Status.FALLING_BEHIND
+STOPPED = Status.STOPPED
+FAILED = Status.FAILED
+REBASE_REQUESTED = Status.REBASE_REQUESTED
+PAUSED = Status.PAUSED
+STATUSES = tuple(Status)
 
 # Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -59,25 +64,42 @@ SCHEMA = pa.schema([
 ])
 COMMIT_ATTEMPTS = 100
 COMPACT_FILES = 100
+_TIMES = ("at", "backlog_watermark")
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One entry as callers read it: times naive UTC; `start_offsets` and `details` their JSON text, read with
+    `offsets(entry)` and `details(entry)`."""
+
+    seq: int
+    handoff_id: str
+    pipeline: str
+    status: Status
+    at: datetime
+    state_version: int | None
+    start_offsets: str | None
+    backlog_watermark: datetime | None
+    details: str | None
+
+    @classmethod
+    def from_row(cls, row: dict) -> LogEntry:
+        """From a row of the table (or of a commit being made): aware times become naive UTC."""
+        return cls(**{**row, "status": Status(row["status"]), **{k: naive_utc(row[k]) for k in _TIMES}})
+
+    def as_payload(self) -> dict:
+        """As JSON-ready values (times in ISO 8601), for a message to another process."""
+        return {**vars(self), **{k: getattr(self, k).isoformat() if getattr(self, k) else None for k in _TIMES}}
+
+    @classmethod
+    def from_payload(cls, payload: dict) -> LogEntry:
+        """Back from `as_payload`."""
+        return cls(**{**payload, "status": Status(payload["status"]),
+                      **{k: datetime.fromisoformat(payload[k]) if payload.get(k) else None for k in _TIMES}})
 
 
 def new_handoff_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _as_utc(value: datetime | None) -> datetime | None:
-    """Naive datetimes here are UTC (deploy/spark.py runs the process in UTC)."""
-    if value is None:
-        return None
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def _naive_utc(value: datetime | None) -> datetime | None:
-    return None if value is None else _as_utc(value).replace(tzinfo=None)
 
 
 def _open_or_create(uri: str) -> DeltaTable:
@@ -85,45 +107,70 @@ def _open_or_create(uri: str) -> DeltaTable:
                                     description="append-only handoff log, ordered by seq (its commit version)")
 
 
+def _history(table: DeltaTable, handoff_id: str) -> list[str]:
+    """The statuses of `handoff_id` at the table's snapshot, in log order (version 0 is the empty table)."""
+    if table.version() == 0:
+        return []
+    quoted = handoff_id.replace("'", "''")
+    rows = delta_cas.read(table, ["status"], order_by="seq", where=f"\"handoff_id\" = '{quoted}'")
+    return rows.column("status").to_pylist()
+
+
 def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
            state_version: int | None = None, start_offsets: dict | None = None,
-           backlog_watermark: datetime | None = None, details: dict | None = None) -> SimpleNamespace:
+           backlog_watermark: datetime | None = None, details: dict | None = None) -> LogEntry:
     """Append one entry as one Delta commit, so it is there entirely or not at all; `spark` is unused.
 
-    The entry's `seq` is the version of the commit that adds it: the commit is attempted at exactly the
-    version after the one read, with no retries inside delta-rs (which would move it to a later version
-    than `seq` says), and a lost race re-reads the log and tries the next version.
+    Refused with lifecycle.LifecycleError when `status` may not follow the handoff's earlier entries, as read
+    at the snapshot the commit lands after. The entry's `seq` is the version of the commit that adds it: the
+    commit is attempted at exactly the version after the one read, with no retries inside delta-rs (which would
+    move it to a later version than `seq` says), and a lost race re-reads the log, checks again and tries the
+    next version.
     """
-    assert status in STATUSES, status
-    entry = SimpleNamespace(
-        handoff_id=handoff_id, pipeline=tables.pipeline, status=status, at=_now(), state_version=state_version,
-        start_offsets=json.dumps({str(k): v for k, v in start_offsets.items()}) if start_offsets is not None else None,
-        backlog_watermark=_as_utc(backlog_watermark), details=json.dumps(details or {}, default=str))
+    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details,
+                   checked=True)
+
+
+def append_unchecked(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
+                     state_version: int | None = None, start_offsets: dict | None = None,
+                     backlog_watermark: datetime | None = None, details: dict | None = None) -> LogEntry:
+    """`append` without the lifecycle check: for tests of the log's storage, whose entries follow no lifecycle,
+    and for logs staged as a fixture. No command appends this way."""
+    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details,
+                   checked=False)
+
+
+def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int | None, start_offsets: dict | None,
+            backlog_watermark: datetime | None, details: dict | None, checked: bool) -> LogEntry:
+    row = {"handoff_id": handoff_id, "pipeline": tables.pipeline, "status": str(status), "at": utc_now(),
+           "state_version": state_version,
+           "start_offsets": (json.dumps({str(k): v for k, v in start_offsets.items()})
+                             if start_offsets is not None else None),
+           "backlog_watermark": as_utc(backlog_watermark), "details": json.dumps(details or {}, default=str)}
     for _ in range(COMMIT_ATTEMPTS):
         table = _open_or_create(tables.handoffs)
+        if checked:
+            check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
         seq = table.version() + 1
-        if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **vars(entry)}], SCHEMA)):
+        if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA)):
             if len(table.file_uris()) >= COMPACT_FILES:
                 delta_upkeep.tidy(table, table_retention=True)  # the entry is in; the compaction is best effort
-            return SimpleNamespace(seq=seq, **{**vars(entry), "at": _naive_utc(entry.at),
-                                               "backlog_watermark": _naive_utc(entry.backlog_watermark)})
+            return LogEntry.from_row({"seq": seq, **row})
     raise RuntimeError(f"handoff log {tables.handoffs}: no commit after {COMMIT_ATTEMPTS} attempts; "
                        "too many concurrent writers")
 
 
-def entries(spark: SparkSession | None, tables: Tables) -> list[SimpleNamespace]:
+def entries(spark: SparkSession | None, tables: Tables) -> list[LogEntry]:
     """All entries in commit order, oldest first; empty when the log does not exist yet. `spark` is unused."""
     try:
         table = DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
     except TableNotFoundError:
         return []
-    rows = delta_cas.read(table, SCHEMA.names, order_by="seq").to_pylist()
-    return [SimpleNamespace(**{**row, "at": _naive_utc(row["at"]),
-                               "backlog_watermark": _naive_utc(row["backlog_watermark"])}) for row in rows]
+    return [LogEntry.from_row(row) for row in delta_cas.read(table, SCHEMA.names, order_by="seq").to_pylist()]
 
 
 def latest(spark: SparkSession | None, tables: Tables, status: str | None = None,
-           handoff_id: str | None = None) -> SimpleNamespace | None:
+           handoff_id: str | None = None) -> LogEntry | None:
     rows = [r for r in entries(spark, tables)
             if (status is None or r.status == status) and (handoff_id is None or r.handoff_id == handoff_id)]
     return rows[-1] if rows else None
