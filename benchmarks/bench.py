@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.harness import add_connection, bar_chart, machine, run_arm, worker_command, write_json
+from benchmarks.harness import add_connection, bar_chart, machine, run_fresh, worker_command, write_json
 from state_handoff.errors import UserError
 
 #: Every run of a full bench, by label, in the order they run.
@@ -34,7 +34,7 @@ class Run:
 
 
 def _run(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int, log: Path) -> Run:
-    arm = run_arm(worker_command("bench_arms", mode, warehouse, bootstrap, topic, max_offsets), log)
+    arm = run_fresh(worker_command("bench_arms", mode, warehouse, bootstrap, topic, max_offsets), log)
     if arm.returncode != 0:
         raise RuntimeError(f"bench worker {mode} failed ({arm.returncode}); see {log}")
     figures = arm.figures()

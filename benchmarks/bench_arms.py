@@ -9,10 +9,7 @@ import os
 import time
 
 from state_handoff.kafka_security import spark_source_options
-
-#: The arms by mode, what each runs.
-MODES = ("streaming_only", "switchyard", "batch_only", "batch_full", "backfill_hash")
-
+from state_handoff.step_times import StepTimes
 
 def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
@@ -36,6 +33,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
 
 
 def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
+    """One arm in this process: its wall seconds and the stages they went to."""
     from deploy.spark import build_spark
     from jobs.stream.settings import StreamSettings
     from jobs.stream.supervisor import run_stream
@@ -45,15 +43,9 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 
     pipeline = get_pipeline("demo")
     tables = Tables(warehouse, pipeline.name)
-    stages: dict[str, float] = {}
     started = time.monotonic()
-    mark = started
-
-    def stage(name):
-        nonlocal mark
-        now = time.monotonic()
-        stages[name] = round(now - mark, 3)
-        mark = now
+    times = StepTimes(started)
+    stage = times.end
 
     spark = build_spark(f"switchyard-bench-{mode}")
     stage("spark_start")
@@ -78,7 +70,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         stage("handoff")
         run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
         stage("stream")
-        _stream_laps(tables, handoff.handoff_id, stages)
+        _stream_laps(tables, handoff.handoff_id, times.parts)
     elif mode == "backfill_hash":
         from jobs.backfill import backfill_tiles
 
@@ -92,7 +84,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         stage("aggregate")
     else:
         raise ValueError(mode)
-    return {"seconds": round(time.monotonic() - started, 3), "stages": stages}
+    return {"seconds": round(time.monotonic() - started, 3), "stages": times.parts}
 
 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
-from benchmarks.harness import MemorySampler, run_arm, start_service, switchyard_command, terminate, worker_command
+from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
 from state_handoff import delta_cas, handoff_log
 from state_handoff.tables import Tables
 
@@ -171,7 +171,7 @@ class ArmRun:
         produce(self.bootstrap, self.arm.topic,
                 (backlog_record(i, a["backlog"], a["keys"], a["seed"]) for i in range(a["backlog"])))
         self.say(f"backlog of {a['backlog']:,} records on {self.arm.topic}; archive + backfill + handoff")
-        done = run_arm(worker_command("burst_arm", self.arm.warehouse, self.bootstrap, self.arm.topic), self.log)
+        done = run_fresh(worker_command("burst_arm", self.arm.warehouse, self.bootstrap, self.arm.topic), self.log)
         if done.returncode != 0:
             raise RuntimeError(f"arm {self.arm.arm}: the setup failed ({done.returncode}); see {self.log}")
         figures = done.figures()

@@ -150,10 +150,10 @@ class MemorySampler(threading.Thread):
         return sum(1 for kind, _ in self.peaks.values() if kind.startswith("pyspark."))
 
 
-# ---------------------------------------------------------------- one arm in a fresh process
+# ---------------------------------------------------------------- a run in a fresh process
 
 @dataclass
-class ArmProcess:
+class FreshRun:
     returncode: int
     stdout: str
     seconds: float
@@ -164,7 +164,7 @@ class ArmProcess:
         return json.loads(self.stdout.strip().splitlines()[-1])
 
 
-def run_arm(argv: list[str], log: Path, env: dict | None = None, echo: str | None = None) -> ArmProcess:
+def run_fresh(argv: list[str], log: Path, env: dict | None = None, echo: str | None = None) -> FreshRun:
     """Run `argv` in a fresh process from the project's root, stderr appended to `log`, its process tree's
     memory sampled until it exits; `echo` prefixes its stdout lines printed as they come."""
     started = time.monotonic()
@@ -179,7 +179,7 @@ def run_arm(argv: list[str], log: Path, env: dict | None = None, echo: str | Non
                 print(echo + line.rstrip(), flush=True)
         code = proc.wait()
     memory.stop()
-    return ArmProcess(code, "".join(lines), time.monotonic() - started, memory)
+    return FreshRun(code, "".join(lines), time.monotonic() - started, memory)
 
 
 def start_service(argv: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmarks.backfill_profile import (PROBE, event_log_breakdown, parse_breakdown, partial_aggregation, step_cpu,
                                          step_of, tiles_breakdown)
-from benchmarks.harness import MB, ROOT, cpu_seconds, rss_bytes, run_arm, scenario_command
+from benchmarks.harness import MB, ROOT, cpu_seconds, rss_bytes, run_fresh, scenario_command
 from benchmarks.synthetic_archive import archive_is_current, archive_params, build_archive
 
 PIPELINE = "demo"
@@ -208,7 +208,7 @@ def compare_worker(args) -> int:
 def _subprocess(argv: list[str], env: dict, log: Path):
     """A worker in a fresh process, its output echoed: (exit code, its memory, wall seconds)."""
     log.unlink(missing_ok=True)
-    arm = run_arm(argv, log, env=env, echo="   ")
+    arm = run_fresh(argv, log, env=env, echo="   ")
     return arm.returncode, arm.memory, arm.seconds
 
 
