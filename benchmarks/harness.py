@@ -110,7 +110,7 @@ class MemorySampler(threading.Thread):
         self.pid, self.every = pid, every
         self.peak_jvm_mb = self.peak_python_mb = 0.0
         self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (kind, peak bytes)
-        self._stop = threading.Event()
+        self._halt = threading.Event()
 
     def sample(self) -> tuple[float, float]:
         """(JVM MB, Python MB) of the tree now; each process's peak updated."""
@@ -130,12 +130,12 @@ class MemorySampler(threading.Thread):
         return jvm / MB, python / MB
 
     def run(self) -> None:
-        while not self._stop.is_set() and Path(f"/proc/{self.pid}").exists():
+        while not self._halt.is_set() and Path(f"/proc/{self.pid}").exists():
             self.sample()
-            self._stop.wait(self.every)
+            self._halt.wait(self.every)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         if self.is_alive() and threading.current_thread() is not self:
             self.join()
 
