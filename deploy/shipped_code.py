@@ -13,7 +13,7 @@ from pathlib import Path
 from deploy.paths import PROJECT_ROOT, shipped_code_dir
 
 # What executor-side code may import: the transforms and the aggregate algebra (jobs -> state_handoff), and deploy,
-# which jobs/smoke.py imports. orchestration/ (Dagster definitions) only ever runs on the driver.
+# which jobs import. orchestration/ (Dagster definitions) only ever runs on the driver.
 PACKAGES = ("state_handoff", "jobs", "deploy")
 KEEP_OLD_ZIPS_S = 24 * 3600
 

@@ -14,6 +14,8 @@ import json
 import os
 from pathlib import Path
 
+from deploy.jars import spark_extra_jars
+from deploy.java import java_executable
 from deploy.paths import jar_dir
 
 ENV = "SWITCHYARD_SPARK_CDS"  # "0" starts drivers without the archive
@@ -23,9 +25,6 @@ def archive_path() -> Path:
     """Where the archive for this JDK, this pyspark and these jars lives (it may not exist). Beside the jars:
     a test's SWITCHYARD_HOME links them, so its drivers find the one archive too."""
     import pyspark
-
-    from deploy.jars import spark_extra_jars
-    from deploy.java import java_executable
 
     java = Path(java_executable()).resolve()
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")) + spark_extra_jars()
