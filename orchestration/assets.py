@@ -2,7 +2,7 @@
 
 import hashlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import dagster as dg
 from pydantic import Field
@@ -14,7 +14,9 @@ from orchestration.resources import KafkaResource, SparkResource, WarehouseResou
 from orchestration.stream_launch import StreamConfig, launch_and_watch
 from state_handoff import handoff_log, lease
 from state_handoff.archive_files import archive_meta, list_archive
+from state_handoff.clock import as_utc
 from state_handoff.handoff import current_handoff, run_handoff
+from state_handoff.lifecycle import Status
 
 BACKLOG = "backlog"
 SWITCH = "switch"
@@ -23,7 +25,8 @@ STATE_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36)
 
 
 def _timestamp(value: datetime | None):
-    return dg.MetadataValue.timestamp(value.replace(tzinfo=timezone.utc)) if value else dg.MetadataValue.null()
+    """A naive UTC time of the log as Dagster's timestamp metadata."""
+    return dg.MetadataValue.timestamp(as_utc(value)) if value else dg.MetadataValue.null()
 
 
 @dg.observable_source_asset(group_name=BACKLOG)
@@ -87,7 +90,7 @@ def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: War
     with user_errors_as_failures():
         new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "backfill", "dagster backfill",
                               spark.session, days=(first, last), out=context.log.info)
-    committed = handoff_log.details(handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED,
+    committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))
     reconciliation = committed.get("reconciliation", {})
     return dg.MaterializeResult(metadata={
@@ -124,7 +127,7 @@ def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spa
     """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
     session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
     if current_handoff(None, tables) is not None:  # the rebase in `tiles` committed the state at its cut
-        latest = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+        latest = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
         context.log.info(f"state committed by the rebase of backfill {latest.handoff_id}; nothing to merge")
         yield dg.MaterializeResult(asset_key="state", metadata={
             "handoff_id": latest.handoff_id, "state_version": latest.state_version,
@@ -137,7 +140,7 @@ def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spa
     with user_errors_as_failures():
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
-    committed = handoff_log.details(handoff_log.latest(session, tables, handoff_log.BACKFILL_COMMITTED))
+    committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key="state", metadata={
         "handoff_id": run.handoff_id,
         "state_version": run.state_version,
@@ -194,16 +197,16 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
                          allow_retries=False)
     env = {"SWITCHYARD_SPARK_PROFILE": spark.profile, **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
     seen = yield from launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
-    statuses = [e.status for e in seen]
+    statuses = [str(e.status) for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     behind = final.get("offsets_behind") or {}
     yield dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
         "phase": statuses[-1] if statuses else "",
         "transitions": " → ".join(statuses),
-        "switched": handoff_log.SWITCHED in statuses,
-        "caught_up": handoff_log.CAUGHT_UP in statuses,
-        "rebases": sum(1 for s in statuses if s == handoff_log.PAUSED),
+        "switched": Status.SWITCHED in statuses,
+        "caught_up": Status.CAUGHT_UP in statuses,
+        "rebases": sum(1 for s in statuses if s == Status.PAUSED),
         "still_running": config.detached,
         "stopped_because": final.get("reason", ""),
         "offsets_behind": sum(int(v) for v in behind.values()),

@@ -2,12 +2,13 @@
 SWITCHYARD_FIRST_DAY) to today."""
 
 import os
-from datetime import date, datetime, timedelta, timezone
+from datetime import date, timedelta
 
 import dagster as dg
 
 from orchestration.resources import DEFAULT_PIPELINE, DEFAULT_WAREHOUSE
 from state_handoff.archive_files import list_archive
+from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
 
@@ -34,7 +35,7 @@ def first_day(environ=os.environ) -> str:
             raise UserError(f"{FIRST_DAY_ENV}={configured}: give the first daily partition as YYYY-MM-DD") from None
     tables = Tables(environ.get("SWITCHYARD_WAREHOUSE", DEFAULT_WAREHOUSE),
                     environ.get("SWITCHYARD_PIPELINE", DEFAULT_PIPELINE))
-    first = archive_first_day(tables) or datetime.now(timezone.utc).date()
+    first = archive_first_day(tables) or utc_now().date()
     return first.isoformat()
 
 

@@ -3,18 +3,18 @@ latency sampled from Kafka: figures under stable keys for Dagster's plots, and a
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import dagster as dg
 
-from state_handoff import handoff_log
+from state_handoff import handoff_log, lifecycle
+from state_handoff.clock import as_utc
 from state_handoff.lease import stream_running
+from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 from state_handoff.update_latency import UpdateLatency
 
-RUNNING = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)
-REBASING = (handoff_log.REBASE_REQUESTED, handoff_log.PAUSED)
 # A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
 # demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.
 HISTORICAL_AFTER_S = 86_400.0
@@ -31,11 +31,9 @@ CHECKS = {
 }
 
 
-def _utc(value) -> datetime | None:
-    if value is None:
-        return None
-    value = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+def _utc(value: datetime | str | None) -> datetime | None:
+    """A log or progress time (naive UTC, or its ISO text) as an aware UTC datetime."""
+    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
 
 
 def _number(value):
@@ -100,15 +98,15 @@ def read_progress(tables: Tables) -> Progress | None:
 def progress_from(tables: Tables, entries: list, running: bool) -> Progress | None:
     """`running`: the lease read before `entries` (a stream logs STOPPED, then lets go of its lease: read the other
     way round, a clean stop could look like a process gone without one)."""
-    handoff = next((e for e in reversed(entries) if e.status == handoff_log.HANDOFF_COMMITTED), None)
+    handoff = next((e for e in reversed(entries) if e.status == Status.HANDOFF_COMMITTED), None)
     if handoff is None:
         return None
     ours = [e for e in entries if e.handoff_id == handoff.handoff_id]
     latest = ours[-1]
     rebased = [handoff_log.details(e) for e in entries
-               if e.status == handoff_log.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
+               if e.status == Status.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
     progress = read_json(stream_dir(tables, handoff.handoff_id) / "progress.json") or {}
-    return Progress(handoff.handoff_id, latest.status, running, progress.get("updated"),
+    return Progress(handoff.handoff_id, str(latest.status), running, progress.get("updated"),
                     progress.get("batch_id"), _behind(progress.get("offsets_behind")),
                     progress.get("input_rows_per_s"), progress.get("processed_rows_per_s"),
                     progress.get("stream_watermark"), topic=handoff_log.details(handoff).get("topic"),
@@ -170,11 +168,11 @@ def advance(watch: Watch, progress: Progress, now: float) -> Watch:
 
 def problem(progress: Progress, watch: Watch, now: float, stall_seconds: float, max_offsets_behind: int) -> str | None:
     """Why the stream needs attention, or None: gone without a clean stop, stalled, or too far behind."""
-    if progress.status == handoff_log.FAILED:
+    if progress.status == Status.FAILED:
         return "the stream failed (see the handoff log)"
-    if progress.status not in RUNNING:
+    if progress.status not in lifecycle.RUNNING:
         return None
-    if not progress.process_alive:
+    if lifecycle.gone(progress.status, progress.process_alive):
         return f"the stream process is gone without a clean stop (last status {progress.status})"
     if progress.updated is not None and now - progress.updated > stall_seconds:
         return f"the stream has not reported progress for {now - progress.updated:.0f}s"
@@ -195,13 +193,13 @@ class Verdict:
 
 
 def _alive(p: Progress) -> Verdict:
-    if p.status == handoff_log.FAILED:
+    if p.status == Status.FAILED:
         return Verdict(ALIVE, False, f"the stream failed: {p.reason or 'see the handoff log'}")
-    if p.status in RUNNING + REBASING:
+    if p.status in lifecycle.RUNNING | lifecycle.REBASING:  # a rebase runs inside the stream process
         if p.process_alive:
             return Verdict(ALIVE, True, f"running ({p.status})")
         return Verdict(ALIVE, False, f"the stream process is gone without a clean stop (last status {p.status})")
-    if p.status == handoff_log.STOPPED:
+    if p.status == Status.STOPPED:
         return Verdict(ALIVE, True, f"stopped cleanly ({p.reason or 'stopped'})")
     return Verdict(ALIVE, False, f"no stream has started from handoff {p.handoff_id} yet",
                    dg.AssetCheckSeverity.WARN)
@@ -254,23 +252,22 @@ def health_evaluation(progress: Progress, verdict: str | None, now: float) -> dg
 
 # ---------------------------------------------------------------- the handoff log's transitions as observations
 
-LIFECYCLE = (handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND,
-             handoff_log.STOPPED, handoff_log.FAILED, handoff_log.REBASE_REQUESTED, handoff_log.PAUSED,
-             handoff_log.HANDOFF_COMMITTED)
+# What `stream` observes: every status from the handoff on; the backfill's are the state asset's own.
+OBSERVED = frozenset(Status) - {Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED}
 
 
 def _rebase_figures(entry, details: dict) -> dict:
     """A rebase's decision (REBASE_REQUESTED: why, and for a switch back the lag that decided it) and its outcome
     (PAUSED: the cut; HANDOFF_COMMITTED at a cut: time taken and the reconciliation)."""
-    if entry.status == handoff_log.REBASE_REQUESTED:
+    if entry.status == Status.REBASE_REQUESTED:
         return {"rebase_reason": details.get("reason") or "", "requested_by": details.get("requested_by") or "",
                 "switch_back_offsets_behind": _number(details.get("behind")),
                 "switch_back_threshold": _number(details.get("threshold")),
                 "behind_for_s": _number(details.get("behind_for_s"))}
-    if entry.status == handoff_log.PAUSED:
+    if entry.status == Status.PAUSED:
         cut = details.get("cut", {}).get("offsets", {})
         return {"rebase_reason": details.get("reason") or "", "cut": dg.MetadataValue.json(cut)}
-    if entry.status == handoff_log.HANDOFF_COMMITTED and "reconciliation" in details:
+    if entry.status == Status.HANDOFF_COMMITTED and "reconciliation" in details:
         reconciliation = details["reconciliation"]
         return {"rebase_s": _number(details.get("rebase_s")),
                 "reconciliation_keys_different": _number(reconciliation.get("keys_different")),
@@ -281,9 +278,9 @@ def _rebase_figures(entry, details: dict) -> dict:
 
 def is_observed(entry) -> bool:
     """Transitions of a stream and every step of a rebase; a first handoff is the handoff asset's own."""
-    if entry.status not in LIFECYCLE:
+    if entry.status not in OBSERVED:
         return False
-    return entry.status != handoff_log.HANDOFF_COMMITTED or "request_id" in handoff_log.details(entry)
+    return entry.status != Status.HANDOFF_COMMITTED or "request_id" in handoff_log.details(entry)
 
 
 def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | None = None) -> dict:
@@ -293,7 +290,7 @@ def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | N
     behind = details.get("offsets_behind", progress.get("offsets_behind"))
     start = start_offsets if start_offsets is not None else handoff_log.offsets(entry)
     return {
-        "phase": entry.status,
+        "phase": str(entry.status),
         "handoff_id": entry.handoff_id,
         "at": dg.MetadataValue.timestamp(_utc(entry.at)),
         "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(start.items())}),

@@ -22,13 +22,14 @@ import threading
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Iterator
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from state_handoff.clock import as_utc, utc_now
 from state_handoff.delta_cas import commit_next, open_or_create, read
 from state_handoff.errors import Failed, UserError
 from state_handoff.storage import delta_options
@@ -77,14 +78,6 @@ def lease_seconds() -> float:
     if not seconds > 0:
         raise UserError(f"{ENV}={text}: the lease must last a positive number of seconds")
     return seconds
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
 def _process_alive(pid: int) -> bool:
@@ -150,10 +143,10 @@ def _latest(table: DeltaTable) -> Owner | None:
     if not rows:
         return None
     row = rows[-1]
-    return Owner(**{**row, **{k: _utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
+    return Owner(**{**row, **{k: as_utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
 
 
-def _read(uri: str) -> Owner | None:
+def latest_row(uri: str) -> Owner | None:
     """The latest lease row at `uri`, from a fresh snapshot; None when there has never been one."""
     for attempt in range(READ_ATTEMPTS):
         try:
@@ -168,15 +161,15 @@ def _read(uri: str) -> Owner | None:
 
 def owner(tables: Tables) -> Owner | None:
     """Whoever holds the pipeline now, or None when it is free."""
-    current = _read(tables.leases)
-    return current if current is not None and current.holds(_now()) else None
+    current = latest_row(tables.leases)
+    return current if current is not None and current.holds(utc_now()) else None
 
 
 def refuse_if_owned(tables: Tables) -> None:
     """Raise UserError naming the owner when the pipeline is held: a check for failing early, not a lease."""
     current = owner(tables)
     if current is not None:
-        raise _refusal(tables, current, _now())
+        raise _refusal(tables, current, utc_now())
 
 
 def _refusal(tables: Tables, current: Owner, now: datetime) -> UserError:
@@ -201,7 +194,7 @@ def _commit(tables: Tables, table: DeltaTable, row: Owner) -> bool:
         return False
     if row.seq % CHECKPOINT_INTERVAL == 0:
         _vacuum(table)
-    current = _read(tables.leases)
+    current = latest_row(tables.leases)
     return current is not None and current.lease_id == row.lease_id and current.seq >= row.seq
 
 
@@ -243,7 +236,7 @@ class Lease:
                 current = _latest(table)
                 if current is None or current.lease_id != self.lease_id or current.released:
                     raise self._lose(self._taken_by(current))
-                now = _now()
+                now = utc_now()
                 renewal = replace(current, seq=table.version() + 1, heartbeat_at=now,
                                   expires_at=now + timedelta(seconds=lease_seconds()))
                 if _commit(self.tables, table, renewal):
@@ -255,7 +248,7 @@ class Lease:
         what = f"pipeline {self.tables.pipeline}: the lease of `{self.row.command}` (pid {self.row.owner_pid})"
         if current is None or current.lease_id == self.lease_id:
             return f"{what} was released"
-        return f"{what} expired and was taken by {current.describe(_now())}"
+        return f"{what} expired and was taken by {current.describe(utc_now())}"
 
     def release(self) -> None:
         """Give the pipeline up, if this lease still holds it."""
@@ -265,7 +258,7 @@ class Lease:
                 current = _latest(table)
                 if current is None or current.lease_id != self.lease_id or current.released:
                     return
-                now = _now()
+                now = utc_now()
                 released = replace(current, seq=table.version() + 1, heartbeat_at=now, expires_at=now,
                                    released=True)
                 if _commit(self.tables, table, released):
@@ -279,7 +272,7 @@ def acquire(tables: Tables, command: str) -> Lease:
     for _ in range(COMMIT_ATTEMPTS):
         table = _open(tables)
         current = _latest(table)
-        now = _now()
+        now = utc_now()
         if current is not None and current.holds(now):
             raise _refusal(tables, current, now)
         row = Owner(seq=table.version() + 1, lease_id=lease_id, owner_host=socket.gethostname(),
@@ -298,7 +291,7 @@ def _keep_alive(lease: Lease, every: float, stop: threading.Event) -> None:
         except LeaseLost:
             return
         except Exception as err:  # the store may be away for a moment: retry until the lease would run out
-            if _now() >= lease.row.expires_at:
+            if utc_now() >= lease.row.expires_at:
                 lease._lose(f"pipeline {lease.tables.pipeline}: the lease of `{lease.row.command}` expired "
                             f"unrenewed: {err}")
                 return
@@ -323,4 +316,4 @@ def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -
             lease.release()
         except Exception as err:  # it expires by itself
             log.warning("lease of pipeline %s: release failed, it expires in %.0fs: %s", tables.pipeline,
-                        max(0.0, (lease.row.expires_at - _now()).total_seconds()), err)
+                        max(0.0, (lease.row.expires_at - utc_now()).total_seconds()), err)

@@ -3,27 +3,11 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
-from state_handoff import handoff_log, lease, storage, stream_progress
+from state_handoff import handoff_log, lease, lifecycle, storage, stream_progress
+from state_handoff.clock import utc_now
+from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
-
-PHASES = {
-    None: "not started",
-    handoff_log.BACKFILL_STARTED: "backlog",
-    handoff_log.BACKFILL_COMMITTED: "backlog",
-    handoff_log.HANDOFF_COMMITTED: "switching",
-    handoff_log.STREAM_STARTED: "switching",
-    handoff_log.SWITCHED: "streaming",
-    handoff_log.CAUGHT_UP: "caught up",
-    handoff_log.FALLING_BEHIND: "falling behind",
-    handoff_log.STOPPED: "stopped",
-    handoff_log.FAILED: "failed",
-    handoff_log.REBASE_REQUESTED: "rebase requested",
-    handoff_log.PAUSED: "rebasing",
-}
-_RUNNING = {handoff_log.STREAM_STARTED, handoff_log.SWITCHED, handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND}
 
 
 def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
@@ -31,17 +15,14 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     entries = handoff_log.entries(None, tables)
     last = entries[-1] if entries else None
     running = owner is not None and owner.command == lease.STREAM
-    phase = PHASES[last.status if last else None]
-    if last is not None and last.status in _RUNNING and not running:
-        phase = "stopped (the stream process is gone without a clean stop)"
-    handoff = next((e for e in reversed(entries) if e.status == handoff_log.HANDOFF_COMMITTED), None)
-    backfill = next((e for e in reversed(entries) if e.status == handoff_log.BACKFILL_COMMITTED), None)
+    handoff = next((e for e in reversed(entries) if e.status == Status.HANDOFF_COMMITTED), None)
+    backfill = next((e for e in reversed(entries) if e.status == Status.BACKFILL_COMMITTED), None)
     status = {
         "pipeline": tables.pipeline,
-        "phase": phase,
+        "phase": str(lifecycle.phase(last.status if last else None, running)),
         "stream_running": running,
-        "owner": owner.describe(datetime.now(timezone.utc)) if owner else None,
-        "latest_status": last.status if last else None,
+        "owner": owner.describe(utc_now()) if owner else None,
+        "latest_status": str(last.status) if last else None,
         "latest_at": last.at.isoformat() if last else None,
         "handoff_id": handoff.handoff_id if handoff else None,
         "start_offsets": handoff_log.offsets(handoff) if handoff else None,
@@ -54,7 +35,7 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     # once, while the log's figures are each backfill's and each handoff's own.
     status["dead_lettered"] = _rows(tables.dead_letter)
     status["late"] = _rows(tables.late)
-    rebased = [e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED
+    rebased = [e for e in entries if e.status == Status.HANDOFF_COMMITTED
                and "reconciliation" in handoff_log.details(e)]
     status["rebases"] = len(rebased)
     if rebased:

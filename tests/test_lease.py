@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from state_handoff import lease
+from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
 
@@ -80,8 +81,8 @@ def test_an_owner_elsewhere_that_stops_renewing_blocks_until_its_lease_expires(t
 def test_an_owner_killed_on_this_host_frees_the_pipeline_at_once(tables):
     killed = _owner_process(tables, "lease.acquire(tables, lease.STREAM)\nos.kill(os.getpid(), 9)\n")
     assert killed.wait(timeout=60) == -signal.SIGKILL, killed.stderr.read()
-    left = lease._read(tables.leases)
-    assert left.owner_pid == killed.pid and not left.released and left.expires_at > lease._now()
+    left = lease.latest_row(tables.leases)
+    assert left.owner_pid == killed.pid and not left.released and left.expires_at > utc_now()
     assert lease.owner(tables) is None  # its pid is gone: the 60 s lease does not have to run out
     lease.acquire(tables, lease.STREAM)
 
@@ -127,7 +128,7 @@ def test_the_heartbeat_thread_records_a_lost_lease(tables, monkeypatch):
             time.sleep(0.05)
         with pytest.raises(lease.LeaseLost, match="taken by `switchyard rebase`"):
             held.check()
-    latest = lease._read(tables.leases)  # the taker's row, which leaving `hold` did not release
+    latest = lease.latest_row(tables.leases)  # the taker's row, which leaving `hold` did not release
     assert latest.lease_id == taker.lease_id and not latest.released
 
 
@@ -172,7 +173,7 @@ def test_concurrent_acquirers_in_processes_one_wins(tables):
     assert not errors, errors
     winners = [o for o in outcomes if o[0] == "won"]
     assert len(winners) == 1 and sum(o == ["refused"] for o in outcomes) == 5, outcomes
-    assert lease._read(tables.leases).lease_id == winners[0][1]
+    assert lease.latest_row(tables.leases).lease_id == winners[0][1]
 
 
 def test_the_table_stays_small_under_many_heartbeats(tables, monkeypatch):
