@@ -108,16 +108,16 @@ def refusal(status: str, history: list[str]) -> str | None:
     """Why `status` may not follow a handoff's `history` (its statuses in log order), or None when it may."""
     status = Status(status)
     latest = current(history)
+    if status not in REQUESTS and status not in TRANSITIONS[latest]:
+        allowed = ", ".join(s for s in Status if s in TRANSITIONS[latest])
+        if latest is None:
+            return f"the handoff has no entry yet, and its first must be one of {allowed}"
+        return f"its latest status is {latest}, which only {allowed} may follow"
     needed = REQUIRES.get(status)
     if needed is not None and needed not in history:
         where = f"latest status {latest}" if latest else "no entry yet"
         return f"it needs an earlier {needed} of the same handoff, and there is none ({where})"
-    if status in REQUESTS or status in TRANSITIONS[latest]:
-        return None
-    allowed = ", ".join(s for s in Status if s in TRANSITIONS[latest])
-    if latest is None:
-        return f"the handoff has no entry yet, and its first must be one of {allowed}"
-    return f"its latest status is {latest}, which only {allowed} may follow"
+    return None
 
 
 def check_transition(pipeline: str, handoff_id: str, status: str, history: list[str]) -> None:
