@@ -31,7 +31,7 @@ def is_object_store(uri: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def _credentials() -> tuple[str, str]:
+def s3_credentials() -> tuple[str, str]:
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not key or not secret:
         raise UserError("an s3a:// warehouse needs credentials in the environment: set AWS_ACCESS_KEY_ID and "
@@ -59,7 +59,7 @@ def delta_options(uri: str) -> dict[str, str] | None:
     """
     if not is_object_store(uri):
         return None
-    key, secret = _credentials()
+    key, secret = s3_credentials()
     options = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": s3_region(),
                "conditional_put": "etag", "AWS_EC2_METADATA_DISABLED": "true"}
     endpoint = s3_endpoint()
@@ -91,7 +91,7 @@ def filesystem(uri: str):
     uri = str(uri)
     parsed = urlparse(uri)
     if parsed.scheme in S3_SCHEMES:
-        return _s3(s3_endpoint(), s3_region(), *_credentials()), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        return _s3(s3_endpoint(), s3_region(), *s3_credentials()), f"{parsed.netloc}{parsed.path}".rstrip("/")
     if parsed.scheme == "file":
         return fs.LocalFileSystem(), parsed.path
     return fs.LocalFileSystem(), os.path.abspath(uri)
