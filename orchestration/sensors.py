@@ -1,12 +1,13 @@
-"""Watchers of the batch → stream transition."""
+"""The `stream_health` sensor: each handoff log transition and each new progress of the stream as an observation of
+`stream`, and its health checks re-evaluated whenever a verdict changes."""
 
 import time
 
 import dagster as dg
 
 from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
-from orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed, problem,
-                                         progress_from, sample_latency, transition_metadata, verdicts)
+from orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed,
+                                         problem, progress_from, sample_latency, transition_metadata, verdicts)
 from state_handoff import handoff_log
 from state_handoff.lease import stream_running
 
