@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from jobs.sinks import ensure_tables
 from state_handoff import faults, storage
 from state_handoff.aggregates import partial_columns
 from state_handoff.errors import UserError
@@ -32,6 +33,15 @@ def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_ve
         state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
     state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
                  F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(seed))
+
+
+def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, state_version: int,
+                   state: DataFrame) -> None:
+    """What the handoff's stream would otherwise do first, done by the backfill's commit while its JVM is warm: the
+    seed's files (`state`, the rows just written as `state_version`), and the tables the stream appends to. The
+    stream checks and skips both."""
+    seed_files(spark, pipeline, tables, state_version, StreamPaths.of(tables, handoff_id).seed, state)
+    ensure_tables(pipeline, tables)
 
 
 def write_seed(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff: Handoff, paths: StreamPaths) -> None:

@@ -18,14 +18,12 @@ from jobs.backfill.read import archived_boundary, resolve_range, skipped_gaps
 from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
-from jobs.seed import seed_files
-from jobs.sinks import ensure_tables
+from jobs.seed import prepare_stream
 from state_handoff import delta_upkeep, faults, handoff_log, storage
 from state_handoff.aggregates import partial_columns
 from state_handoff.archive_files import unreadable
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
-from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 
 
@@ -63,15 +61,6 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
     for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
         (window_partials_from_tiles(pipeline, tiles.where(part))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path))
-
-
-def prepare_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, state_version: int,
-                   state: DataFrame):
-    """What the handoff's stream would otherwise do first, done while this JVM is warm: the seed's files (`state`,
-    the rows just written as `state_version`), and the tables the stream appends to. The stream checks and skips
-    both."""
-    seed_files(spark, pipeline, tables, state_version, stream_dir(tables, handoff_id) / "seed", state)
-    ensure_tables(pipeline, tables)
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
