@@ -128,6 +128,17 @@ def check_transition(pipeline: str, handoff_id: str, status: str, history: list[
                              f"{reason}")
 
 
+def has_switched(entries: Iterable, handoff_id: str) -> bool:
+    """The handoff logged SWITCHED (its first batch, with the seed, committed): a restart of it streams at once, and
+    CAUGHT_UP may follow its STREAM_STARTED. `entries`: log entries, with `handoff_id` and `status`."""
+    return any(e.handoff_id == handoff_id and e.status == S.SWITCHED for e in entries)
+
+
+def goes_live(status: str, switched_before: bool) -> bool:
+    """`status` makes its handoff live: SWITCHED, or a restart (STREAM_STARTED) of a handoff that had switched."""
+    return status == S.SWITCHED or (status == S.STREAM_STARTED and switched_before)
+
+
 class Phase(StrEnum):
     """Where a pipeline stands, as `switchyard status` says it."""
 

@@ -111,3 +111,15 @@ def test_every_status_is_reachable_and_only_failed_follows_a_pause():
     assert reachable | lifecycle.REQUESTS == set(Status)
     assert lifecycle.TRANSITIONS[Status.PAUSED] == {Status.FAILED}
     assert all(Status.FAILED in allowed for allowed in lifecycle.TRANSITIONS.values())
+
+
+def test_a_handoff_goes_live_when_switched_or_restarted_after_switching(tables):
+    _append_all(tables, "h1", Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED)
+    assert not lifecycle.has_switched(handoff_log.entries(None, tables), "h1")
+    assert not lifecycle.goes_live(Status.STREAM_STARTED, switched_before=False)
+    assert lifecycle.goes_live(Status.SWITCHED, switched_before=False)
+    _append_all(tables, "h1", Status.SWITCHED, Status.STOPPED)
+    assert lifecycle.has_switched(handoff_log.entries(None, tables), "h1")
+    assert not lifecycle.has_switched(handoff_log.entries(None, tables), "h2")
+    assert lifecycle.goes_live("STREAM_STARTED", switched_before=True)
+    assert not lifecycle.goes_live(Status.CAUGHT_UP, switched_before=True)
