@@ -9,15 +9,18 @@ hands the stream the identities of the archived records it will read again (the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_handoff import faults, handoff_log
 from state_handoff.archive_files import archive_meta, list_archive, unreadable
+from state_handoff.clock import as_utc, naive_utc
 from state_handoff.errors import UserError
+from state_handoff.handoff_log import LogEntry
 from state_handoff.kafka_io import consumer, offset_bounds
+from state_handoff.lifecycle import Status
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import stream_dir
@@ -64,7 +67,7 @@ class Handoff:
                 f"state version {self.state_version}; backlog watermark {self.backlog_watermark}")
 
 
-def from_entry(entry, reused: bool = False) -> Handoff:
+def from_entry(entry: LogEntry, reused: bool = False) -> Handoff:
     details = handoff_log.details(entry)
     overlap = None
     if details.get("boundary_mode") == TIME:
@@ -112,13 +115,12 @@ def parse_boundary_time(text: str) -> datetime:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise UserError(f"--at must be an ISO-8601 time like 2026-01-02T09:30:00Z, not {text!r}") from None
-    if at.tzinfo:
-        at = at.astimezone(timezone.utc).replace(tzinfo=None)
+    at = naive_utc(at)
     return at.replace(microsecond=at.microsecond // 1000 * 1000)
 
 
 def _epoch_ms(t: datetime) -> int:
-    return int(t.replace(tzinfo=timezone.utc).timestamp() * 1000)
+    return int(as_utc(t).timestamp() * 1000)
 
 
 def offsets_for_time(bootstrap: str, topic: str, at: datetime, bounds: dict[int, tuple[int, int]]) -> dict[int, int]:
@@ -192,7 +194,7 @@ def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, hand
 
 
 def current_handoff(spark: SparkSession, tables: Tables) -> Handoff | None:
-    entry = handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED)
+    entry = handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED)
     return from_entry(entry, reused=True) if entry else None
 
 
@@ -213,7 +215,7 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
         raise UserError(f"--boundary must be one of {', '.join(BOUNDARY_MODES)}, not {boundary!r}")
     if at is not None and boundary != TIME:
         raise UserError("--at applies only with --boundary time")
-    backfill = handoff_log.latest(spark, tables, handoff_log.BACKFILL_COMMITTED)
+    backfill = handoff_log.latest(spark, tables, Status.BACKFILL_COMMITTED)
     if backfill is None:
         raise UserError(f"pipeline {pipeline.name} has no committed backfill in {tables.root}: "
                         "run `switchyard backfill` first")
@@ -243,7 +245,7 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     check_no_gaps(gaps, start)
     faults.reach("handoff.before_log")
     entry = handoff_log.append(
-        spark, tables, backfill.handoff_id, handoff_log.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        spark, tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,
         details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()}})
     return from_entry(entry)
