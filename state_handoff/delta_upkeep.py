@@ -2,12 +2,12 @@
 
 A stream writes its Delta tables every few seconds for months. Each batch adds small files (`stream_batches`,
 `windows`, `dead_letter`, `late`), and each MERGE or DELETE (`state`, `window_state`) writes the files it touches
-anew and leaves the old ones behind, unreferenced but on disk: a 10^5-key `state` merged with 1,000 keys every 5 s
-left 0.68 MB a batch, ~12 GB a day, and readers of a table of many small files slow down with every batch. So
-every TIDY_EVERY-th batch the writer of a table compacts it (delta-rs's optimize: a commit that changes no data)
-and vacuums what was replaced longer than RETENTION_HOURS ago. The writer does it in its own thread, between its
-own writes: a compaction beside a MERGE of the same table would make one of the two fail. A backfill's commit,
-which replaces whole tables and days of tiles, vacuums the tables it wrote (no compaction: its files are large).
+anew and leaves the old ones behind, unreferenced but on disk: under steady input the tables grow by gigabytes a
+day, and readers of a table of many small files slow down with every batch. So every TIDY_EVERY-th batch the
+writer of a table compacts it (delta-rs's optimize: a commit that changes no data) and vacuums what was replaced
+longer than RETENTION_HOURS ago. The writer does it in its own thread, between its own writes: a compaction beside
+a MERGE of the same table would make one of the two fail. A backfill's commit, which replaces whole tables and
+days of tiles, vacuums the tables it wrote (no compaction: its files are large).
 """
 
 from __future__ import annotations

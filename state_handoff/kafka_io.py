@@ -236,9 +236,8 @@ def paced(records: Iterable, rate: float, stop=lambda: False, seconds: float | N
     the time is stamped as it is sent), until `stop()`, `seconds` have passed (at most `rate * seconds` records),
     or the records end. For `produce`: the steady input of `live`, the burst bench's trickle and the latency bench.
 
-    Records due within `ahead_s` go at once: a sleep before each record of thousands a second cost the sender more
-    CPU than sending them (8,000 records/s for 15 s: 4.5 s of CPU, 1.6 s with one sleep per millisecond), CPU the
-    stream under measurement shares on a small machine."""
+    Records due within `ahead_s` go at once: a sleep before each record of thousands a second costs the sender more
+    CPU than sending them, CPU the stream under measurement shares on a small machine."""
     started = time.monotonic()
     source = iter(records)
     taken = 0

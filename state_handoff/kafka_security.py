@@ -151,9 +151,8 @@ def spark_options(bootstrap: str) -> dict[str, str]:
 
 # A consumer's fetch that finds nothing past its position is held by the broker for up to fetch.max.wait.ms
 # (Kafka's default 500 ms). Spark's tasks ask only for offsets that exist, yet a task reading up to a partition's
-# end, or a stream's cached consumer whose fetch was sent at the end of the previous batch, sat out the whole wait:
-# a 0.5 s stage with 30 ms of CPU in a micro-batch, and in a batch read of the topic's tail (10^4 records over 4
-# partitions) 1.4-1.6 s for a job that takes 0.5 s with a short wait.
+# end, or a stream's cached consumer whose fetch was sent at the end of the previous batch, sits out the whole wait:
+# a micro-batch's stage, or a batch read of the topic's tail, then spends most of its time waiting for nothing.
 FETCH_MAX_WAIT_MS = 20
 
 
