@@ -59,6 +59,7 @@ def is_zombie(pid: int) -> bool:
 
 
 def is_running(pid: int) -> bool:
+    """Neither gone nor exited (a zombie has exited: only its parent has yet to reap it)."""
     return not is_zombie(pid)
 
 
