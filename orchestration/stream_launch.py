@@ -15,10 +15,11 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION, entry_from_payload
+from jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from state_handoff import handoff_log, storage
 from state_handoff.handoff import Handoff
+from state_handoff.handoff_log import LogEntry
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 
@@ -92,7 +93,7 @@ class _Reports:
 
     def _metadata(self, message: dict) -> dict | None:
         if message.get("kind") == TRANSITION:
-            entry = entry_from_payload(message["entry"])
+            entry = LogEntry.from_payload(message["entry"])
             if not is_observed(entry):
                 return None
             self.transitions.append(entry)
@@ -170,7 +171,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
         context.log.info(f"stream process {process.pid} is live and outlives this run; the stream_health sensor "
                          "observes it from here")
     elif process.returncode != 0:
-        phase = reports.transitions[-1].status if reports.transitions else "none reported"
+        phase = str(reports.transitions[-1].status) if reports.transitions else "none reported"
         tail = _tail(log)
         last_line = tail.rstrip("\n").rpartition("\n")[2].strip()
         raise dg.Failure(description=f"the stream process {_exit_reason(process.returncode)} (last phase {phase}): "
