@@ -2,8 +2,7 @@
 monitor watches the lag (monitor.py), one module per query (keyed.py, events.py, state.py), and the reports to
 Dagster go through Pipes (pipes.py)."""
 
-from jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
-from jobs.stream.supervisor import Supervisor, check_resumable, run_stream
+from jobs.stream.settings import StreamFailed, StreamResult, StreamSettings
+from jobs.stream.supervisor import run_stream
 
-__all__ = ["COMMAND", "StreamFailed", "StreamResult", "StreamSettings", "Supervisor", "check_resumable",
-           "run_stream"]
+__all__ = ["StreamFailed", "StreamResult", "StreamSettings", "run_stream"]

@@ -22,7 +22,8 @@ class Monitor:
     """Watches one handoff's queries and the input's lag; returns None on a stop, or the rebase to run.
 
     Only a failed query stops the stream (FAILED, exit 1). The monitor's own I/O (Kafka offsets, the log, the
-    progress cache) fails soft: retried with backoff while the lag is reported as unknown."""
+    progress cache) fails soft: retried with backoff while the lag is reported as unknown. `supervisor`: the
+    Supervisor that started the queries; the monitor logs through it and reads its settings, lease and signals."""
 
     def __init__(self, supervisor, handoff: Handoff, queries, events_sink: EventsSink):
         self.sup, self.handoff, self.queries, self.events_sink = supervisor, handoff, queries, events_sink
