@@ -127,21 +127,11 @@ def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: 
     move it to a later version than `seq` says), and a lost race re-reads the log, checks again and tries the
     next version.
     """
-    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details,
-                   checked=True)
-
-
-def append_unchecked(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
-                     state_version: int | None = None, start_offsets: dict | None = None,
-                     backlog_watermark: datetime | None = None, details: dict | None = None) -> LogEntry:
-    """`append` without the lifecycle check: for tests of the log's storage, whose entries follow no lifecycle,
-    and for logs staged as a fixture. No command appends this way."""
-    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details,
-                   checked=False)
+    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details)
 
 
 def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int | None, start_offsets: dict | None,
-            backlog_watermark: datetime | None, details: dict | None, checked: bool) -> LogEntry:
+            backlog_watermark: datetime | None, details: dict | None) -> LogEntry:
     row = {"handoff_id": handoff_id, "pipeline": tables.pipeline, "status": str(status), "at": utc_now(),
            "state_version": state_version,
            "start_offsets": (json.dumps({str(k): v for k, v in start_offsets.items()})
@@ -149,8 +139,7 @@ def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int 
            "backlog_watermark": as_utc(backlog_watermark), "details": json.dumps(details or {}, default=str)}
     for _ in range(COMMIT_ATTEMPTS):
         table = _open_or_create(tables.handoffs)
-        if checked:
-            check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
+        check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
         seq = table.version() + 1
         if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA)):
             if len(table.file_uris()) >= COMPACT_FILES:

@@ -33,15 +33,17 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     tables = Tables(str(tmp_path), "demo")
     assert handoff_log.entries(None, tables) == []
 
-    written = [handoff_log.append_unchecked(None, tables, handoff_log.new_handoff_id(), handoff_log.BACKFILL_STARTED)]
+    # the lives of four handoffs, one after the other: committed, streamed, switched, asked to rebase, paused
+    handoff_ids = [handoff_log.new_handoff_id() for _ in range(4)]
+    written = [handoff_log.append(None, tables, handoff_ids[0], handoff_log.BACKFILL_STARTED)]
     DeltaTable(tables.handoffs).alter.set_table_properties(
         {"delta.checkpointInterval": "4", "delta.logRetentionDuration": "interval 0 seconds"})
     cycle = (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
              handoff_log.SWITCHED, handoff_log.REBASE_REQUESTED, handoff_log.PAUSED)
     for i in range(21):
-        written.append(handoff_log.append_unchecked(None, tables, handoff_log.new_handoff_id(), cycle[i % len(cycle)],
-                                                    state_version=i, start_offsets={0: i, 1: 2 * i},
-                                                    backlog_watermark=datetime(2026, 1, 1), details={"i": i}))
+        written.append(handoff_log.append(None, tables, handoff_ids[i // len(cycle)], cycle[i % len(cycle)],
+                                          state_version=i, start_offsets={0: i, 1: 2 * i},
+                                          backlog_watermark=datetime(2026, 1, 1), details={"i": i}))
     DeltaTable(tables.handoffs).cleanup_metadata()
 
     checkpoints = [int(n.split(".")[0]) for n in _log_files(tables) if n.endswith(".checkpoint.parquet")]
@@ -69,10 +71,11 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
     tables = Tables(str(tmp_path), "demo")
     written = []
     files_seen = []
-    for i in range(30):
-        status = (handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)[i % 2]
-        written.append(handoff_log.append_unchecked(None, tables, f"h{i}", status, start_offsets={0: i},
-                                                    details={"i": i}))
+    switch = (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
+              handoff_log.SWITCHED)
+    for i in range(30):  # one handoff's switch, then its lag going up and down
+        status = switch[i] if i < len(switch) else (handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)[i % 2]
+        written.append(handoff_log.append(None, tables, "h", status, start_offsets={0: i}, details={"i": i}))
         files_seen.append(len(DeltaTable(tables.handoffs).file_uris()))
 
     assert max(files_seen) < 8, files_seen
@@ -95,8 +98,8 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
 
     def writer(name: str) -> None:
         start.wait()
-        results[name] = [handoff_log.append_unchecked(None, tables, f"{name}-{i}", handoff_log.CAUGHT_UP,
-                                                   details={"i": i})
+        results[name] = [handoff_log.append(None, tables, f"{name}-{i}", handoff_log.BACKFILL_STARTED,
+                                            details={"i": i})
                          for i in range(per_writer)]
 
     threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]

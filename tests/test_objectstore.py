@@ -74,7 +74,7 @@ def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):
     """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
     monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
     tables = Tables(objectstore.warehouse(), "demo")
-    written = [handoff_log.append_unchecked(None, tables, f"h{i}", handoff_log.CAUGHT_UP, details={"i": i})
+    written = [handoff_log.append(None, tables, f"h{i}", handoff_log.BACKFILL_STARTED, details={"i": i})
                for i in range(12)]
     table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
     assert len(table.file_uris()) < 5, table.file_uris()

@@ -57,8 +57,9 @@ def _backdate_batch(cursor: str, seconds: float) -> str:
 def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     assert isinstance(_tick(tables), dg.SkipReason), "no handoff yet: nothing to watch"
 
-    for status in (handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED, handoff_log.SWITCHED):
-        handoff_log.append_unchecked(spark, tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
+    for status in (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
+                   handoff_log.SWITCHED):
+        handoff_log.append(spark, tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
     with lease.hold(tables, lease.STREAM):  # this test process stands in for the running stream
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})
         first = _tick(tables)

@@ -11,7 +11,7 @@ from jobs import rebase
 from jobs.sinks import EventsSink
 from jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
-from state_handoff import handoff_log, lease as leases, storage
+from state_handoff import handoff_log, lease as leases, lifecycle, storage
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import LatestOffsets
 from state_handoff.spec import Pipeline
@@ -52,7 +52,7 @@ class Monitor:
     def _run(self) -> dict | None:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
         logged = handoff_log.entries(None, sup.tables)  # also the order of the earlier handoffs, for the prune
-        switched = any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in logged)
+        switched = lifecycle.has_switched(logged, handoff.handoff_id)
         result.switched_after_s = sup.switched_after_s  # when start() saw it
         caught_up = False
         lag, snapshot = {}, {}

@@ -15,10 +15,8 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
-from datetime import datetime
-from types import SimpleNamespace
 
-from state_handoff import handoff_log
+from state_handoff import handoff_log, lifecycle
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
@@ -60,17 +58,6 @@ def reporting(tables: Tables, pipeline: Pipeline, bootstrap: str, out=print):
         yield reporter
     finally:
         reporter.close()
-
-
-def entry_payload(entry) -> dict:
-    """A handoff log entry as JSON (the orchestration side reads it back with `entry_from_payload`)."""
-    return {**vars(entry), "at": entry.at.isoformat() if entry.at else None,
-            "backlog_watermark": entry.backlog_watermark.isoformat() if entry.backlog_watermark else None}
-
-
-def entry_from_payload(payload: dict) -> SimpleNamespace:
-    return SimpleNamespace(**{**payload, **{k: datetime.fromisoformat(payload[k]) if payload.get(k) else None
-                                            for k in ("at", "backlog_watermark")}})
 
 
 class PipesReporter:
@@ -158,9 +145,8 @@ class PipesReporter:
         switched = {e.handoff_id for e in entries if e.seq <= self.after_seq and e.status == handoff_log.SWITCHED}
         for entry in (e for e in entries if e.seq > self.after_seq):
             self.after_seq = entry.seq
-            self._send({"kind": TRANSITION, "entry": entry_payload(entry)})
-            live = entry.status == handoff_log.SWITCHED or (
-                entry.status == handoff_log.STREAM_STARTED and entry.handoff_id in switched)  # a restart
+            self._send({"kind": TRANSITION, "entry": entry.as_payload()})
+            live = lifecycle.goes_live(entry.status, entry.handoff_id in switched)
             if entry.status == handoff_log.SWITCHED:
                 switched.add(entry.handoff_id)
             if live and self.detached and self.pipes is not None:

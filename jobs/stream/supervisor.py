@@ -33,7 +33,7 @@ from jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent
                                  query_error, stop_all)
 from jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from jobs.stream.state import StateTurn, start_state_query, updates_start
-from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, storage, stream_progress
+from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, lifecycle, storage, stream_progress
 from state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff
@@ -160,7 +160,7 @@ class Supervisor:
             spark.conf.set(key, value)
         keyed, _, _ = self.start_readers(handoff, only=KEYED)
         step_done("keyed_started")
-        if not any(e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED for e in entries):
+        if not lifecycle.has_switched(entries, handoff.handoff_id):
             self.await_first_batch(handoff, keyed, paths)
         _, events, events_sink = self.start_readers(handoff, only=EVENTS)
         self.state_turn = StateTurn(self.tables_trigger_seconds())
