@@ -14,6 +14,7 @@ from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
 from state_handoff import delta_cas, handoff_log
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 PIPELINE = "demo"
 
@@ -84,7 +85,7 @@ def _wall(at: datetime) -> float:
 
 
 def _current_handoff_id(entries: list) -> str | None:
-    committed = [e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED]
+    committed = [e for e in entries if e.status == Status.HANDOFF_COMMITTED]
     return committed[-1].handoff_id if committed else None
 
 
@@ -134,7 +135,7 @@ class ArmRun:
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(f"arm {self.arm.arm}: the stream exited with {self.proc.returncode}; see {self.log}")
         for e in entries or []:
-            if e.status == handoff_log.FAILED:
+            if e.status == Status.FAILED:
                 raise RuntimeError(f"arm {self.arm.arm}: FAILED in the log: {handoff_log.details(e).get('reason')}; "
                                    f"see {self.log}")
 
@@ -194,7 +195,7 @@ class ArmRun:
         while True:
             entries = self.entries()
             self.check_alive(entries)
-            if any(e.status == handoff_log.CAUGHT_UP and e.handoff_id == handoff_id for e in entries):
+            if any(e.status == Status.CAUGHT_UP and e.handoff_id == handoff_id for e in entries):
                 break
             if time.monotonic() - started > a["timeout"]:
                 raise RuntimeError(f"arm {self.arm.arm}: the stream was not caught up within {a['timeout']:.0f}s")
@@ -218,7 +219,7 @@ class ArmRun:
             self.check_alive(entries)
             handoff_id = _current_handoff_id(entries)
             mine = [e for e in entries if e.handoff_id == handoff_id]
-            if mine and mine[-1].status == handoff_log.CAUGHT_UP:
+            if mine and mine[-1].status == Status.CAUGHT_UP:
                 break
             if time.monotonic() - started > a["timeout"]:
                 raise RuntimeError(f"arm {self.arm.arm}: not caught up under the trickle within {a['timeout']:.0f}s")
@@ -256,19 +257,19 @@ class ArmRun:
             for e in after:
                 s = round(_wall(e.at) - t0, 2)
                 details = handoff_log.details(e)
-                if e.status == handoff_log.FALLING_BEHIND and arm.falling_behind_s is None:
+                if e.status == Status.FALLING_BEHIND and arm.falling_behind_s is None:
                     arm.falling_behind_s = s
                     arm.peak_offsets_behind = max(arm.peak_offsets_behind, _behind(details) or 0)
-                elif e.status == handoff_log.REBASE_REQUESTED and arm.switch_back_s is None:
+                elif e.status == Status.REBASE_REQUESTED and arm.switch_back_s is None:
                     arm.switch_back_s, arm.switch_back_behind = s, details.get("behind")
                     arm.peak_offsets_behind = max(arm.peak_offsets_behind, details.get("behind") or 0)
-                elif e.status == handoff_log.PAUSED and arm.paused_s is None:
+                elif e.status == Status.PAUSED and arm.paused_s is None:
                     arm.paused_s = s
-                elif e.status == handoff_log.HANDOFF_COMMITTED and arm.handoff_committed_s is None:
+                elif e.status == Status.HANDOFF_COMMITTED and arm.handoff_committed_s is None:
                     arm.handoff_committed_s, arm.rebase_s = s, details.get("rebase_s")
-                elif e.status == handoff_log.SWITCHED and arm.switched_again_s is None:
+                elif e.status == Status.SWITCHED and arm.switched_again_s is None:
                     arm.switched_again_s = s
-            caught = next((e for e in after if e.status == handoff_log.CAUGHT_UP and e.handoff_id == current
+            caught = next((e for e in after if e.status == Status.CAUGHT_UP and e.handoff_id == current
                            and _position_passed(handoff_log.details(e), end)), None)
             if caught is not None:
                 arm.caught_up_s, arm.caught_up_from = round(_wall(caught.at) - t0, 2), "log"

@@ -21,6 +21,7 @@ from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
 from state_handoff.kafka_security import client_kwargs
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 
 @dataclass
@@ -166,10 +167,10 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
                                    f"{max(trigger_seconds, tables_trigger_seconds):g}s, "
                                    f"RocksDB state store, {warmup_seconds:g}s of warm-up input per rate")
     try:
-        report.seconds_to_switched = _wait_for(tables, handoff_log.SWITCHED, handoff.handoff_id, proc, started)
-        switched = handoff_log.latest(None, tables, handoff_log.SWITCHED, handoff.handoff_id)
+        report.seconds_to_switched = _wait_for(tables, Status.SWITCHED, handoff.handoff_id, proc, started)
+        switched = handoff_log.latest(None, tables, Status.SWITCHED, handoff.handoff_id)
         report.switched_in_process_s = handoff_log.details(switched).get("seconds_since_start")
-        report.seconds_to_caught_up = _wait_for(tables, handoff_log.CAUGHT_UP, handoff.handoff_id, proc, started)
+        report.seconds_to_caught_up = _wait_for(tables, Status.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
             report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds, warmup_seconds))
             out(report.table().splitlines()[-1])

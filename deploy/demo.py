@@ -35,6 +35,7 @@ from deploy.paths import PROJECT_ROOT, runtime_home
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 PIPELINE = "demo"
 TOPIC_PREFIX = "demo.events."
@@ -114,12 +115,12 @@ class Demo:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             entries = [e for e in handoff_log.entries(None, self.tables) if e.seq > after_seq]
-            failed = next((e for e in entries if e.status == handoff_log.FAILED), None)
+            failed = next((e for e in entries if e.status == Status.FAILED), None)
             if failed is not None:
                 raise UserError(f"the stream FAILED: {handoff_log.details(failed).get('reason')}")
             if any(e.status == status for e in entries):
                 return
-            if not lease.stream_running(self.tables) and any(e.status == handoff_log.SWITCHED for e in entries):
+            if not lease.stream_running(self.tables) and any(e.status == Status.SWITCHED for e in entries):
                 raise UserError("the stream process is gone: see its process.log beside the checkpoints")
             time.sleep(2)
         raise UserError(f"no {status} from the stream within {timeout:.0f}s: see `switchyard status`")
@@ -202,7 +203,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     demo.say(f"Dagster: backfill_then_stream over {first}..{last}; the stream stays live after the run")
     demo.dagster("backfill_then_stream", "--from", first, "--to", last, "--detach-stream", "--caught-up-lag",
                  str(int(demo.rate * 60)))  # under live input never 0 behind: a minute of input is caught up
-    demo.wait_for(handoff_log.CAUGHT_UP, seq)
+    demo.wait_for(Status.CAUGHT_UP, seq)
     demo.start_producer(topic)
     demo.watch_live()
     yesterday = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
@@ -212,7 +213,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     seq = demo.last_seq()
     demo.say(f"Dagster: backfill_days for {yesterday}, as the schedule runs it: the live stream rebases at a cut")
     demo.dagster("backfill_days", "--from", yesterday, "--to", yesterday)
-    demo.wait_for(handoff_log.SWITCHED, seq)  # the same stream process, on the handoff at the cut
+    demo.wait_for(Status.SWITCHED, seq)  # the same stream process, on the handoff at the cut
     demo.watch_live()
     if leave_running:
         demo.say("the stream and the producer stay live: `make ui` to watch them, `make stop` to stop them")

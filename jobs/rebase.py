@@ -41,6 +41,7 @@ from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 CUT = "cut"
 
@@ -167,7 +168,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
             f"({reconciliation['keys_recomputed']} keys)")
     entry = handoff_log.append(
-        spark, tables, backfill.handoff_id, handoff_log.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        spark, tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
         details={"topic": handoff.topic, "boundary_mode": CUT, "boundary": {str(p): o - 1 for p, o in cut.offsets.items()},
                  "request_id": request["request_id"], "previous_handoff": handoff.handoff_id,
@@ -180,7 +181,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     """The requested days, widened to every day with archive files the last committed backfill had not tiled
     (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
     must hold every archived record."""
-    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
     tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
     days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
     days |= {d for d in (first, last) if d}
@@ -196,7 +197,7 @@ def _tiles_or_new(tiles_run: BackfillResult) -> BackfillResult | None:
 
 def _committed_backfill_for(tables: Tables, request_id: str):
     for entry in reversed(handoff_log.entries(None, tables)):
-        if entry.status == handoff_log.BACKFILL_COMMITTED and \
+        if entry.status == Status.BACKFILL_COMMITTED and \
                 handoff_log.details(entry).get("at_cut", {}).get("request_id") == request_id:
             return entry
     return None
@@ -211,7 +212,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
         cut = Cut.from_details(request["paused"]["cut"])
     else:
         cut = pause_cut(bootstrap, handoff, paths)
-        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.PAUSED,
+        handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),
                                     "cut": cut.as_details()})
         out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
@@ -220,7 +221,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
     except UserError as err:
-        handoff_log.append(spark, tables, handoff.handoff_id, handoff_log.FAILED,
+        handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
                            details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
         raise
 
@@ -264,7 +265,7 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
     if handoff is None:
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff: there is no stream to rebase")
     request_id = uuid.uuid4().hex[:12]
-    handoff_log.append(None, tables, handoff.handoff_id, handoff_log.REBASE_REQUESTED,
+    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REQUESTED,
                        details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
                                 "from": days[0], "to": days[1], **(figures or {})})
     return request_id
@@ -279,12 +280,12 @@ def open_request(tables: Tables) -> dict | None:
         request_id = handoff_log.details(e).get("request_id")
         if request_id is None:
             continue
-        if e.status in (handoff_log.HANDOFF_COMMITTED, handoff_log.FAILED):
+        if e.status in (Status.HANDOFF_COMMITTED, Status.FAILED):
             answered.add(request_id)
-        elif e.status == handoff_log.PAUSED:
+        elif e.status == Status.PAUSED:
             paused[request_id] = handoff_log.details(e)
     for e in entries:
-        if e.status == handoff_log.REBASE_REQUESTED:
+        if e.status == Status.REBASE_REQUESTED:
             request = handoff_log.details(e)
             if request["request_id"] in answered:
                 continue
@@ -300,7 +301,7 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print
     shown: set[int] = set()
     while time.monotonic() < deadline:
         entries = handoff_log.entries(None, tables)
-        committed = next((e for e in entries if e.status == handoff_log.HANDOFF_COMMITTED
+        committed = next((e for e in entries if e.status == Status.HANDOFF_COMMITTED
                           and handoff_log.details(e).get("request_id") == request_id), None)
         for e in entries:
             ours = handoff_log.details(e).get("request_id") == request_id or (
@@ -308,10 +309,10 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print
             if not ours or e.seq in shown:
                 continue
             shown.add(e.seq)
-            if e.status == handoff_log.FAILED:
+            if e.status == Status.FAILED:
                 raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
             out(f"  {e.status} {e.handoff_id}")
-            if e.status == handoff_log.SWITCHED:
+            if e.status == Status.SWITCHED:
                 return from_entry(committed)
         time.sleep(1.0)
     raise UserError(f"the stream did not finish the rebase within {timeout_s:.0f}s: see `switchyard status`")

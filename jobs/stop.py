@@ -10,6 +10,7 @@ import time
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 
 def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):
@@ -29,11 +30,11 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):
     while time.monotonic() < deadline:
         gone = lease.owner(tables) is None  # before the log: STOPPED is written before the lease is let go
         since = handoff_log.entries(None, tables)[seen:]
-        stopped = [e for e in since if e.status == handoff_log.STOPPED]
+        stopped = [e for e in since if e.status == Status.STOPPED]
         if stopped:
             return stopped[-1]
         if gone:  # gone without STOPPED: it failed on the way out
-            failed = [e for e in since if e.status == handoff_log.FAILED]
+            failed = [e for e in since if e.status == Status.FAILED]
             if failed:
                 out(f"stop {tables.pipeline}: the stream failed on the way out: "
                     f"{handoff_log.details(failed[-1]).get('reason')}")

@@ -35,20 +35,6 @@ from state_handoff.tables import Tables
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# The statuses under their old names: each equals its name as a string, as callers compare it.
-BACKFILL_STARTED = Status.BACKFILL_STARTED
-BACKFILL_COMMITTED = Status.BACKFILL_COMMITTED
-HANDOFF_COMMITTED = Status.HANDOFF_COMMITTED
-STREAM_STARTED = Status.STREAM_STARTED
-SWITCHED = Status.SWITCHED
-CAUGHT_UP = Status.CAUGHT_UP
-FALLING_BEHIND = Status.FALLING_BEHIND
-STOPPED = Status.STOPPED
-FAILED = Status.FAILED
-REBASE_REQUESTED = Status.REBASE_REQUESTED
-PAUSED = Status.PAUSED
-STATUSES = tuple(Status)
-
 # Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([

@@ -20,6 +20,7 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests import oracle
 from tests.compare import assert_state_matches, assert_windows_match, rows as _rows
 
@@ -145,7 +146,7 @@ def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spar
     assert any(v[1] == TAIL_PHASE for v in dead.values())
 
     # the accounting identity per partition, archive and tail together, against the oracle's counts
-    committed = handoff_log.details(handoff_log.latest(spark, tables, handoff_log.BACKFILL_COMMITTED))
+    committed = handoff_log.details(handoff_log.latest(spark, tables, Status.BACKFILL_COMMITTED))
     tail = committed["kafka_tail"]
     assert tail["to"] == {str(p): o for p, o in ends.items()} and tail["records"] == len(everything) - len(
         backlog["records"])
@@ -264,7 +265,7 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
                       f"offsets {lo}..{hi} ({n} records) below the boundary")
     with pytest.raises(UserError, match=named):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED) is None
 
     # an archive written before ranges were recorded: the range is unknown, and refused just the same
     with open(meta_path, "w") as fh:
@@ -272,7 +273,7 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
     run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     with pytest.raises(UserError, match=re.escape(f"archive file {victim} was skipped") + ".*range it holds is unknown"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(spark, tables, handoff_log.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED) is None
 
     # the fix the message names: restore the file, rerun the backfill, hand off
     with open(victim, "wb") as fh:

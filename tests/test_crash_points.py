@@ -27,6 +27,7 @@ from state_handoff.kafka_io import produce
 from state_handoff.pipelines import get_pipeline
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests import oracle
 from tests.compare import assert_state_matches, assert_windows_match, rows
 from tests.test_stream import _tail_events, assert_matches_oracle
@@ -135,7 +136,7 @@ def test_handoff_crash_then_rerun(spark, bootstrap, pipeline_stages, tmp_path):
     topic, stages = pipeline_stages
     tables = _copy(stages, "backfilled", tmp_path)
     crash("handoff.before_log", ["handoff"], tables, bootstrap, tmp_path / "crash.log")
-    assert handoff_log.HANDOFF_COMMITTED not in _statuses(tables)
+    assert Status.HANDOFF_COMMITTED not in _statuses(tables)
     handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
     assert not handoff.reused
     finish_stream(spark, tables, bootstrap)
@@ -168,7 +169,7 @@ def test_lost_checkpoint_is_refused_not_replayed(spark, bootstrap, pipeline_stag
     topic, stages = pipeline_stages
     tables = _copy(stages, "handed_off", tmp_path)
     finish_stream(spark, tables, bootstrap)
-    handoff_id = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id
+    handoff_id = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id
     checkpoints = stream_dir(tables, handoff_id) / "checkpoints"
     before = _statuses(tables)
     for query in ("events", "keyed"):
@@ -202,7 +203,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
 
     topic, stages = pipeline_stages
     tables = _copy(stages, "handed_off", tmp_path)
-    handoff_id = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id
+    handoff_id = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, *STREAM_FLAGS[2:])
     try:
@@ -221,7 +222,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
             assert proc.returncode == 1, log.read_text()[-3000:]
             assert _statuses(tables)[-1] == "FAILED"
             proc = start_stream(tables, bootstrap, log, *STREAM_FLAGS[2:])
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
                    and _all_read(tables, bootstrap, topic), proc, log, what="every tail record read", timeout=400)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
@@ -233,7 +234,7 @@ def _all_read(tables: Tables, bootstrap: str, topic: str) -> bool:
     from state_handoff.kafka_io import offset_bounds
     from state_handoff.status import pipeline_status
 
-    start = handoff_log.offsets(handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED))
+    start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
     total = sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
     read = sum(a["read"] for a in (pipeline_status(tables).get("stream_accounting") or {}).values())
     return read >= total

@@ -15,6 +15,7 @@ from pyspark.sql.types import LongType, TimestampType
 
 from state_handoff import handoff_log
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 FROZEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 
@@ -35,11 +36,11 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
 
     # the lives of four handoffs, one after the other: committed, streamed, switched, asked to rebase, paused
     handoff_ids = [handoff_log.new_handoff_id() for _ in range(4)]
-    written = [handoff_log.append(None, tables, handoff_ids[0], handoff_log.BACKFILL_STARTED)]
+    written = [handoff_log.append(None, tables, handoff_ids[0], Status.BACKFILL_STARTED)]
     DeltaTable(tables.handoffs).alter.set_table_properties(
         {"delta.checkpointInterval": "4", "delta.logRetentionDuration": "interval 0 seconds"})
-    cycle = (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
-             handoff_log.SWITCHED, handoff_log.REBASE_REQUESTED, handoff_log.PAUSED)
+    cycle = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
+             Status.SWITCHED, Status.REBASE_REQUESTED, Status.PAUSED)
     for i in range(21):
         written.append(handoff_log.append(None, tables, handoff_ids[i // len(cycle)], cycle[i % len(cycle)],
                                           state_version=i, start_offsets={0: i, 1: 2 * i},
@@ -58,9 +59,9 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     assert handoff_log.offsets(read[5]) == {0: 4, 1: 8} and handoff_log.details(read[5]) == {"i": 4}
     assert read[5].backlog_watermark == datetime(2026, 1, 1)
 
-    last_handoff = [w for w in written if w.status == handoff_log.HANDOFF_COMMITTED][-1]
+    last_handoff = [w for w in written if w.status == Status.HANDOFF_COMMITTED][-1]
     assert last_handoff is not written[-1]
-    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id == last_handoff.handoff_id
+    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id == last_handoff.handoff_id
     assert handoff_log.latest(None, tables).handoff_id == written[-1].handoff_id
 
 
@@ -71,10 +72,10 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
     tables = Tables(str(tmp_path), "demo")
     written = []
     files_seen = []
-    switch = (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
-              handoff_log.SWITCHED)
+    switch = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
+              Status.SWITCHED)
     for i in range(30):  # one handoff's switch, then its lag going up and down
-        status = switch[i] if i < len(switch) else (handoff_log.CAUGHT_UP, handoff_log.FALLING_BEHIND)[i % 2]
+        status = switch[i] if i < len(switch) else (Status.CAUGHT_UP, Status.FALLING_BEHIND)[i % 2]
         written.append(handoff_log.append(None, tables, "h", status, start_offsets={0: i}, details={"i": i}))
         files_seen.append(len(DeltaTable(tables.handoffs).file_uris()))
 
@@ -98,7 +99,7 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
 
     def writer(name: str) -> None:
         start.wait()
-        results[name] = [handoff_log.append(None, tables, f"{name}-{i}", handoff_log.BACKFILL_STARTED,
+        results[name] = [handoff_log.append(None, tables, f"{name}-{i}", Status.BACKFILL_STARTED,
                                             details={"i": i})
                          for i in range(per_writer)]
 
@@ -131,8 +132,8 @@ def test_spark_reads_the_log_delta_rs_wrote(spark, tmp_path):
     tables = Tables(str(tmp_path), "demo")
     written = [handoff_log.append(None, tables, "h1", status, state_version=3,
                                   backlog_watermark=datetime(2026, 1, 1, 12, 30))
-               for status in (handoff_log.BACKFILL_STARTED, handoff_log.BACKFILL_COMMITTED,
-                              handoff_log.HANDOFF_COMMITTED)]
+               for status in (Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED,
+                              Status.HANDOFF_COMMITTED)]
     frame = spark.read.format("delta").load(tables.handoffs)
     assert isinstance(frame.schema["at"].dataType, TimestampType)
     assert isinstance(frame.schema["backlog_watermark"].dataType, TimestampType)

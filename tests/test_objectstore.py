@@ -19,6 +19,7 @@ from state_handoff import delta_cas, handoff_log, storage
 from state_handoff.pipelines import get_pipeline
 from state_handoff.kafka_io import produce
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401
 from tests.stream_process import start_stream, wait_until
 from tests.test_stream import _latest_total, _stop, _stream_read, _tail_events, assert_matches_oracle
@@ -74,7 +75,7 @@ def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):
     """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
     monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
     tables = Tables(objectstore.warehouse(), "demo")
-    written = [handoff_log.append(None, tables, f"h{i}", handoff_log.BACKFILL_STARTED, details={"i": i})
+    written = [handoff_log.append(None, tables, f"h{i}", Status.BACKFILL_STARTED, details={"i": i})
                for i in range(12)]
     table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
     assert len(table.file_uris()) < 5, table.file_uris()
@@ -95,7 +96,7 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
         result = _switchyard(*step)
         assert result.returncode == 0, result.stderr[-3000:]
     tables = Tables(warehouse, PIPELINE.name)
-    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     assert storage.exists(storage.join(tables.archive, "_archive.json"))
 
     log = tmp_path / "stream.log"
@@ -104,7 +105,7 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
         produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
         total = _latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
         wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
         _stop(proc, log)

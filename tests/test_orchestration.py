@@ -23,6 +23,7 @@ from state_handoff.archive_files import list_archive
 from state_handoff.errors import UserError
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests import oracle
 
 PIPELINE = get_pipeline("demo")
@@ -153,7 +154,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
 
     state = done["state"][0].metadata
     assert state["complete"].value is True and state["keys"].value > 0
-    committed = handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED)
+    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
     assert state["state_version"].value == committed.state_version
     assert {"windows", "window_state"} <= set(done)
 
@@ -196,7 +197,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
     rebased = _materializations(rerun)["tiles"][0].metadata
     assert rebased["rebased"].value is True and rebased["reconciliation_keys_different"].value == 0
     assert rebased["handoff_id"].value != switch["handoff_id"].value
-    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED).handoff_id == rebased["handoff_id"].value
+    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id == rebased["handoff_id"].value
     state_rows = spark.read.format("delta").load(tables.state).collect()
     assert {r.key: (r.event_count, r.amount_min, r.amount_max) for r in state_rows} == {
         k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
@@ -223,4 +224,4 @@ def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     assert check.metadata["failed_expectations"].value == "expect_column_pair_values_a_to_be_greater_than_b(amount_max, amount_min)"
     assert check.metadata["unexpected_rows"].value == 1
     assert "handoff" not in _materializations(result)
-    assert handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None

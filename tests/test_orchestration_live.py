@@ -20,6 +20,7 @@ from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.stream_process import LaunchedStream, wait_until
 
@@ -49,7 +50,7 @@ def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> 
     """SIGKILL the stream started after `after_seq` mid-run: its queries started and its monitor reporting."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        started = _status_after(tables, after_seq, handoff_log.STREAM_STARTED)
+        started = _status_after(tables, after_seq, Status.STREAM_STARTED)
         if started is not None and lease.stream_running(tables):
             pid = handoff_log.details(started)["pid"]
             progress = read_json(stream_dir(tables, started.handoff_id) / "progress.json") or {}
@@ -76,12 +77,12 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     assert launched.success
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
     assert launched.asset_materializations_for_node("stream")[0].metadata["still_running"].value is True
-    started = handoff_log.latest(None, tables, handoff_log.STREAM_STARTED)
+    started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
     process = LaunchedStream(handoff_log.details(started)["pid"])
     log = process_log(tables, started.handoff_id)
     try:
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, process, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, live_events(200, "live"))
         sent_at = time.time()
@@ -116,7 +117,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
 
         seq = _last_seq(tables)
         stopped = defs.resolve_job_def("stop_stream").execute_in_process(raise_on_error=False)
-        assert stopped.success and _status_after(tables, seq, handoff_log.STOPPED) is not None, \
+        assert stopped.success and _status_after(tables, seq, Status.STOPPED) is not None, \
             f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(None, tables) if e.seq > seq]}\n" \
             f"{log.read_text()[-3000:]}"
         assert process.wait(timeout=300) == 0
@@ -142,7 +143,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         phases = [o["phase"] for o in _observations(died) if "at" in o]
         assert phases[0] == "STREAM_STARTED" and "SWITCHED" not in phases, phases
         assert failure.description.startswith(f"the stream process was killed by SIGKILL (last phase {phases[-1]})")
-        restart_log = process_log(tables, _status_after(tables, seq, handoff_log.STREAM_STARTED).handoff_id)
+        restart_log = process_log(tables, _status_after(tables, seq, Status.STREAM_STARTED).handoff_id)
         output = failure.metadata["output"].value.strip("`\n").splitlines()
         assert output and set(output) <= set(restart_log.read_text().splitlines())
         assert any("resuming from checkpoint" in line for line in output), output

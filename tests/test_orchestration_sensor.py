@@ -11,6 +11,7 @@ from orchestration.sensors import stream_health
 from state_handoff import handoff_log, lease
 from state_handoff.stream_layout import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 HANDOFF_ID = "h0rch3strat1"
 
@@ -57,8 +58,8 @@ def _backdate_batch(cursor: str, seconds: float) -> str:
 def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     assert isinstance(_tick(tables), dg.SkipReason), "no handoff yet: nothing to watch"
 
-    for status in (handoff_log.BACKFILL_COMMITTED, handoff_log.HANDOFF_COMMITTED, handoff_log.STREAM_STARTED,
-                   handoff_log.SWITCHED):
+    for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
+                   Status.SWITCHED):
         handoff_log.append(spark, tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
     with lease.hold(tables, lease.STREAM):  # this test process stands in for the running stream
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})
@@ -103,7 +104,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
     assert set(evaluations) == {"stream_is_healthy", "stream_process_alive"}, "only verdicts that changed"
 
-    handoff_log.append(spark, tables, HANDOFF_ID, handoff_log.STOPPED, details={"reason": "SIGTERM"})
+    handoff_log.append(spark, tables, HANDOFF_ID, Status.STOPPED, details={"reason": "SIGTERM"})
     stopped = _tick(tables, gone.cursor)
     assert _phases(stopped) == ["STOPPED"]
     evaluations = _split(stopped)[1]

@@ -25,6 +25,7 @@ from state_handoff.archive_files import list_archive
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
 from tests.stream_process import start_stream, wait_until
 
@@ -203,7 +204,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
     stream_log = tmp_path / "stream.log"
     process = start_stream(warehouse, bootstrap, stream_log)
     try:
-        wait_until(lambda: handoff_log.latest(None, warehouse, handoff_log.CAUGHT_UP) is not None, process,
+        wait_until(lambda: handoff_log.latest(None, warehouse, Status.CAUGHT_UP) is not None, process,
                    stream_log, "CAUGHT_UP", timeout=900)
         cursor = None
         for batch in range(2):

@@ -21,6 +21,7 @@ from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests import oracle
 from tests.compare import assert_state_matches, assert_windows_match, rows
 from tests.stream_process import event_batches, start_stream, wait_until
@@ -50,11 +51,11 @@ def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None, **
 
 
 def _handoffs(tables: Tables) -> list:
-    return [e for e in handoff_log.entries(None, tables) if e.status == handoff_log.HANDOFF_COMMITTED]
+    return [e for e in handoff_log.entries(None, tables) if e.status == Status.HANDOFF_COMMITTED]
 
 
 def _caught_up_on(tables: Tables, handoff_id: str) -> bool:
-    return handoff_log.latest(None, tables, handoff_log.CAUGHT_UP, handoff_id=handoff_id) is not None
+    return handoff_log.latest(None, tables, Status.CAUGHT_UP, handoff_id=handoff_id) is not None
 
 
 def _count(tables: Tables, status: str) -> int:
@@ -150,7 +151,7 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
         == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"] * 2, statuses
     assert statuses.count("STREAM_STARTED") == 3 and statuses[-1] == "STOPPED"
     requests = [handoff_log.details(e) for e in handoff_log.entries(None, tables)
-                if e.status == handoff_log.REBASE_REQUESTED]
+                if e.status == Status.REBASE_REQUESTED]
     assert [r["reason"] for r in requests] == ["backfill", "switch back"], requests
     assert requests[1]["behind"] > 1200 and requests[1]["behind_for_s"] >= 2
     assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"
@@ -173,11 +174,11 @@ def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path
     produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 60, seed=34))
     log = tmp_path / "stream.log"
     for point in ("rebase.after_pause", "rebase.after_backfill"):
-        caught_up_before = _count(tables, handoff_log.CAUGHT_UP)
+        caught_up_before = _count(tables, Status.CAUGHT_UP)
         proc = start_stream(tables, bootstrap, log, *FLAGS, env={faults.ENV: point})
         # this process's CAUGHT_UP, not the last one's: a `rebase` asked before the stream holds the lease would
         # find no stream live and rebase by itself
-        wait_until(lambda: _owned_by(tables, proc.pid) and _count(tables, handoff_log.CAUGHT_UP) > caught_up_before
+        wait_until(lambda: _owned_by(tables, proc.pid) and _count(tables, Status.CAUGHT_UP) > caught_up_before
                    and _read_everything(tables, bootstrap, topic_name), proc, log, what="caught up")
         requester = _cli(tables, bootstrap, "rebase", "--timeout", "900")
         assert proc.wait(timeout=600) == -signal.SIGKILL, log.read_text()[-3000:]

@@ -13,6 +13,7 @@ from state_handoff import handoff_log, storage
 from state_handoff.kafka_io import produce, topic_config
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests.cluster_fixtures import run_cli, spark_cluster  # noqa: F401
 from tests.kafka_cluster_fixtures import kafka_cluster3  # noqa: F401
 from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401
@@ -38,13 +39,13 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
         result = run_cli(step, env, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
     tables = Tables(warehouse, PIPELINE.name)
-    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
 
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1", env=env)
     try:
         produce(bootstrap, TOPIC, _tail_events(3, datetime(2026, 1, 2, 20), 120, seed=12))
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
                    what="SWITCHED", timeout=600)
         kafka_cluster.stop_node(kafka_cluster3.cluster, 1)  # mid-stream: two of three replicas stay in sync
         try:
@@ -57,7 +58,7 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
         produce(bootstrap, TOPIC, _tail_events(3, datetime(2026, 1, 2, 23), 60, seed=14))
         total = _latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
         wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
         _stop(proc, log)

@@ -25,6 +25,7 @@ from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 from tests import oracle
 from tests.stream_process import event_batches, start_stream, wait_until
 from tests.compare import assert_state_matches, assert_windows_match, rows
@@ -93,7 +94,7 @@ def _stop(proc: subprocess.Popen, log: Path) -> None:
 
 
 def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
-    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     records = oracle.read_topic(bootstrap, topic)
     archived = [r for r in records if r.offset < start.get(r.partition, 0)]
@@ -108,7 +109,7 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
     dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
     assert dead == expected.dead_letter
     # the accounting identity per partition over both phases: nothing vanished, nothing counted twice
-    backfill = handoff_log.details(handoff_log.latest(None, tables, handoff_log.BACKFILL_COMMITTED))["accounting"]
+    backfill = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))["accounting"]
     status = pipeline_status(tables)
     for p in expected.read:
         b = backfill.get(str(p), {"read": 0, "well_formed": 0, "dead_lettered": 0})
@@ -124,12 +125,12 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     """...with the stream's tables compacted after every batch (state_handoff/delta_upkeep.py; every 100th by
     default), while both Delta-writing queries write: nothing a batch wrote is lost to a compaction."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", add_partition=True)
-    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, env={delta_upkeep.EVERY_ENV: "1"})
     try:
         produce(bootstrap, topic_name, _tail_events(4, datetime(2026, 1, 2, 20), 300, seed=1))
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.SWITCHED) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
                     what="SWITCHED")
         second = subprocess.run([sys.executable, "-m", "jobs.cli", "stream", "--pipeline", "demo", "--warehouse",
                                  tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT)
@@ -137,7 +138,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
         produce(bootstrap, topic_name, _tail_events(4, datetime(2026, 1, 3, 4), 200, seed=2))
         total = _latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
         wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
-        wait_until(lambda: handoff_log.latest(None, tables, handoff_log.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
                     what="CAUGHT_UP")
     finally:
         _stop(proc, log)
@@ -162,7 +163,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
 
 def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, topic_name, tmp_path):
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    handoff = handoff_log.latest(None, tables, handoff_log.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, env=TIDY_EVERY_2)

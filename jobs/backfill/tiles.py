@@ -21,6 +21,7 @@ from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import read_json, write_json_atomically
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 
 @dataclass
@@ -61,7 +62,7 @@ def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
     try:
         yield
     except Exception as err:
-        handoff_log.append(spark, tables, handoff_id, handoff_log.FAILED,
+        handoff_log.append(spark, tables, handoff_id, Status.FAILED,
                            details={"phase": "backfill", "reason": str(err).strip().splitlines()[0][:500]})
         raise
 
@@ -87,7 +88,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
             f"(it holds {days[0]}..{days[-1]}); nothing changed"))
     handoff_id = handoff_log.new_handoff_id()
-    handoff_log.append(spark, tables, handoff_id, handoff_log.BACKFILL_STARTED,
+    handoff_log.append(spark, tables, handoff_id, Status.BACKFILL_STARTED,
                        details={"from": str(first), "to": str(last), "strategy": strategy})
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
@@ -146,8 +147,8 @@ def _tiles_run_file(tables: Tables, handoff_id: str) -> str:
 def pending_tiles_run(tables: Tables) -> BackfillResult | None:
     """The latest tiles run not yet committed into state (Dagster runs tiles and state as separate steps)."""
     entries = handoff_log.entries(None, tables)
-    started = next((e for e in reversed(entries) if e.status == handoff_log.BACKFILL_STARTED), None)
-    if started is None or any(e.handoff_id == started.handoff_id and e.status != handoff_log.BACKFILL_STARTED
+    started = next((e for e in reversed(entries) if e.status == Status.BACKFILL_STARTED), None)
+    if started is None or any(e.handoff_id == started.handoff_id and e.status != Status.BACKFILL_STARTED
                               for e in entries):
         return None
     saved = read_json(_tiles_run_file(tables, started.handoff_id))

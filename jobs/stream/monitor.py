@@ -16,6 +16,7 @@ from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import LatestOffsets
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
+from state_handoff.lifecycle import Status
 
 
 class Monitor:
@@ -79,12 +80,12 @@ class Monitor:
                     caught_up = True
                     self.caught_up_since = now
                     result.caught_up_after_s = result.caught_up_after_s or now - sup.started
-                    self.log(handoff_log.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
+                    self.log(Status.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
                     sup.out(f"CAUGHT_UP after {now - sup.started:.1f}s: {behind} offsets behind latest")
                 elif known and caught_up and behind > settings.behind_threshold:
                     caught_up = False
                     self.caught_up_since = None
-                    self.log(handoff_log.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
+                    self.log(Status.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
                     sup.out(f"FALLING_BEHIND: {behind} offsets behind latest")
                 self._write_progress(lag if known else None, snapshot)
                 if sup.stop_signal:
@@ -110,7 +111,7 @@ class Monitor:
             stop_all(self.queries)
             reason = query_error(err)
             try:
-                self.log(handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+                self.log(Status.FAILED, details={"phase": "stream", "reason": reason})
             except Exception:  # the log is out of reach too; the exit code still says it
                 pass
             if isinstance(err, (StreamFailed, leases.LeaseLost)):

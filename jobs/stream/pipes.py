@@ -19,6 +19,7 @@ from dataclasses import asdict
 from state_handoff import handoff_log, lifecycle
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 # The message kinds and the extras the launcher passes: the protocol shared with orchestration/stream_launch.py.
 TRANSITION, FIGURES, HANDED_OVER = "transition", "figures", "handed_over"
@@ -97,7 +98,7 @@ class PipesReporter:
         if self.transition_pending or now >= self.next_figures_at:
             self.transition_pending = False
             self.next_figures_at = now + FIGURES_EVERY_S
-            phase = self.phases.get(figures["handoff_id"], handoff_log.STREAM_STARTED)
+            phase = self.phases.get(figures["handoff_id"], Status.STREAM_STARTED)
             with self.due_lock:
                 self.figures_due = (topic, figures, phase)
             self.wake.set()
@@ -142,12 +143,12 @@ class PipesReporter:
         if self.pipes is None:
             return
         entries = self._entries()
-        switched = {e.handoff_id for e in entries if e.seq <= self.after_seq and e.status == handoff_log.SWITCHED}
+        switched = {e.handoff_id for e in entries if e.seq <= self.after_seq and e.status == Status.SWITCHED}
         for entry in (e for e in entries if e.seq > self.after_seq):
             self.after_seq = entry.seq
             self._send({"kind": TRANSITION, "entry": entry.as_payload()})
             live = lifecycle.goes_live(entry.status, entry.handoff_id in switched)
-            if entry.status == handoff_log.SWITCHED:
+            if entry.status == Status.SWITCHED:
                 switched.add(entry.handoff_id)
             if live and self.detached and self.pipes is not None:
                 self._hand_over()

@@ -23,6 +23,7 @@ from state_handoff.kafka_security import spark_source_options
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 
 def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:
@@ -101,7 +102,7 @@ def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: S
     """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
     kept in the log's STREAM_STARTED entry before any update is sent."""
     for entry in entries:
-        if entry.handoff_id == handoff.handoff_id and entry.status == handoff_log.STREAM_STARTED:
+        if entry.handoff_id == handoff.handoff_id and entry.status == Status.STREAM_STARTED:
             recorded = handoff_log.details(entry).get("updates_from")
             if recorded is not None:
                 return recorded

@@ -43,13 +43,14 @@ from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import KEYED, StreamPaths
 from state_handoff.stream_progress import EVENTS
 from state_handoff.tables import Tables
+from state_handoff.lifecycle import Status
 
 
 def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:
     """Refuse a checkpoint that is not the one whose writes Delta holds for this handoff: a lost or replaced
     checkpoint restarts batch ids, and replaying the handoff from its start would apply records twice."""
     recorded = stream_progress.incarnations(tables, handoff.handoff_id)
-    switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == handoff_log.SWITCHED]
+    switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.SWITCHED]
     if switched:  # the keyed query writes no Delta table; its first committed batch is in the log
         recorded[KEYED] = {handoff_log.details(e).get("keyed_incarnation") for e in switched}
     for query, incarnations in recorded.items():
@@ -145,7 +146,7 @@ class Supervisor:
         updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
         self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
         step_done("tables_and_topic")
-        self.log(handoff.handoff_id, handoff_log.STREAM_STARTED, start_offsets=handoff.start_offsets,
+        self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
                           "updates_from": updates_from})
@@ -185,10 +186,10 @@ class Supervisor:
         seconds since this handoff's start."""
         self.switched_after_s = seen_at - self.started
         self.startup.end("first_batch")
-        committed = handoff_log.latest(None, self.tables, handoff_log.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
+        committed = handoff_log.latest(None, self.tables, Status.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
         request_id = handoff_log.details(committed).get("request_id") if committed else None
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
-        self.log(handoff.handoff_id, handoff_log.SWITCHED, start_offsets=handoff.start_offsets,
+        self.log(handoff.handoff_id, Status.SWITCHED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.parts,
                           "seconds_since_process_start": _since_process_start(seen_at),
@@ -255,7 +256,7 @@ class Supervisor:
         keep_recent_progress(queries, paths)
         self.drain(handoff, queries)
         result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
-        self.log(handoff.handoff_id, handoff_log.STOPPED, details={"reason": result.reason,
+        self.log(handoff.handoff_id, Status.STOPPED, details={"reason": result.reason,
                                                                    "offsets_behind": result.lag})
         return result
 
@@ -271,7 +272,7 @@ class Supervisor:
             state.stop()
         except Exception as err:
             reason = f"applying the last updates to state: {query_error(err)}"
-            self.log(handoff.handoff_id, handoff_log.FAILED, details={"phase": "stream", "reason": reason})
+            self.log(handoff.handoff_id, Status.FAILED, details={"phase": "stream", "reason": reason})
             raise StreamFailed(reason) from None
 
     def _applied_every_update(self, state) -> bool:
