@@ -9,8 +9,8 @@ import os
 import time
 
 from state_handoff.kafka_security import spark_source_options
-from state_handoff.step_times import StepTimes
 from state_handoff.lifecycle import Status
+from state_handoff.step_times import StepTimes
 
 def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""

@@ -13,8 +13,8 @@ from pathlib import Path
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
 from state_handoff import delta_cas, handoff_log
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
+from state_handoff.tables import Tables
 
 PIPELINE = "demo"
 

@@ -17,11 +17,11 @@ from benchmarks.harness import add_connection, start_service, switchyard_command
 from jobs.inputs.encoding import event_time_text, event_value
 from jobs.stream.settings import StreamSettings
 from state_handoff import handoff_log
+from state_handoff.errors import UserError
 from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
 from state_handoff.kafka_security import client_kwargs
-from state_handoff.errors import UserError
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
+from state_handoff.tables import Tables
 
 
 @dataclass

@@ -26,10 +26,10 @@ from pathlib import Path
 from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
 from state_handoff import handoff_log
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.stream_layout import StreamPaths, read_json
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 PIPELINE = get_pipeline("demo")
 

@@ -34,8 +34,8 @@ from deploy.dagster_home import prepare as prepare_dagster_home
 from deploy.paths import PROJECT_ROOT, runtime_home
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
+from state_handoff.tables import Tables
 
 PIPELINE = "demo"
 TOPIC_PREFIX = "demo.events."

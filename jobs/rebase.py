@@ -37,11 +37,11 @@ from state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets,
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.kafka_io import latest_offsets
+from state_handoff.lifecycle import Status
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 CUT = "cut"
 

@@ -9,8 +9,8 @@ import time
 
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
+from state_handoff.tables import Tables
 
 
 def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):

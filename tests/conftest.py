@@ -1,35 +1,29 @@
-"""One SparkSession and one real Kafka broker (on a free 127.0.0.1 port) for the whole test session."""
+"""One SparkSession and one real Kafka broker (on a free 127.0.0.1 port) for the whole test session; the local
+Spark cluster, three-node Kafka and object store for the tests that ask for them (each started once per module
+or session by its fixture in tests/support/)."""
 
 from __future__ import annotations
 
 import os
-import socket
 import uuid
 
 import pytest
 
 from deploy import kafka_broker
-from deploy.local_server import port_free
 from deploy.spark import build_spark
+from tests.support.kafka_cluster import kafka_cluster3, sasl_env, sasl_kafka_cluster3  # noqa: F401 (fixtures)
+from tests.support.objectstore import objectstore, s3a_spark  # noqa: F401 (fixtures)
+from tests.support.ports import free_port_pair
+from tests.support.spark_cluster import spark_cluster  # noqa: F401 (fixture)
 
 # Streams in tests (in process or in a `switchyard stream` subprocess) keep two state-store partitions, as the test
 # profile keeps two shuffle partitions: small batches on a busy 2-core machine. The shipped default is 4.
 os.environ.setdefault("SWITCHYARD_STATE_PARTITIONS", "2")
 
 
-def _free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port < 65000 and port_free(port) and port_free(port + 1):
-            return port
-    raise RuntimeError("no free port pair on 127.0.0.1")
-
-
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory):
-    broker = kafka_broker.Broker.at(_free_port_pair(), tmp_path_factory.mktemp("kafka"))
+    broker = kafka_broker.Broker.at(free_port_pair(), tmp_path_factory.mktemp("kafka"))
     kafka_broker.start(broker)
     os.environ["SWITCHYARD_BOOTSTRAP"] = broker.bootstrap
     yield broker

@@ -22,10 +22,10 @@ from jobs.seed import prepare_stream
 from state_handoff import delta_upkeep, faults, handoff_log, storage
 from state_handoff.aggregates import partial_columns
 from state_handoff.archive_files import unreadable
+from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 
 @dataclass

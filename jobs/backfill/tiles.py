@@ -16,12 +16,12 @@ from jobs.backfill.accounting import Counts, archive_accounting
 from jobs.backfill.read import check_files, read_archive, resolve_range
 from jobs.sinks import dead_letter_rows
 from state_handoff import faults, handoff_log, storage
+from state_handoff.lifecycle import Status
 from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import read_json, write_json_atomically
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 
 @dataclass

@@ -14,9 +14,9 @@ from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
 from state_handoff import handoff_log, lease as leases, lifecycle, storage
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import LatestOffsets
+from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
-from state_handoff.lifecycle import Status
 
 
 class Monitor:

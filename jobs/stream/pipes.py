@@ -17,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from state_handoff import handoff_log, lifecycle
+from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 # The message kinds and the extras the launcher passes: the protocol shared with orchestration/stream_launch.py.
 TRANSITION, FIGURES, HANDED_OVER = "transition", "figures", "handed_over"

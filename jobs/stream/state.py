@@ -20,10 +20,10 @@ from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
 from state_handoff.kafka_io import latest_offsets
 from state_handoff.kafka_security import spark_source_options
+from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 
 def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:

@@ -38,12 +38,12 @@ from state_handoff.checkpoints import checkpoint_incarnation, last_committed_bat
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.kafka_io import create_topic, latest_offsets
+from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import KEYED, StreamPaths
 from state_handoff.stream_progress import EVENTS
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 
 def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:

@@ -20,8 +20,8 @@ from jobs.stream.keyed import update_messages
 from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
 from state_handoff.kafka_security import spark_options
 from state_handoff.pipelines import get_pipeline
-from tests.kafka_cluster_fixtures import free_base_port, kafka_cluster3, sasl_env, sasl_kafka_cluster3  # noqa: F401
-from tests.oracle import read_topic
+from tests.support.kafka_cluster import free_base_port
+from tests.support.oracle import read_topic
 
 ISR_TIMEOUT_S = 60
 

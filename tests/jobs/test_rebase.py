@@ -17,18 +17,18 @@ from jobs.inputs.generate import run_generate
 from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests import oracle
-from tests.compare import assert_state_matches, assert_windows_match, rows
-from tests.stream_process import event_batches, start_stream, wait_until
-from tests.test_stream import _tail_events
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.streams import event_batches, start_stream, wait_until
+from tests.support.streams import tail_events
 
 PIPELINE = get_pipeline("demo")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FLAGS = ("--max-offsets-per-trigger", "400", "--tables-trigger-seconds", "1")  # the tail in two batches
 
 
@@ -122,7 +122,7 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     proc = start_stream(tables, bootstrap, log, "--max-offsets-per-trigger", "100", "--tables-trigger-seconds", "1",
                         "--switch-back-lag", "1200", "--switch-back-after", "2")
     try:
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 80, seed=31))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=31))
         wait_until(lambda: len(event_batches(tables, first.handoff_id)) >= 2, proc, log, what="two events batches")
         # the archive grows over records the stream already processed; the daily backfill runs under it
         run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.8),
@@ -131,14 +131,14 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
         out, _ = refused.communicate(timeout=120)
         assert refused.returncode == 2 and out.count("\n") == 1 and "switchyard stream" in out, out
         backfill = _cli(tables, bootstrap, "backfill")
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 2), 40, seed=32))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=32))
         out, _ = backfill.communicate(timeout=600)
         assert backfill.returncode == 0, out + log.read_text()[-3000:]
         assert "SWITCHED" in out and proc.poll() is None, "the same stream process goes on"
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 6), 40, seed=33))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=33))
         wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, what="every record read")
         assert len(_handoffs(tables)) == 2, "no switch back while the stream keeps up"
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 8), 2500, seed=36))  # the burst
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 8), 2500, seed=36))  # the burst
         wait_until(lambda: len(_handoffs(tables)) == 3 and _caught_up_on(tables, _handoffs(tables)[-1].handoff_id)
                    and _read_everything(tables, bootstrap, topic_name), proc, log,
                    what="a switch back, then caught up", timeout=600)
@@ -171,7 +171,7 @@ def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path
     """`rebase` on demand; the stream dies after the pause, then after the rebase's backfill; each restart
     finishes what the log says was begun."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 60, seed=34))
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=34))
     log = tmp_path / "stream.log"
     for point in ("rebase.after_pause", "rebase.after_backfill"):
         caught_up_before = _count(tables, Status.CAUGHT_UP)
@@ -185,7 +185,7 @@ def test_rebase_survives_its_crash_points(spark, bootstrap, topic_name, tmp_path
         proc = start_stream(tables, bootstrap, log, *FLAGS)  # finishes the rebase, then streams
         out, _ = requester.communicate(timeout=900)
         assert requester.returncode == 0, out + log.read_text()[-3000:]
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 3, 4), 30, seed=35 + len(point)))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 30, seed=35 + len(point)))
         wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, what="every record read")
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]

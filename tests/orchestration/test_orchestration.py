@@ -21,10 +21,10 @@ from orchestration.resources import KafkaResource, SparkResource, StreamMonitorR
 from state_handoff import handoff_log
 from state_handoff.archive_files import list_archive
 from state_handoff.errors import UserError
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests import oracle
+from tests.support import oracle
 
 PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.backlog"

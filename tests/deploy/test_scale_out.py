@@ -11,15 +11,12 @@ from deploy import kafka_cluster
 from jobs.inputs.generate import run_generate
 from state_handoff import handoff_log, storage
 from state_handoff.kafka_io import produce, topic_config
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests.cluster_fixtures import run_cli, spark_cluster  # noqa: F401
-from tests.kafka_cluster_fixtures import kafka_cluster3  # noqa: F401
-from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401
-from tests.stream_process import start_stream, wait_until
-from tests.test_objectstore import QUIET
-from tests.test_stream import _latest_total, _stop, _stream_read, _tail_events, assert_matches_oracle
+from tests.support.spark_cluster import run_cli
+from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
+                                   tail_events, wait_until)
 
 PIPELINE = get_pipeline("demo")
 TOPIC = "scale-out.events"
@@ -44,24 +41,24 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1", env=env)
     try:
-        produce(bootstrap, TOPIC, _tail_events(3, datetime(2026, 1, 2, 20), 120, seed=12))
+        produce(bootstrap, TOPIC, tail_events(3, datetime(2026, 1, 2, 20), 120, seed=12))
         wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
                    what="SWITCHED", timeout=600)
         kafka_cluster.stop_node(kafka_cluster3.cluster, 1)  # mid-stream: two of three replicas stay in sync
         try:
-            produce(bootstrap, TOPIC, _tail_events(3, datetime(2026, 1, 2, 22), 120, seed=13))
-            total = _latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
-            wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read "
+            produce(bootstrap, TOPIC, tail_events(3, datetime(2026, 1, 2, 22), 120, seed=13))
+            total = latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
+            wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read "
                        "with node 1 down", timeout=600)
         finally:
             kafka_cluster.start_node(kafka_cluster3.cluster, 1)
-        produce(bootstrap, TOPIC, _tail_events(3, datetime(2026, 1, 2, 23), 60, seed=14))
-        total = _latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
-        wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
+        produce(bootstrap, TOPIC, tail_events(3, datetime(2026, 1, 2, 23), 60, seed=14))
+        total = latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
+        wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
-        _stop(proc, log)
+        stop_stream(proc, log)
 
     # Each command ran as an application of the cluster, with executors on the worker outside the checkout.
     applications = [d.name for d in spark_cluster.elsewhere.iterdir() if d.name.startswith("app-")]

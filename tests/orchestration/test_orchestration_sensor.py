@@ -9,9 +9,9 @@ import pytest
 from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
 from orchestration.sensors import stream_health
 from state_handoff import handoff_log, lease
+from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
 
 HANDOFF_ID = "h0rch3strat1"
 

@@ -1,5 +1,5 @@
 """A local three-node Kafka cluster for tests, on free 127.0.0.1 ports and in a SWITCHYARD_HOME of its own, stopped
-(no JVM left) when its scope ends. Reuse: `from tests.kafka_cluster_fixtures import kafka_cluster3  # noqa: F401`
+(no JVM left) when its scope ends. A test asks for the `kafka_cluster3` fixture (registered in tests/conftest.py)
 (plain) or `sasl_kafka_cluster3` with the `sasl_env` fixture around the clients; `RunningKafka.env()` is the
 environment of a `switchyard` command that talks to it."""
 

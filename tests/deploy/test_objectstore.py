@@ -16,17 +16,15 @@ from deltalake import DeltaTable
 
 from jobs.inputs.generate import run_generate
 from state_handoff import delta_cas, handoff_log, storage
-from state_handoff.pipelines import get_pipeline
 from state_handoff.kafka_io import produce
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
-from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401
-from tests.stream_process import start_stream, wait_until
-from tests.test_stream import _latest_total, _stop, _stream_read, _tail_events, assert_matches_oracle
+from state_handoff.pipelines import get_pipeline
+from state_handoff.tables import Tables
+from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
+                                   tail_events, wait_until)
 
 PIPELINE = get_pipeline("demo")
-ROOT = Path(__file__).resolve().parents[1]
-QUIET = open(os.devnull, "w")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _switchyard(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -102,13 +100,13 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1")
     try:
-        produce(bootstrap, topic_name, _tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
-        total = _latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
-        wait_until(lambda: _stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
+        wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
-        _stop(proc, log)
+        stop_stream(proc, log)
 
     statuses = [e.status for e in handoff_log.entries(None, tables)]
     assert statuses[:5] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "STREAM_STARTED",

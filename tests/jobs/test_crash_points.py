@@ -24,16 +24,16 @@ from state_handoff import faults, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests import oracle
-from tests.compare import assert_state_matches, assert_windows_match, rows
-from tests.test_stream import _tail_events, assert_matches_oracle
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.streams import assert_matches_oracle, tail_events
 
 PIPELINE = get_pipeline("demo")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PER_TRIGGER = 300  # two batches over the pre-produced tail (557 records), so a crash can land in a later one
 STREAM_FLAGS = ["--caught-up-lag", "0", "--max-offsets-per-trigger", str(PER_TRIGGER),
                 "--tables-trigger-seconds", "1"]
@@ -53,7 +53,7 @@ def pipeline_stages(spark, bootstrap, tmp_path_factory):
     cut = archive_cut(bootstrap, topic, fraction=0.6)
     run_archive(spark, PIPELINE, tables, bootstrap, topic, cut, out=lambda *_: None)
     stages["archived_records"] = [r for r in oracle.read_topic(bootstrap, topic) if r.offset < cut[r.partition][1]]
-    produce(bootstrap, topic, _tail_events(2, datetime(2026, 1, 2, 20), 60, seed=21))
+    produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=21))
     for stage, step in (("archived", None),
                         ("backfilled", lambda: run_backfill(spark, PIPELINE, tables, out=lambda *_: None)),
                         ("handed_off", lambda: run_handoff(spark, PIPELINE, tables, bootstrap))):
@@ -199,7 +199,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
     with FAILED (exit 1) and resumes cleanly. Either way the oracle matches. Runs last: it adds to the topic."""
     from deploy import kafka_broker
     from state_handoff.status import pipeline_status
-    from tests.stream_process import event_batches, start_stream, wait_until
+    from tests.support.streams import event_batches, start_stream, wait_until
 
     topic, stages = pipeline_stages
     tables = _copy(stages, "handed_off", tmp_path)
@@ -217,7 +217,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
                 assert pipeline_status(tables).get("lag_error"), log.read_text()[-3000:]
         finally:
             kafka_broker.start(broker)
-        produce(bootstrap, topic, _tail_events(2, datetime(2026, 1, 3, 6), 40, seed=22))
+        produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=22))
         if proc.poll() is not None:  # it stopped with FAILED: the same command resumes it
             assert proc.returncode == 1, log.read_text()[-3000:]
             assert _statuses(tables)[-1] == "FAILED"

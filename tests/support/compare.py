@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from tests import oracle
+from tests.support import oracle
 
 
 def rows(spark, path):

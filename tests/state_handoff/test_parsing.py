@@ -14,7 +14,7 @@ from datetime import datetime
 
 from state_handoff.parsing import parse_events
 from state_handoff.pipelines import get_pipeline
-from tests.oracle import classify
+from tests.support.oracle import classify
 
 PIPELINE = get_pipeline("demo")
 TIME = '"event_time":"2026-01-01T10:00:00Z"'

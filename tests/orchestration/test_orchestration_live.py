@@ -18,11 +18,11 @@ from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
+from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
-from tests.stream_process import LaunchedStream, wait_until
+from tests.support.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
+from tests.support.streams import LaunchedStream, wait_until
 
 TOPIC = "orchestration.live"
 DETACHED = {"ops": {"stream": {"config": {"until_caught_up": False}}}}

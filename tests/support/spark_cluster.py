@@ -1,6 +1,6 @@
 """A Spark standalone cluster for a test module: a master and two workers on free 127.0.0.1 ports, the second worker
-working in a folder outside the checkout, stopped (no JVM left) when the module ends. Reuse it with
-`from tests.cluster_fixtures import spark_cluster  # noqa: F401` and run commands on it through `run_cli`."""
+working in a folder outside the checkout, stopped (no JVM left) when the module ends. A test asks for
+the `spark_cluster` fixture (registered in tests/conftest.py) and runs commands on it through `run_cli`."""
 
 from __future__ import annotations
 

@@ -24,12 +24,12 @@ from state_handoff import handoff_log
 from state_handoff.archive_files import list_archive
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import produce
-from state_handoff.tables import Tables
 from state_handoff.lifecycle import Status
-from tests.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
-from tests.stream_process import start_stream, wait_until
+from state_handoff.tables import Tables
+from tests.support.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
+from tests.support.streams import start_stream, wait_until
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "test-artifacts" / "ui"
 TOPIC = "orchestration.ui"

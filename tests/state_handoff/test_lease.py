@@ -19,7 +19,7 @@ from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
 from state_handoff.tables import Tables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -17,16 +17,16 @@ from state_handoff import handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests import oracle
-from tests.stream_process import event_batches, start_stream, wait_until
-from tests.compare import assert_state_matches, assert_windows_match, rows
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.streams import event_batches, start_stream, wait_until
 
 PIPELINE = get_pipeline("demo")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PARTITIONS = 2
 QUIET = lambda *_: None  # noqa: E731
 

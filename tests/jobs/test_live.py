@@ -15,8 +15,8 @@ from jobs.inputs.generate import run_generate
 from jobs.inputs.live import run_live
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import create_topic, paced
-from tests.oracle import read_topic
-from tests.test_generate import parse_event
+from tests.support.demo_events import parse_event
+from tests.support.oracle import read_topic
 
 
 def test_live_events_are_paced_stamped_now_and_well_formed(bootstrap, topic_name):

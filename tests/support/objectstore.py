@@ -1,11 +1,10 @@
 """A real S3-compatible object store for a test module: S3Proxy on a free 127.0.0.1 port, its credentials and
 endpoint in the environment of this process (and so of every `switchyard` subprocess it starts), stopped after.
 
-Use: `from tests.objectstore_fixtures import objectstore, s3a_spark  # noqa: F401` in a test module."""
+A test asks for the `objectstore` and `s3a_spark` fixtures (registered in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import socket
 import uuid

@@ -18,9 +18,9 @@ from deploy.paths import PROJECT_ROOT
 from jobs.archive import archive_cut
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from tests import oracle
-from tests.cluster_fixtures import processes_of, run_cli, spark_cluster  # noqa: F401 (the fixture)
-from tests.compare import assert_state_matches, assert_windows_match, rows
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.spark_cluster import processes_of, run_cli
 
 PIPELINE = get_pipeline("demo")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _free_port_pair
+from tests.support.ports import free_port_pair
 
 SWITCHYARD = [sys.executable, "-m", "jobs.cli"]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args, env=None, timeout=180):
@@ -39,7 +39,7 @@ def own_home(tmp_path):
 
 
 def test_start_twice_status_stop_twice(own_home):
-    port = str(_free_port_pair())
+    port = str(free_port_pair())
     first = cli("kafka", "start", "--port", port, env=own_home)
     assert first.returncode == 0 and "started" in first.stdout, first
     try:
@@ -58,7 +58,7 @@ def test_start_twice_status_stop_twice(own_home):
 
 
 def test_port_in_use_is_named(own_home):
-    port = _free_port_pair()
+    port = free_port_pair()
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
@@ -67,7 +67,7 @@ def test_port_in_use_is_named(own_home):
 
 
 def test_broker_that_fails_to_start_points_at_its_log(own_home):
-    port = _free_port_pair()
+    port = free_port_pair()
     data = Path(own_home["SWITCHYARD_HOME"]) / "kafka" / str(port) / "data"
     data.mkdir(parents=True)
     (data / "meta.properties").write_text("version=1\ncluster.id=abc\nnode.id=99\n")  # wrong node id
@@ -77,7 +77,7 @@ def test_broker_that_fails_to_start_points_at_its_log(own_home):
 
 def test_java_missing(own_home, tmp_path):
     env = {**own_home, "PATH": str(tmp_path), "JAVA_HOME": str(tmp_path / "nojava")}
-    result = cli("kafka", "start", "--port", str(_free_port_pair()), env=env)
+    result = cli("kafka", "start", "--port", str(free_port_pair()), env=env)
     _assert_one_line_error(result, "java not found", "Java 17")
 
 
@@ -87,7 +87,7 @@ def test_java_too_old(own_home, tmp_path):
     (fake / "java").write_text('#!/bin/sh\necho \'openjdk version "11.0.21" 2023-10-17\' >&2\n')
     (fake / "java").chmod(0o755)
     env = {**own_home, "PATH": f"{fake}:/usr/bin:/bin", "JAVA_HOME": ""}
-    result = cli("kafka", "start", "--port", str(_free_port_pair()), env=env)
+    result = cli("kafka", "start", "--port", str(free_port_pair()), env=env)
     _assert_one_line_error(result, "Java 11", "too old")
 
 

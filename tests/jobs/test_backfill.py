@@ -18,11 +18,11 @@ from state_handoff import delta_upkeep, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
 from state_handoff.kafka_io import offset_bounds, produce
+from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from state_handoff.lifecycle import Status
-from tests import oracle
-from tests.compare import assert_state_matches, assert_windows_match, rows as _rows
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows as _rows
 
 PIPELINE = get_pipeline("demo")
 PARTITIONS = 3

@@ -18,10 +18,10 @@ from jobs.cli.inputs import add_generate_command
 from jobs.inputs.generate import MALFORMED_KINDS, SPECIAL_KEYS, generate_records, run_generate
 from state_handoff.errors import UserError
 from state_handoff.kafka_io import offset_bounds
+from tests.support.demo_events import ISO_UTC, parse_event
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-ISO_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z")
 
 
 def records(events=5000, keys=1000, partitions=4, days=7, seed=7, malformed_rate=0.01):
@@ -36,32 +36,6 @@ def _cached(events, keys, partitions, days, seed, malformed_rate):
 
 def sample(events=5000, keys=1000, partitions=4, days=7, seed=7, malformed_rate=0.01):
     return _cached(events, keys, partitions, days, seed, malformed_rate)
-
-
-def parse_event(value: bytes | None) -> dict | None:
-    """The event if `value` is well-formed under DESIGN.md, else None (written independently of jobs.inputs.generate)."""
-    if value is None:
-        return None
-    try:
-        event = json.loads(value.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-    if not isinstance(event, dict):
-        return None
-    key = event.get("key")
-    if not isinstance(key, str) or key == "":
-        return None
-    event_time = event.get("event_time")
-    if not isinstance(event_time, str) or not ISO_UTC.fullmatch(event_time):
-        return None
-    try:
-        datetime.fromisoformat(event_time)
-    except ValueError:
-        return None
-    amount = event.get("amount")
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount):
-        return None
-    return event
 
 
 def classify_malformed(value: bytes | None) -> str:

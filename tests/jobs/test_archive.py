@@ -17,8 +17,8 @@ from state_handoff.archive_files import ARCHIVE_META, list_archive
 from state_handoff.errors import UserError
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
-from tests import oracle
-from tests.compare import rows
+from tests.support import oracle
+from tests.support.compare import rows
 
 PIPELINE = get_pipeline("demo")
 

@@ -1,0 +1,1 @@
+"""What the tests share: the independent oracle, comparisons, stream processes, local clusters and stores."""

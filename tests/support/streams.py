@@ -1,0 +1,145 @@
+"""The stream as the user runs it: `switchyard stream` in its own process, watched until a condition holds; the
+events a test sends past the backlog, and the whole switch checked against the oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from state_handoff import handoff_log, stream_progress
+from state_handoff.lifecycle import Status
+from state_handoff.status import pipeline_status
+from state_handoff.tables import Tables
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+
+ROOT = Path(__file__).resolve().parents[2]
+QUIET = open(os.devnull, "w")  # where a generator run in a test prints its progress
+
+
+def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
+    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
+         "--bootstrap", bootstrap, "--caught-up-lag", "0", *flags],
+        stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
+
+
+class LaunchedStream:
+    """A stream process Dagster launched from this test process (a detached run returns without a handle to it):
+    watched and reaped through its pid, as a `subprocess.Popen` would be."""
+
+    def __init__(self, pid: int):
+        self.pid, self.returncode = pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        deadline = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"stream process {self.pid}", timeout)
+            time.sleep(0.5)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        os.kill(self.pid, sig)
+
+
+def wait_until(condition, proc: subprocess.Popen | LaunchedStream, log: Path, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if proc.poll() is not None:
+            pytest.fail(f"stream exited with {proc.returncode} while waiting for {what}:\n{log.read_text()[-3000:]}")
+        time.sleep(1)
+    pytest.fail(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+
+
+def event_batches(tables: Tables, handoff_id: str) -> list[dict[int, dict]]:
+    """The stream's committed events batches in order, per partition what each read (from `stream_batches`)."""
+    batches = stream_progress.batches(tables, handoff_id)
+    assert [b.batch_id for b in batches] == list(range(len(batches))), "a batch is missing or repeated"
+    assert len({b.incarnation for b in batches}) <= 1, "batches from two checkpoints"
+    return [{int(p): v for p, v in b.partitions.items()} for b in batches]
+
+
+def tail_events(topic_partitions: int, start: datetime, count: int, seed: int) -> list[tuple]:
+    """New events after the backlog, plus records for windows the backlog finalized, plus malformed ones."""
+    records = []
+    for i in range(count):
+        t = start + timedelta(seconds=37 * i)
+        key = f"key-{(i * 7) % 23:06d}"
+        body = {"event_id": f"tail-{seed}-{i}", "key": key, "event_time": t.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                "amount": round((i * 13.7) % 500 - 50, 2), "kind": "tail"}
+        records.append((key.encode(), json.dumps(body).encode(), i % topic_partitions, None))
+    for i in range(12):  # late: their hour ended long before the backlog watermark
+        key = f"key-{i % 5:06d}"
+        body = {"event_id": f"late-{seed}-{i}", "key": key, "event_time": f"2026-01-01T0{i % 6}:15:00Z",
+                "amount": 10 + i, "kind": "late"}
+        records.append((key.encode(), json.dumps(body).encode(), i % topic_partitions, None))
+    bad = [None, b"{not json", b'{"key": "", "event_time": "2026-01-02T00:00:00Z", "amount": 1}',
+           b'{"key": "k", "event_time": "2026-01-02T00:00:00Z", "amount": "7"}']
+    records += [(b"bad", v, i % topic_partitions, None) for i, v in enumerate(bad)]
+    return records
+
+
+def stream_read(tables: Tables) -> int:
+    return sum(p["read"] for p in (pipeline_status(tables).get("stream_accounting") or {}).values())
+
+
+def latest_total(bootstrap, topic, start: dict[int, int]) -> int:
+    from state_handoff.kafka_io import offset_bounds
+
+    return sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
+
+
+def batch_ends(tables: Tables, handoff_id: str) -> list[dict[int, int]]:
+    return [{p: v["last_offset"] for p, v in b.items()} for b in event_batches(tables, handoff_id)]
+
+
+def stop_stream(proc: subprocess.Popen, log: Path) -> None:
+    os.kill(proc.pid, signal.SIGTERM)  # the CLI process only: it stops its queries and logs STOPPED
+    assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+
+
+def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    start = handoff_log.offsets(handoff)
+    records = oracle.read_topic(bootstrap, topic)
+    archived = [r for r in records if r.offset < start.get(r.partition, 0)]
+    tail = [r for r in records if r.offset >= start.get(r.partition, 0)]
+    expected = oracle.through_stream(archived, tail, batch_ends(tables, handoff.handoff_id))
+
+    assert_state_matches(spark, tables, expected)
+    assert_windows_match(spark, tables.windows, expected.final_windows())
+    assert_windows_match(spark, tables.window_state, expected.open_windows())
+    late = {(r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late)}
+    assert late == expected.late and len(expected.late) >= 12
+    dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
+    assert dead == expected.dead_letter
+    # the accounting identity per partition over both phases: nothing vanished, nothing counted twice
+    backfill = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))["accounting"]
+    status = pipeline_status(tables)
+    for p in expected.read:
+        b = backfill.get(str(p), {"read": 0, "well_formed": 0, "dead_lettered": 0})
+        s = status["stream_accounting"].get(str(p), {"read": 0, "well_formed": 0, "dead_lettered": 0})
+        assert b["read"] + s["read"] == expected.read[p]
+        assert b["well_formed"] + s["well_formed"] == expected.well_formed[p]
+        assert b["read"] + s["read"] == b["well_formed"] + s["well_formed"] + b["dead_lettered"] + s["dead_lettered"]
+    assert sum(r.event_count for r in rows(spark, tables.state)) == sum(expected.well_formed.values())
+    return expected
