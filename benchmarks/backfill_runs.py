@@ -112,7 +112,7 @@ def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, fl
 
     from jobs.aggregation import tiles_from_events
     from jobs.backfill import read_archive
-    from state_handoff.archive_files import list_archive
+    from state_handoff.io.archive_files import list_archive
     from state_handoff.parsing import parse_events
     from state_handoff.pipelines import get_pipeline
 

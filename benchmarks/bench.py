@@ -66,7 +66,7 @@ def states_identical(warehouses: list[str]) -> tuple[bool, list]:
 def _topic(bootstrap: str, topic: str, events: int, keys: int, partitions: int, days: int, seed: int, out) -> dict:
     """The bench's topic generated unless it already holds the events; the generator's figures when it ran."""
     from jobs.inputs.generate import run_generate
-    from state_handoff.kafka_io import offset_bounds, partitions_of
+    from state_handoff.io.kafka_io import offset_bounds, partitions_of
 
     try:
         present = sum(hi - lo for lo, hi in offset_bounds(bootstrap, topic).values())

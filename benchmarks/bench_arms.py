@@ -8,7 +8,7 @@ import json
 import os
 import time
 
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.lifecycle import Status
 from state_handoff.step_times import StepTimes
 
@@ -16,7 +16,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
     from jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
     from state_handoff import handoff_log
-    from state_handoff.archive_files import write_archive_meta
+    from state_handoff.io.archive_files import write_archive_meta
     from state_handoff.parsing import parse_events
 
     nothing = spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY")
@@ -119,7 +119,7 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     from jobs.aggregation import backlog_watermark, tile_start
     from jobs.sinks import batch_window_partials
     from state_handoff.aggregates import event_aggregations, flatten_last
-    from state_handoff.archive_files import archive_meta
+    from state_handoff.io.archive_files import archive_meta
     from state_handoff.parsing import cached_for_two_passes, parse_events
 
     cut = archive_meta(tables.archive)["cut"]

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from benchmarks.burst_arm import PIPELINE, Arm, ArmRun
 from benchmarks.harness import add_connection, machine, write_json
-from state_handoff import delta_cas
 from state_handoff.errors import UserError
+from state_handoff.io import delta_cas
 from state_handoff.tables import Tables
 
 ARMS = {"A": "no switch back", "B": "switch back"}
@@ -161,7 +161,7 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
 
 
 def _delete_topics(bootstrap: str, topics: list[str]) -> None:
-    from state_handoff.kafka_io import admin_client
+    from state_handoff.io.kafka_io import admin_client
 
     try:
         with admin_client(bootstrap) as admin:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
-from state_handoff import delta_cas, handoff_log
+from state_handoff import handoff_log
+from state_handoff.io import delta_cas
 from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
 
@@ -166,7 +167,7 @@ class ArmRun:
 
     def setup(self) -> None:
         a = self.args
-        from state_handoff.kafka_io import create_topic, produce
+        from state_handoff.io.kafka_io import create_topic, produce
 
         create_topic(self.bootstrap, self.arm.topic, partitions=a["partitions"])
         produce(self.bootstrap, self.arm.topic,
@@ -229,7 +230,7 @@ class ArmRun:
                  f"offsets behind {_behind(progress)}; the burst of {a['events']:,} records")
 
     def burst(self) -> None:
-        from state_handoff.kafka_io import offset_bounds, produce
+        from state_handoff.io.kafka_io import offset_bounds, produce
 
         a = self.args
         self.burst_start = time.time()

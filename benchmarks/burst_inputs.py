@@ -97,7 +97,7 @@ class Trickle(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        from state_handoff.kafka_io import paced, produce
+        from state_handoff.io.kafka_io import paced, produce
 
         def records():
             for n in itertools.count():

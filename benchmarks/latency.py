@@ -18,8 +18,8 @@ from jobs.inputs.encoding import event_time_text, event_value
 from jobs.stream.settings import StreamSettings
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import create_topic, offset_bounds, paced, produce
-from state_handoff.kafka_security import client_kwargs
+from state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
+from state_handoff.io.kafka_security import client_kwargs
 from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
 
@@ -85,8 +85,8 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
 def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-    from state_handoff.kafka_io import partitions_of
-    from state_handoff.kafka_security import librdkafka_config
+    from state_handoff.io.kafka_io import partitions_of
+    from state_handoff.io.kafka_security import librdkafka_config
 
     consumer = Consumer({**librdkafka_config(bootstrap), "group.id": f"latency-{time.time_ns()}",
                          "enable.auto.commit": False})

@@ -36,7 +36,7 @@ PIPELINE = get_pipeline("demo")
 
 def switched_pipeline(base: Path, bootstrap: str) -> None:
     """The latency scenario's small switched pipeline in `base`, then 200 events past the handoff on its topic."""
-    from state_handoff.kafka_io import produce
+    from state_handoff.io.kafka_io import produce
 
     topic = f"start.{int(time.time())}"
     small_switched_pipeline(Tables(str(base), PIPELINE.name), bootstrap, topic, out=lambda *_: None)

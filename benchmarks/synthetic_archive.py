@@ -91,7 +91,7 @@ def archive_frame(spark, params: dict):
 
 def build_archive(archive: Path, params: dict) -> dict:
     from deploy.spark import build_spark
-    from state_handoff.archive_files import write_archive_meta
+    from state_handoff.io.archive_files import write_archive_meta
 
     started = time.monotonic()
     spark = build_spark("bench-archive")

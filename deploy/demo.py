@@ -78,7 +78,7 @@ class Demo:
     # ------------------------------------------------------------ the phases
 
     def history(self) -> tuple[str, dict[int, int], str, str]:
-        from state_handoff.kafka_io import offset_bounds
+        from state_handoff.io.kafka_io import offset_bounds
 
         _delete_old_topics(self.bootstrap)
         shutil.rmtree(Path(self.warehouse) / PIPELINE, ignore_errors=True)
@@ -156,7 +156,7 @@ def _shown(command: tuple[str, ...]) -> str:
 
 
 def _delete_old_topics(bootstrap: str) -> None:
-    from state_handoff.kafka_io import admin_client
+    from state_handoff.io.kafka_io import admin_client
 
     with admin_client(bootstrap) as admin:
         old = [t for t in admin.list_topics() if t.startswith(TOPIC_PREFIX)]

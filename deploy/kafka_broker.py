@@ -15,8 +15,8 @@ from deploy.jars import kafka_classpath
 from deploy.java import check_java
 from deploy.local_server import HOST
 from deploy.paths import kafka_home
-from state_handoff import kafka_security
 from state_handoff.errors import UserError
+from state_handoff.io import kafka_security
 
 HEAP = "512m"
 START_TIMEOUT_S = 90

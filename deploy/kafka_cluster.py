@@ -11,8 +11,8 @@ from deploy import kafka_broker, local_server
 from deploy.java import check_java
 from deploy.local_server import HOST
 from deploy.paths import kafka_cluster_home
-from state_handoff import kafka_security
 from state_handoff.errors import UserError
+from state_handoff.io import kafka_security
 
 NODE_HEAP = "256m"
 NODE_MIN_HEAP = "64m"

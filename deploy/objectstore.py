@@ -1,6 +1,6 @@
 """A real S3-compatible object store on 127.0.0.1: S3Proxy (from Maven Central) with the bucket `switchyard`, run
 in the background. It accepts the one identity in AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, the same variables
-every client of the warehouse reads (state_handoff/storage.py).
+every client of the warehouse reads (state_handoff/io/storage.py).
 
 Objects live in the server's memory (jclouds' `transient` store), so they are gone when it stops. S3Proxy's
 file-system stores do not keep S3's directory markers the way Hadoop's S3A relies on: on `filesystem` an empty

@@ -78,7 +78,7 @@ def object_store_conf() -> dict:
     """S3A for s3a:// warehouses: credentials only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     read by the SDK's environment provider, on executors too), and with SWITCHYARD_S3_ENDPOINT an S3-compatible
     store addressed path-style, over plain HTTP when the endpoint says http. Inert while no path is s3a://."""
-    from state_handoff.storage import s3_endpoint, s3_region
+    from state_handoff.io.storage import s3_endpoint, s3_region
 
     conf = {
         "spark.hadoop.fs.s3a.aws.credentials.provider":

@@ -8,12 +8,12 @@ import time
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff import storage
-from state_handoff.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
-                                         orphan_files, remove_files, write_archive_meta)
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import offset_bounds
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.io import storage
+from state_handoff.io.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
+                                         orphan_files, remove_files, write_archive_meta)
+from state_handoff.io.kafka_io import offset_bounds
+from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables

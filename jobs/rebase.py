@@ -29,14 +29,15 @@ from jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range
 from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
-from state_handoff import faults, handoff_log, lease, storage, stream_progress
+from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.aggregates import partial_columns
-from state_handoff.archive_files import archive_meta, list_archive
 from state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets, last_committed_batch,
                                        last_planned_batch, planned_end_offsets)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
-from state_handoff.kafka_io import latest_offsets
+from state_handoff.io import storage
+from state_handoff.io.archive_files import archive_meta, list_archive
+from state_handoff.io.kafka_io import latest_offsets
 from state_handoff.lifecycle import Status
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline

@@ -12,10 +12,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from jobs.sinks import ensure_tables
-from state_handoff import faults, storage
+from state_handoff import faults
 from state_handoff.aggregates import partial_columns
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
+from state_handoff.io import storage
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 from state_handoff.tables import Tables

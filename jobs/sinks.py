@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start, window_end
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
-from state_handoff import delta_upkeep, faults, storage, stream_progress
+from state_handoff import faults, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.handoff import Handoff, Overlap, record_identity
+from state_handoff.io import delta_upkeep, storage
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 

@@ -13,9 +13,9 @@ from orchestration.partitions import daily, days_of
 from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from orchestration.stream_launch import StreamConfig, launch_and_watch
 from state_handoff import handoff_log, lease
-from state_handoff.archive_files import archive_meta, list_archive
 from state_handoff.clock import as_utc
 from state_handoff.handoff import current_handoff, run_handoff
+from state_handoff.io.archive_files import archive_meta, list_archive
 from state_handoff.lifecycle import Status
 
 BACKLOG = "backlog"

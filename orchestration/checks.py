@@ -16,9 +16,9 @@ from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
 from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
-from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.handoff import current_handoff
-from state_handoff.kafka_io import offset_bounds
+from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
+from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.spec import Aggregation, Pipeline
 from state_handoff.tables import Tables
 

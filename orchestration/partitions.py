@@ -7,9 +7,9 @@ from datetime import date, timedelta
 import dagster as dg
 
 from orchestration.resources import DEFAULT_PIPELINE, DEFAULT_WAREHOUSE
-from state_handoff.archive_files import list_archive
 from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
+from state_handoff.io.archive_files import list_archive
 from state_handoff.tables import Tables
 
 FIRST_DAY_ENV = "SWITCHYARD_FIRST_DAY"

@@ -17,9 +17,10 @@ from pydantic import Field
 
 from jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from orchestration.stream_health import is_observed, reported_progress, transition_metadata
-from state_handoff import handoff_log, storage
+from state_handoff import handoff_log
 from state_handoff.handoff import Handoff
 from state_handoff.handoff_log import LogEntry
+from state_handoff.io import storage
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
 

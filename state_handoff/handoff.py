@@ -15,11 +15,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_handoff import faults, handoff_log
-from state_handoff.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.clock import as_utc, naive_utc
 from state_handoff.errors import UserError
 from state_handoff.handoff_log import LogEntry
-from state_handoff.kafka_io import consumer, offset_bounds
+from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
+from state_handoff.io.kafka_io import consumer, offset_bounds
 from state_handoff.lifecycle import Status
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline

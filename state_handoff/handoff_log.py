@@ -26,10 +26,10 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from state_handoff import delta_cas, delta_upkeep
 from state_handoff.clock import as_utc, naive_utc, utc_now
+from state_handoff.io import delta_cas, delta_upkeep
+from state_handoff.io.storage import delta_options
 from state_handoff.lifecycle import Status, check_transition
-from state_handoff.storage import delta_options
 from state_handoff.tables import Tables
 
 if TYPE_CHECKING:

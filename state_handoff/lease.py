@@ -2,7 +2,7 @@
 
 The table holds one row, the latest lease: who (host, pid, command), since when, its last heartbeat and when it
 expires, and whether it was released. Every change is one commit that overwrites that row, made by compare-and-
-swap on the table version (state_handoff/delta_cas.py): a writer decides on version v and commits at exactly
+swap on the table version (state_handoff/io/delta_cas.py): a writer decides on version v and commits at exactly
 v + 1, so two acquirers can never both see the pipeline free and both take it. The row's `seq` is the version
 of the commit that wrote it.
 
@@ -30,9 +30,9 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from state_handoff.clock import as_utc, utc_now
-from state_handoff.delta_cas import commit_next, open_or_create, read
 from state_handoff.errors import Failed, UserError
-from state_handoff.storage import delta_options
+from state_handoff.io.delta_cas import commit_next, open_or_create, read
+from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
 
 BACKFILL = "switchyard backfill"

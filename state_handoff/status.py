@@ -3,8 +3,10 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from state_handoff import handoff_log, lease, lifecycle, storage, stream_progress
+from state_handoff import handoff_log, lease, lifecycle, stream_progress
+
 from state_handoff.clock import utc_now
+from state_handoff.io import storage
 from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
@@ -82,8 +84,8 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
 
 def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
     """With no stream running: latest offsets minus what the stream's event batches have read."""
-    from state_handoff.archive_files import archive_meta
-    from state_handoff.kafka_io import offset_bounds
+    from state_handoff.io.archive_files import archive_meta
+    from state_handoff.io.kafka_io import offset_bounds
 
     try:
         topic = archive_meta(tables.archive)["topic"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from state_handoff import storage
-from state_handoff.storage import Uri
+from state_handoff.io import storage
+from state_handoff.io.storage import Uri
 from state_handoff.stream_progress import EVENTS, STATE
 from state_handoff.tables import Tables
 

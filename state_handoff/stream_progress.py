@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from state_handoff import delta_cas, delta_upkeep
-from state_handoff.storage import delta_options
+from state_handoff.io import delta_cas, delta_upkeep
+from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
 
 EVENTS = "events"

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from state_handoff.aggregates import LAST_BY_ID
-from state_handoff.kafka_io import consumer
+from state_handoff.io.kafka_io import consumer
 from state_handoff.spec import Pipeline
 
 SAMPLE_PER_PARTITION = 200

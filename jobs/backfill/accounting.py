@@ -10,8 +10,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.backfill.read import read_archive
-from state_handoff import storage
-from state_handoff.archive_files import ArchiveFile, ArchiveListing
+from state_handoff.io import storage
+from state_handoff.io.archive_files import ArchiveFile, ArchiveListing
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables

@@ -19,9 +19,10 @@ from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
 from jobs.seed import prepare_stream
-from state_handoff import delta_upkeep, faults, handoff_log, storage
+from state_handoff import faults, handoff_log
 from state_handoff.aggregates import partial_columns
-from state_handoff.archive_files import unreadable
+from state_handoff.io import delta_upkeep, storage
+from state_handoff.io.archive_files import unreadable
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes

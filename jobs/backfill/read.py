@@ -9,11 +9,11 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff.archive_files import (ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing,
-                                         unreadable)
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import offset_bounds
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing,
+                                         unreadable)
+from state_handoff.io.kafka_io import offset_bounds
+from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables

@@ -13,9 +13,9 @@ from pyspark.sql import functions as F
 from jobs.aggregation import SORT, tiles_from_events
 from jobs.backfill.read import kafka_range
 from jobs.sinks import dead_letter_rows, ensure_tables
-from state_handoff import storage
-from state_handoff.archive_files import archive_meta
-from state_handoff.kafka_io import latest_offsets
+from state_handoff.io import storage
+from state_handoff.io.archive_files import archive_meta
+from state_handoff.io.kafka_io import latest_offsets
 from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables

@@ -15,7 +15,8 @@ from jobs.aggregation import SORT, tiles_from_events
 from jobs.backfill.accounting import Counts, archive_accounting
 from jobs.backfill.read import check_files, read_archive, resolve_range
 from jobs.sinks import dead_letter_rows
-from state_handoff import faults, handoff_log, storage
+from state_handoff import faults, handoff_log
+from state_handoff.io import storage
 from state_handoff.lifecycle import Status
 from state_handoff.parsing import cached_for_two_passes, parse_events
 from state_handoff.spec import Pipeline

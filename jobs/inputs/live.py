@@ -39,7 +39,7 @@ def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes,
 def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
              out=print) -> int:
     """Produce until SIGTERM/SIGINT or `seconds`; every record acknowledged (acks=all); returns how many."""
-    from state_handoff.kafka_io import paced, partitions_of, produce
+    from state_handoff.io.kafka_io import paced, partitions_of, produce
 
     if rate <= 0 or keys < 1:
         raise UserError("--rate must be above 0 and --keys at least 1")

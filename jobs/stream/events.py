@@ -12,7 +12,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.sinks import SKIPPED_OVERLAP, EventsSink, mark_overlap
 from state_handoff.handoff import Handoff
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths

@@ -13,7 +13,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from jobs.seed import EVENTS_SEEN, seed_schema
 from state_handoff import faults
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
-from state_handoff.kafka_security import spark_options
+from state_handoff.io.kafka_security import spark_options
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths
 

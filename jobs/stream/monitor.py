@@ -11,9 +11,10 @@ from jobs import rebase
 from jobs.sinks import EventsSink
 from jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
-from state_handoff import handoff_log, lease as leases, lifecycle, storage
+from state_handoff import handoff_log, lease as leases, lifecycle
 from state_handoff.handoff import Handoff
-from state_handoff.kafka_io import LatestOffsets
+from state_handoff.io import storage
+from state_handoff.io.kafka_io import LatestOffsets
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically

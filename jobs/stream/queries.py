@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from state_handoff import storage
+from state_handoff.io import storage
 from state_handoff.stream_layout import StreamPaths, write_json_atomically
 
 

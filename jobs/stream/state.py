@@ -15,11 +15,12 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.delta_txn import TxnApp, merge_once
 from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
-from state_handoff import delta_upkeep, faults, handoff_log, storage, stream_progress
+from state_handoff import faults, handoff_log, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
-from state_handoff.kafka_io import latest_offsets
-from state_handoff.kafka_security import spark_source_options
+from state_handoff.io import delta_upkeep, storage
+from state_handoff.io.kafka_io import latest_offsets
+from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import StreamPaths

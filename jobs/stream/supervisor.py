@@ -33,11 +33,12 @@ from jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent
                                  query_error, stop_all)
 from jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from jobs.stream.state import StateTurn, start_state_query, updates_start
-from state_handoff import delta_upkeep, faults, handoff_log, lease as leases, lifecycle, storage, stream_progress
+from state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
 from state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff
-from state_handoff.kafka_io import create_topic, latest_offsets
+from state_handoff.io import delta_upkeep, storage
+from state_handoff.io.kafka_io import create_topic, latest_offsets
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from state_handoff.kafka_io import create_topic, offset_bounds, produce
+from state_handoff.io.kafka_io import create_topic, offset_bounds, produce
 
 
 def test_delta_write_read_and_time_travel(spark, tmp_path):

@@ -17,8 +17,8 @@ from kafka.errors import KafkaError
 from deploy.paths import PROJECT_ROOT
 from jobs.backfill import kafka_range
 from jobs.stream.keyed import update_messages
-from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
-from state_handoff.kafka_security import spark_options
+from state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
+from state_handoff.io.kafka_security import spark_options
 from state_handoff.pipelines import get_pipeline
 from tests.support.kafka_cluster import free_base_port
 from tests.support.oracle import read_topic

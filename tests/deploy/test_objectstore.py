@@ -15,8 +15,9 @@ import pytest
 from deltalake import DeltaTable
 
 from jobs.inputs.generate import run_generate
-from state_handoff import delta_cas, handoff_log, storage
-from state_handoff.kafka_io import produce
+from state_handoff import handoff_log
+from state_handoff.io import delta_cas, storage
+from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
@@ -56,7 +57,7 @@ def test_control_files_round_trip_on_the_store(objectstore):  # noqa: F811
 
 
 def test_a_commit_at_a_version_another_writer_took_is_refused(objectstore):  # noqa: F811
-    """The compare-and-swap of state_handoff/delta_cas.py on the store: the commit file is put with
+    """The compare-and-swap of state_handoff/io/delta_cas.py on the store: the commit file is put with
     If-None-Match: *, so a writer that read version 0 cannot overwrite the version 1 another writer made."""
     uri = f"{objectstore.warehouse()}/cas"
     schema = pa.schema([("writer", pa.string())])

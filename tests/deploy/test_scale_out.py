@@ -9,8 +9,9 @@ from datetime import datetime
 
 from deploy import kafka_cluster
 from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log, storage
-from state_handoff.kafka_io import produce, topic_config
+from state_handoff import handoff_log
+from state_handoff.io import storage
+from state_handoff.io.kafka_io import produce, topic_config
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables

@@ -13,8 +13,8 @@ import pytest
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from state_handoff.archive_files import ARCHIVE_META, list_archive
 from state_handoff.errors import UserError
+from state_handoff.io.archive_files import ARCHIVE_META, list_archive
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests.support import oracle

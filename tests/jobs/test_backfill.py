@@ -14,10 +14,11 @@ from deltalake import DeltaTable
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import TAIL_PHASE, commit_state, run_backfill
 from jobs.inputs.generate import run_generate
-from state_handoff import delta_upkeep, handoff_log
+from state_handoff import handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import offset_bounds, produce
+from state_handoff.io import delta_upkeep
+from state_handoff.io.kafka_io import offset_bounds, produce
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
@@ -195,7 +196,7 @@ def test_rerunning_a_day_and_day_by_day_give_the_same_state(spark, backlog, tabl
 
 
 def _some_file(tables):
-    from state_handoff.archive_files import list_archive
+    from state_handoff.io.archive_files import list_archive
 
     return list_archive(tables.archive)[0]
 
@@ -231,7 +232,7 @@ def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
 
 def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
     """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
-    from state_handoff.archive_files import ARCHIVE_META, list_archive
+    from state_handoff.io.archive_files import ARCHIVE_META, list_archive
     from state_handoff.handoff import run_handoff
 
     run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,
@@ -325,7 +326,7 @@ def test_a_kafka_range_with_a_partition_that_has_nothing_in_it(spark, bootstrap,
     """A rebase's ranges often end where one partition already is: that partition is left out, and the read
     still returns exactly the other partitions' records (subscribe would refuse offsets naming fewer partitions)."""
     from jobs.backfill import kafka_range
-    from state_handoff.kafka_io import create_topic
+    from state_handoff.io.kafka_io import create_topic
 
     create_topic(bootstrap, topic_name, partitions=2)
     produce(bootstrap, topic_name, [(b"k", f"v{i}".encode(), i % 2, None) for i in range(10)])

@@ -23,7 +23,7 @@ from jobs.stream import StreamSettings, run_stream
 from state_handoff import faults, handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import produce
+from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.stream_layout import stream_dir
@@ -231,7 +231,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
 
 
 def _all_read(tables: Tables, bootstrap: str, topic: str) -> bool:
-    from state_handoff.kafka_io import offset_bounds
+    from state_handoff.io.kafka_io import offset_bounds
     from state_handoff.status import pipeline_status
 
     start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))

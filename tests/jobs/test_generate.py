@@ -17,7 +17,7 @@ from kafka.partitioner.default import murmur2
 from jobs.cli.inputs import add_generate_command
 from jobs.inputs.generate import MALFORMED_KINDS, SPECIAL_KEYS, generate_records, run_generate
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import offset_bounds
+from state_handoff.io.kafka_io import offset_bounds
 from tests.support.demo_events import ISO_UTC, parse_event
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ from jobs.backfill import run_backfill
 from state_handoff import handoff_log
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import admin_client, create_topic, offset_bounds, produce
+from state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status

@@ -14,7 +14,7 @@ from jobs.cli.inputs import parse_start
 from jobs.inputs.generate import run_generate
 from jobs.inputs.live import run_live
 from state_handoff.errors import UserError
-from state_handoff.kafka_io import create_topic, paced
+from state_handoff.io.kafka_io import create_topic, paced
 from tests.support.demo_events import parse_event
 from tests.support.oracle import read_topic
 

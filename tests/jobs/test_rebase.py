@@ -16,7 +16,7 @@ from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
 from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import offset_bounds, produce
+from state_handoff.io.kafka_io import offset_bounds, produce
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status

@@ -17,10 +17,11 @@ from deltalake import DeltaTable
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from state_handoff import delta_upkeep, handoff_log, storage, stream_progress
+from state_handoff import handoff_log, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import admin_client, produce, topic_config
+from state_handoff.io import delta_upkeep, storage
+from state_handoff.io.kafka_io import admin_client, produce, topic_config
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.status import pipeline_status
@@ -53,7 +54,7 @@ def _prepare(spark, bootstrap, topic, warehouse, partitions=3, events=2400, add_
 
 
 def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path):
-    """...with the stream's tables compacted after every batch (state_handoff/delta_upkeep.py; every 100th by
+    """...with the stream's tables compacted after every batch (state_handoff/io/delta_upkeep.py; every 100th by
     default), while both Delta-writing queries write: nothing a batch wrote is lost to a compaction."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", add_partition=True)
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)

@@ -19,8 +19,8 @@ from orchestration.expectations import run_suite
 from orchestration.partitions import first_day
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from state_handoff import handoff_log
-from state_handoff.archive_files import list_archive
 from state_handoff.errors import UserError
+from state_handoff.io.archive_files import list_archive
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables

@@ -17,7 +17,7 @@ from orchestration.definitions import build_definitions
 from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import produce
+from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables

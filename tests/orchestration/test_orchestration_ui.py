@@ -21,9 +21,9 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from jobs.backfill import commit_state
 from state_handoff import handoff_log
-from state_handoff.archive_files import list_archive
 from state_handoff.handoff import run_handoff
-from state_handoff.kafka_io import produce
+from state_handoff.io.archive_files import list_archive
+from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
 from tests.support.live_stream import PIPELINE, archived_topic, live_events, read_past, tick

@@ -12,9 +12,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.delta_txn import merge_once
-from state_handoff import delta_upkeep
-from state_handoff.delta_cas import read
 from state_handoff.errors import UserError
+from state_handoff.io import delta_upkeep
+from state_handoff.io.delta_cas import read
 from state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
 from state_handoff.tables import Tables
 

@@ -13,7 +13,7 @@ import pytest
 
 from deploy import objectstore as server
 from deploy.local_server import port_free
-from state_handoff import storage
+from state_handoff.io import storage
 
 BUCKET = server.BUCKET
 

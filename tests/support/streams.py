@@ -103,7 +103,7 @@ def stream_read(tables: Tables) -> int:
 
 
 def latest_total(bootstrap, topic, start: dict[int, int]) -> int:
-    from state_handoff.kafka_io import offset_bounds
+    from state_handoff.io.kafka_io import offset_bounds
 
     return sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
 

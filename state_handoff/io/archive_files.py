@@ -10,8 +10,8 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from state_handoff import storage
 from state_handoff.errors import UserError
+from state_handoff.io import storage
 
 ARCHIVE_META = "_archive.json"
 REQUIRED_COLUMNS = ("kafka_partition", "kafka_offset", "value")
@@ -142,7 +142,7 @@ def file_ranges(root: str, paths: list[str]) -> dict[str, dict[str, list[int]]]:
 def write_archive_meta(root: str, meta: dict) -> None:
     """Which topic, cut and files the archive holds; Spark's readers skip files named with a leading underscore.
 
-    This write commits an archive run, so it is atomic (state_handoff/storage.py: a rename locally, one PUT on an
+    This write commits an archive run, so it is atomic (state_handoff/io/storage.py: a rename locally, one PUT on an
     object store)."""
     storage.write_text_atomic(_meta_path(root), json.dumps(meta))
 

@@ -18,8 +18,8 @@ import os
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from state_handoff import storage
 from state_handoff.errors import UserError
+from state_handoff.io import storage
 
 EVERY_ENV = "SWITCHYARD_TIDY_EVERY"
 TIDY_EVERY = 100  # batches; at the stream's 5 s trigger, every ~8 minutes of steady input

@@ -55,7 +55,7 @@ def delta_options(uri: str) -> dict[str, str] | None:
     """delta-rs storage options for a table at `uri`; None for a local one.
 
     Commits are put with If-None-Match: * (object_store's `conditional_put`), so a commit at a version that
-    another writer took fails instead of overwriting it: the compare-and-swap state_handoff/delta_cas.py relies on.
+    another writer took fails instead of overwriting it: the compare-and-swap state_handoff/io/delta_cas.py relies on.
     """
     if not is_object_store(uri):
         return None
