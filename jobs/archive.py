@@ -1,4 +1,7 @@
-"""`switchyard archive`: a Spark batch read of a topic up to a cut into Parquet day folders (stands in for a Kafka-to-files sink)."""
+"""`switchyard archive`: a Spark batch read of a topic up to a cut into Parquet day folders (stands in for a Kafka-to-files sink).
+
+The run holds the pipeline's lease (the command takes it): only one writer touches the archive at a time, so a
+run never removes as orphans the files another run is about to commit."""
 
 from __future__ import annotations
 
@@ -12,8 +15,10 @@ from state_handoff.errors import UserError
 from state_handoff.io import storage
 from state_handoff.io.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
                                          orphan_files, remove_files, write_archive_meta)
+from state_handoff.io.archive_record import check_record, file_totals, recorded_runs
 from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.io.kafka_security import spark_source_options
+from state_handoff.lease import Lease
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -100,12 +105,29 @@ def _per_partition(ranges: dict[int, int]) -> str:
     return ", ".join(f"p{p}:{o}" for p, o in sorted(ranges.items()))
 
 
+def _commit(root: str, previous: dict, meta: dict, lease: Lease | None) -> None:
+    """Write the record, unless the lease was lost or the record changed since this run read it (another writer
+    came in without the lease): then nothing is committed and this run's files stay orphans for the next run."""
+    if lease is not None:
+        lease.check()
+    now = _previous(root, meta["topic"])
+    if now != previous:
+        raise UserError(f"the archive record {storage.join(root, ARCHIVE_META)} changed while this run wrote its "
+                        "files (another archive run without the lease?): nothing committed; run the archive again")
+    write_archive_meta(root, meta)
+
+
 def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
-                cut: dict[int, tuple[int, int]], out=print) -> str:
-    """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files."""
+                cut: dict[int, tuple[int, int]], out=print, lease: Lease | None = None) -> str:
+    """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files.
+    `lease`: the pipeline's lease this run holds, checked before it removes orphans and before it commits."""
     started = time.monotonic()
     root = tables.archive
     previous = _previous(root, topic)
+    if previous:
+        check_record(root, previous)
+    if lease is not None:
+        lease.check()
     orphans = orphan_files(root)
     if orphans:
         out(f"archive {pipeline.name}: removing {len(orphans)} file{'s' * (len(orphans) != 1)} an interrupted "
@@ -140,10 +162,16 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     total = sum(n for ranges in written.values() for _, _, n in ranges.values())
     ends = {**_by_partition(previous.get("cut", {})), **{p: hi for p, (_, hi) in to_write.items()}}
     firsts = {p: lo for p, (lo, _) in to_write.items()} | _by_partition(previous.get("first", {}))
-    write_archive_meta(root, {**previous, "topic": topic,
-                              "cut": {str(p): o for p, o in sorted(ends.items())},
-                              "first": {str(p): o for p, o in sorted(firsts.items())},
-                              "records": previous.get("records", 0) + total, "files": {**committed, **written}})
+    wrote = file_totals(written)
+    run = {"from": {str(p): lo for p, (lo, _) in sorted(reading.items())},
+           "to": {str(p): hi for p, (_, hi) in sorted(reading.items())},
+           "records": {str(p): wrote.get(p, 0) for p in sorted(reading)}}
+    runs = recorded_runs({**previous, "files": committed}) if previous else []
+    _commit(root, previous, {**previous, "topic": topic,
+                             "cut": {str(p): o for p, o in sorted(ends.items())},
+                             "first": {str(p): o for p, o in sorted(firsts.items())},
+                             "records": previous.get("records", 0) + total, "files": {**committed, **written},
+                             "runs": [*runs, run]}, lease)
     seconds = time.monotonic() - started
     return (f"archive {pipeline.name}: {total} records from {topic} into {root} in {seconds:.1f}s "
             f"({total / max(seconds, 1e-9):,.0f} records/s); the archive now ends at {_per_partition(ends)}")

@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, state_from_partials, tiles_from_events
-from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range
+from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range, verify_archive
 from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
 from state_handoff import faults, handoff_log, lease, stream_progress
@@ -212,6 +212,12 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     if "paused" in request:
         cut = Cut.from_details(request["paused"]["cut"])
     else:
+        try:  # an archive the recomputation cannot read whole is refused before the stream pauses
+            verify_archive(tables)
+        except UserError as err:
+            handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
+                               details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
+            raise
         cut = pause_cut(bootstrap, handoff, paths)
         handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),

@@ -35,6 +35,7 @@ from state_handoff.io.delta_cas import commit_next, open_or_create, read
 from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
 
+ARCHIVE = "switchyard archive"
 BACKFILL = "switchyard backfill"
 HANDOFF = "switchyard handoff"
 STREAM = "switchyard stream"

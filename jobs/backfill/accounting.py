@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from jobs.backfill.read import read_archive
+from state_handoff.errors import UserError
 from state_handoff.io import storage
 from state_handoff.io.archive_files import ArchiveFile, ArchiveListing
 from state_handoff.parsing import parse_events
@@ -104,3 +105,23 @@ def dense_spans(recorded: dict[str, dict[int, tuple[int, int, int]] | None]) -> 
         return None
     return spans
 
+
+
+def check_against_record(archive: ArchiveListing, files: list[ArchiveFile], counts: Counts) -> None:
+    """Raise UserError when, per partition, the records read (and those found well-formed or dead-lettered) are not
+    what the archive record says `files` hold: a file replaced or rewritten after it was archived."""
+    recorded = archive.recorded_ranges([f.path for f in files])
+    if any(ranges is None for ranges in recorded.values()):
+        return  # an archive written before ranges were recorded: nothing to hold the read against
+    held: dict[int, int] = {}
+    for ranges in recorded.values():
+        for p, (_, _, n) in ranges.items():
+            held[p] = held.get(p, 0) + n
+    for p in sorted(set(held) | set(counts)):
+        got = counts.get(p, {"read": 0, "well_formed": 0, "dead_lettered": 0})
+        found = got["well_formed"] + got["dead_lettered"]
+        if got["read"] != held.get(p, 0) or found != held.get(p, 0):
+            raise UserError(f"archive {archive.root}: the archive record says its files hold {held.get(p, 0)} records "
+                            f"of partition {p}, the backfill read {got['read']} ({found} well-formed or "
+                            "dead-lettered): a file was replaced after it was archived; restore it, or archive the "
+                            "topic again into a fresh --warehouse")

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
                               window_partials_from_tiles)
 from jobs.backfill.accounting import archive_accounting
-from jobs.backfill.read import archived_boundary, resolve_range, skipped_gaps
+from jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
 from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
@@ -22,7 +22,6 @@ from jobs.seed import prepare_stream
 from state_handoff import faults, handoff_log
 from state_handoff.aggregates import partial_columns
 from state_handoff.io import delta_upkeep, storage
-from state_handoff.io.archive_files import unreadable
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
@@ -76,10 +75,16 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     # the files this process's tiles run read a moment ago are not opened again; a tiles run loaded from its
     # record (a separate step, maybe hours ago) checks every file again
     just_read = set(tiles_run.files) if tiles_run is not None else set()
-    readable = [f for f in files if f.path in just_read or unreadable(f.path) is None]
+    problems = {f.path: file_problem(archive, f) for f in files if f.path not in just_read}
+    readable = [f for f in files if problems.get(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
     tail = tail_parsed = None
     with failure_logged(spark, tables, run.handoff_id):
+        # a committed file gone bad since the tiles run (or a rebase's tiles made long ago) is refused, never
+        # skipped: only files that run skipped under --skip-bad-files leave the recorded gap the handoff refuses
+        bad = next((f for f in files if problems.get(f.path) and f.path not in run.skipped_files), None)
+        if bad is not None:
+            raise bad_file(archive, bad, problems[bad.path])
         tiles = spark.read.format("delta").load(tables.tiles)
         if kafka_tail_from is not None and at_cut is None:
             tail = kafka_tail_to_latest(tables, kafka_tail_from)

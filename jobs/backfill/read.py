@@ -10,8 +10,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_handoff.errors import UserError
-from state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, list_archive, missing_column, read_listing,
+from state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
                                          unreadable)
+from state_handoff.io.archive_record import check_record
 from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
@@ -33,9 +34,10 @@ def _day(text: str | None, flag: str) -> date | None:
 def resolve_range(tables: Tables, first_day: str | None,
                   last_day: str | None) -> tuple[date, date, ArchiveListing, list[date]]:
     """The days first_day..last_day (the archive's first and last when not given), the archive's listing (its
-    files and metadata, read once for the whole step) and the days it holds."""
+    files and metadata, read once for the whole step, its record checked) and the days it holds."""
     first, last = _day(first_day, "--from"), _day(last_day, "--to")
     archive = read_listing(tables.archive)
+    check_record(tables.archive, archive.meta)
     days = sorted({f.day for f in archive.files})
     if not days:
         raise UserError(f"the archive at {tables.archive} holds no day folders: run `switchyard archive` first")
@@ -45,17 +47,30 @@ def resolve_range(tables: Tables, first_day: str | None,
     return first, last, archive, days
 
 
+def file_problem(archive: ArchiveListing, f: ArchiveFile) -> str | None:
+    """Why a committed archive file cannot be read ("missing", or pyarrow's complaint); None when it reads."""
+    return "missing" if f.path in archive.missing else unreadable(f.path)
+
+
+def bad_file(archive: ArchiveListing, f: ArchiveFile, problem: str) -> UserError:
+    """The one-line refusal of a committed file that is missing or unreadable, with the offsets it held."""
+    what = "is missing" if problem == "missing" else f"is not readable Parquet ({problem})"
+    return UserError(f"archive file {f.path} {what}; the archive record says it held {_held(archive, f.path)}: "
+                     "restore it, or rerun with --skip-bad-files")
+
+
 def check_files(archive: ArchiveListing, skip_bad_files: bool, out) -> tuple[list[ArchiveFile], list[str]]:
-    """Every archive file is checked before anything is written (all of them give the boundary offsets);
-    a bad one stops the run or, with skip_bad_files, is left out and reported with the offsets it held."""
+    """Every archive file is checked before anything is written (all of them give the boundary offsets); a
+    missing or unreadable one stops the run, naming the offsets the archive record says it held, or, with
+    skip_bad_files, is left out and reported with them (a recorded gap, which the handoff refuses)."""
     chosen, skipped = [], []
     for f in archive.files:
-        problem = unreadable(f.path)
+        problem = file_problem(archive, f)
         if problem:
             if not skip_bad_files:
-                raise UserError(f"archive file {f.path} is not readable Parquet ({problem}): "
-                                "repair or remove it, or rerun with --skip-bad-files")
-            out(f"  skipping unreadable file {f.path}: {problem}; it held {_held(archive, f.path)}")
+                raise bad_file(archive, f, problem)
+            why = "missing" if problem == "missing" else f"unreadable ({problem})"
+            out(f"  skipping {why} file {f.path}; it held {_held(archive, f.path)}")
             skipped.append(f.path)
             continue
         column = missing_column(f.path)
@@ -63,6 +78,14 @@ def check_files(archive: ArchiveListing, skip_bad_files: bool, out) -> tuple[lis
             raise UserError(f"archive file {f.path} lacks required column {column}: rewrite it with `switchyard archive`")
         chosen.append(f)
     return chosen, skipped
+
+
+def verify_archive(tables: Tables) -> None:
+    """Raise UserError when the archive's record does not tile it or a file it names is missing or unreadable:
+    what a step that will read the whole archive (a rebase) checks before it changes anything."""
+    archive = read_listing(tables.archive)
+    check_record(tables.archive, archive.meta)
+    check_files(archive, False, lambda *_: None)
 
 
 def _held(archive: ArchiveListing, path: str) -> str:
@@ -123,7 +146,8 @@ def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int
 
 def newest_archived_event_time(spark: SparkSession, pipeline: Pipeline, tables: Tables) -> datetime | None:
     """The greatest well-formed event time in the archive, searched from the newest day folder back."""
-    files = [f for f in list_archive(tables.archive) if unreadable(f.path) is None]
+    listing = read_listing(tables.archive)
+    files = [f for f in listing.files if f.path not in listing.missing and unreadable(f.path) is None]
     for day in sorted({f.day for f in files}, reverse=True):
         parsed = parse_events(pipeline, read_archive(spark, tables, [f for f in files if f.day == day]))
         newest = parsed.where(F.col("error").isNull()).agg(F.max(pipeline.event_time)).first()[0]

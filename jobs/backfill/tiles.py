@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, tiles_from_events
-from jobs.backfill.accounting import Counts, archive_accounting
+from jobs.backfill.accounting import Counts, archive_accounting, check_against_record
 from jobs.backfill.read import check_files, read_archive, resolve_range
 from jobs.sinks import dead_letter_rows
 from state_handoff import faults, handoff_log
@@ -109,7 +109,9 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
         finally:
             parsed.unpersist()
         out("[4/5] checking the accounting identity per partition")
-        _set_accounting(result, archive_accounting(spark, pipeline, tables, archive, in_range, first, last))
+        counts = archive_accounting(spark, pipeline, tables, archive, in_range, first, last)
+        check_against_record(archive, in_range, counts)
+        _set_accounting(result, counts)
         result.files = sorted(f.path for f in in_range)
         times.end("accounting")
     result.seconds = time.monotonic() - started

@@ -22,10 +22,13 @@ def _pipeline_and_tables(args):
 
 def run_archive_command(args) -> int:
     from jobs.archive import archive_cut, run_archive
+    from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
     cut = archive_cut(args.bootstrap, args.topic, args.fraction, args.until_offsets)
-    print(run_archive(_spark("archive"), pipeline, tables, args.bootstrap, args.topic, cut))
+    # one writer of the archive at a time: another run, or a backfill reading it, would see files vanish as orphans
+    with lease.hold(tables, lease.ARCHIVE) as held:
+        print(run_archive(_spark("archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
     return 0
 
 

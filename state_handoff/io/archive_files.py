@@ -1,7 +1,9 @@
 """The archive as files: list, date-filter and validate the Parquet files before any Spark job reads them.
 
 `_archive.json` is the archive's commit record: a Parquet file is part of the archive only once its "files" map
-names it. Files on disk that it does not name are orphans of an interrupted `switchyard archive` and never read."""
+names it, and every file it names is part of it, on disk or not: a named file that is gone is reported missing,
+never skipped. Files on disk that it does not name are orphans of an interrupted `switchyard archive` and never
+read."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ class ArchiveListing:
     root: str
     meta: dict
     files: list[ArchiveFile]
+    missing: frozenset[str] = frozenset()  # paths of files the record names that are not on disk
 
     def recorded_ranges(self, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
         """Per file, what the metadata recorded it holds: per partition (lowest offset, highest, records); None for
@@ -42,14 +45,26 @@ class ArchiveListing:
 
 
 def read_listing(root: str) -> ArchiveListing:
-    """The archive's committed files: those the metadata's "files" map names (every file of an archive whose
-    metadata predates the map), with that metadata."""
+    """The archive's committed files: every file the metadata's "files" map names, found on disk or not (every
+    file on disk for an archive whose metadata predates the map), with that metadata and which named files are
+    missing."""
     if not storage.is_dir(root):
         raise UserError(f"no archive at {root}: run `switchyard archive` first")
     meta = archive_meta(root)
     committed = committed_files(meta)
-    files = [f for f in files_on_disk(root) if committed is None or storage.relative(f.path, root) in committed]
-    return ArchiveListing(root, meta, files)
+    if committed is None:
+        return ArchiveListing(root, meta, files_on_disk(root))
+    on_disk = {f.path for f in files_on_disk(root)}
+    files = [ArchiveFile(storage.join(root, name), _recorded_day(root, name)) for name in sorted(committed)]
+    return ArchiveListing(root, meta, files, frozenset(f.path for f in files if f.path not in on_disk))
+
+
+def _recorded_day(root: str, name: str) -> date:
+    match = _DAY_DIR.match(name.split("/", 1)[0]) if "/" in name else None
+    if match is None:
+        raise UserError(f"the archive record {storage.join(root, ARCHIVE_META)} names {name}, which is not in a "
+                        "day folder (event_date=YYYY-MM-DD): rewrite the archive with `switchyard archive`")
+    return date.fromisoformat(match.group(1))
 
 
 def list_archive(root: str) -> list[ArchiveFile]:

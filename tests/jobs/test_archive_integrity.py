@@ -1,0 +1,216 @@
+"""The archive's commit record is the truth: a file it names that is missing or unreadable, or a record whose
+ranges leave a gap or overlap, is refused in one line before anything is committed; one writer at a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from jobs.archive import archive_cut, run_archive
+from jobs.backfill import run_backfill
+from jobs.inputs.generate import run_generate
+from jobs.rebase import open_request, rebase_pipeline
+from state_handoff import handoff_log, lease
+from state_handoff.errors import UserError
+from state_handoff.handoff import current_handoff, run_handoff
+from state_handoff.io.archive_files import ARCHIVE_META, list_archive
+from state_handoff.lifecycle import Status
+from state_handoff.pipelines import get_pipeline
+from state_handoff.tables import Tables
+from tests.support import oracle
+from tests.support.compare import assert_state_matches
+
+PIPELINE = get_pipeline("demo")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quiet(*_):
+    pass
+
+
+@pytest.fixture(scope="module")
+def archived(spark, bootstrap, tmp_path_factory):
+    """A small topic archived whole, in two runs; tests copy the archive."""
+    topic = "archive.integrity"
+    run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=23, malformed_rate=0.05,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(tmp_path_factory.mktemp("archived")), PIPELINE.name)
+    for fraction in (0.5, 1.0):
+        run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=fraction),
+                    out=_quiet)
+    return {"tables": tables, "topic": topic, "records": oracle.read_topic(bootstrap, topic)}
+
+
+@pytest.fixture
+def tables(archived, tmp_path):
+    fresh = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
+    shutil.copytree(archived["tables"].archive, fresh.archive)
+    return fresh
+
+
+def _meta(tables: Tables) -> dict:
+    with open(os.path.join(tables.archive, ARCHIVE_META)) as fh:
+        return json.load(fh)
+
+
+def _write_meta(tables: Tables, meta: dict) -> None:
+    with open(os.path.join(tables.archive, ARCHIVE_META), "w") as fh:
+        json.dump(meta, fh)
+
+
+def _held(tables: Tables, path: str) -> str:
+    """The ranges a file held as the refusal names them, from the record read here."""
+    ranges = _meta(tables)["files"][os.path.relpath(path, tables.archive)]
+    return ", ".join(f"p{p}:{lo}..{hi} ({n} records)" for p, (lo, hi, n) in sorted(ranges.items()))
+
+
+def _version(path: str) -> int | None:
+    return DeltaTable(path).version() if os.path.isdir(os.path.join(path, "_delta_log")) else None
+
+
+def _committed(tables: Tables) -> tuple:
+    """What a refused run must leave as it was: the handoff log and every table's version."""
+    return (len(handoff_log.entries(None, tables)),
+            *(_version(p) for p in (tables.tiles, tables.state, tables.windows, tables.dead_letter)))
+
+
+def _refused(spark, tables: Tables, pattern: str, **flags) -> str:
+    before = _committed(tables)
+    with pytest.raises(UserError) as refused:
+        run_backfill(spark, PIPELINE, tables, out=_quiet, **flags)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert re.search(pattern, message), message
+    assert _committed(tables) == before, "a refused backfill committed something"
+    return message
+
+
+def _below_the_others(tables: Tables) -> str:
+    """A committed file holding offsets below what other files hold: the stream would never read them again."""
+    files = _meta(tables)["files"]
+
+    def highest_elsewhere(name, p):
+        return max((r[p][1] for other, r in files.items() if other != name and p in r), default=-1)
+
+    name = next(name for name, ranges in sorted(files.items()) for p in sorted(ranges)
+                if ranges[p][0] <= highest_elsewhere(name, p))
+    return os.path.join(tables.archive, name)
+
+
+def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap, archived, tables):
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    gone = _below_the_others(tables)
+    held = _held(tables, gone)
+    os.remove(gone)
+    _refused(spark, tables, re.escape(f"archive file {gone} is missing; the archive record says it held {held}"))
+
+    # --skip-bad-files: a recorded gap, which the handoff refuses, as for an unreadable file
+    result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
+    assert result.skipped_files == [gone]
+    details = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))
+    assert details["complete"] is False and {g["file"] for g in details["gaps"]} == {gone}
+    with pytest.raises(UserError, match=re.escape(f"archive file {gone} was skipped")):
+        run_handoff(spark, PIPELINE, tables, bootstrap)
+    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+
+
+def test_a_truncated_committed_file_is_refused_naming_its_ranges(spark, tables):
+    bad = list_archive(tables.archive)[-1].path
+    held = _held(tables, bad)
+    with open(bad, "r+b") as fh:
+        fh.truncate(40)
+    _refused(spark, tables, re.escape(f"archive file {bad} is not readable Parquet (") + ".*"
+             + re.escape(f"; the archive record says it held {held}: restore it, or rerun with --skip-bad-files"))
+
+
+def test_a_record_that_leaves_a_gap_or_overlaps_is_refused(spark, archived, tables):
+    meta = _meta(tables)
+
+    # a file dropped from the record: on disk it is an orphan, never read; its records would be lost
+    dropped = dict(meta, files={k: v for i, (k, v) in enumerate(sorted(meta["files"].items())) if i != 0})
+    _write_meta(tables, dropped)
+    _refused(spark, tables, r"records missing from its files map \(a gap\)")
+
+    # a run that does not start where the one before ended
+    runs = json.loads(json.dumps(meta["runs"]))
+    runs[1]["from"]["0"] += 3
+    _write_meta(tables, dict(meta, runs=runs))
+    _refused(spark, tables, r"leaves partition 0 offsets \d+\.\.\d+ in no archive run \(a gap\)")
+
+    # the same file named twice under two names: its records would be read twice
+    name, ranges = sorted(meta["files"].items())[0]
+    copy = name.replace(".parquet", "-copy.parquet")
+    shutil.copyfile(os.path.join(tables.archive, name), os.path.join(tables.archive, copy))
+    _write_meta(tables, dict(meta, files={**meta["files"], copy: ranges}))
+    _refused(spark, tables, r"named twice \(an overlap\)")
+
+    # two runs over the same offsets
+    runs = json.loads(json.dumps(meta["runs"]))
+    runs[1]["from"]["1"] -= 2
+    _write_meta(tables, dict(meta, runs=runs))
+    _refused(spark, tables, r"records partition 1 offsets \d+\.\.\d+ in two archive runs \(an overlap\)")
+
+    # the record as written reads whole, equal to the oracle
+    os.remove(os.path.join(tables.archive, copy))
+    _write_meta(tables, meta)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    assert_state_matches(spark, tables, oracle.backlog(archived["records"]))
+
+
+def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spark, bootstrap, archived, tables):
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    gone = _below_the_others(tables)
+    held = _held(tables, gone)
+    os.remove(gone)
+    before = _version(tables.state)
+    with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
+                                                  f"{held}")):
+        rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", lambda: spark, out=_quiet)
+    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.FAILED] and Status.PAUSED not in statuses
+    assert current_handoff(None, tables).handoff_id == handoff.handoff_id
+    assert open_request(tables) is None, "the refused request stays answered: the next stream streams as before"
+    assert _version(tables.state) == before
+
+
+def test_an_archive_while_another_holds_the_lease_is_refused_naming_the_owner(bootstrap, archived, tables):
+    meta = _meta(tables)
+    with lease.hold(tables, lease.BACKFILL):
+        done = subprocess.run([sys.executable, "-m", "jobs.cli", "archive", "--pipeline", PIPELINE.name,
+                               "--topic", archived["topic"], "--fraction", "1.0", "--warehouse", tables.warehouse,
+                               "--bootstrap", bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `switchyard backfill` \(pid {os.getpid()} ",
+                                         lines[0]), done.stderr
+    assert _meta(tables) == meta
+
+
+def test_an_archive_run_whose_record_changed_under_it_commits_nothing(spark, bootstrap, archived, tmp_path):
+    """Two archive runs racing (one without the lease): the later commit sees the record moved and refuses."""
+    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
+    topic = archived["topic"]
+    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.3), out=_quiet)
+    other = Tables(str(tmp_path / "other"), PIPELINE.name)
+    shutil.copytree(tables.archive, other.archive)
+    run_archive(spark, PIPELINE, other, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.6), out=_quiet)
+    theirs = _meta(other)
+
+    def another_run_commits(line: str) -> None:
+        if "reading" in line:  # this run has planned from the old record; the other commits before it does
+            _write_meta(tables, theirs)
+
+    with pytest.raises(UserError, match="changed while this run wrote its files.*nothing committed"):
+        run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0),
+                    out=another_run_commits)
+    assert _meta(tables) == theirs
