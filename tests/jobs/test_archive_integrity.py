@@ -131,6 +131,21 @@ def test_a_truncated_committed_file_is_refused_naming_its_ranges(spark, tables):
              + re.escape(f"; the archive record says it held {held}: restore it, or rerun with --skip-bad-files"))
 
 
+def test_a_file_replaced_with_fewer_records_is_refused_before_the_commit(spark, tables):
+    """A readable file that no longer holds what the record says (rewritten by another tool): the records read
+    per partition differ from the record, and the backfill stops before BACKFILL_COMMITTED."""
+    import pyarrow.parquet as pq
+
+    target = list_archive(tables.archive)[0].path
+    table = pq.read_table(target)
+    os.remove(os.path.join(os.path.dirname(target), f".{os.path.basename(target)}.crc"))
+    pq.write_table(table.slice(0, table.num_rows - 3), target)
+    with pytest.raises(UserError, match=r"the archive record says its files hold \d+ records of partition \d, the "
+                                        r"backfill read \d+ \(\d+ well-formed or dead-lettered\)"):
+        run_backfill(spark, PIPELINE, tables, out=_quiet)
+    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is None
+
+
 def test_a_record_that_leaves_a_gap_or_overlaps_is_refused(spark, archived, tables):
     meta = _meta(tables)
 
@@ -182,16 +197,18 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     assert _version(tables.state) == before
 
 
-def test_an_archive_while_another_holds_the_lease_is_refused_naming_the_owner(bootstrap, archived, tables):
+@pytest.mark.parametrize("owner", [lease.ARCHIVE, lease.BACKFILL])
+def test_an_archive_while_another_holds_the_lease_is_refused_naming_the_owner(bootstrap, archived, tables, owner):
+    """Another archive run (which would remove this one's files as orphans), or a backfill reading the archive."""
     meta = _meta(tables)
-    with lease.hold(tables, lease.BACKFILL):
+    with lease.hold(tables, owner):
         done = subprocess.run([sys.executable, "-m", "jobs.cli", "archive", "--pipeline", PIPELINE.name,
                                "--topic", archived["topic"], "--fraction", "1.0", "--warehouse", tables.warehouse,
                                "--bootstrap", bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=300,
                               env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `switchyard backfill` \(pid {os.getpid()} ",
+    assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `{owner}` \(pid {os.getpid()} ",
                                          lines[0]), done.stderr
     assert _meta(tables) == meta
 
