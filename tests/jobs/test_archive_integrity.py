@@ -122,6 +122,21 @@ def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap,
     assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
 
 
+def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, tables):
+    """Dagster runs the tiles and the state as separate steps: a committed file gone in between stops the commit."""
+    from jobs.backfill import backfill_tiles, commit_state
+
+    backfill_tiles(spark, PIPELINE, tables, out=_quiet)
+    gone = _below_the_others(tables)
+    held = _held(tables, gone)
+    os.remove(gone)
+    with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
+                                                  f"{held}")):
+        commit_state(spark, PIPELINE, tables, out=_quiet)
+    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is None
+    assert handoff_log.latest(None, tables).status == Status.FAILED
+
+
 def test_a_truncated_committed_file_is_refused_naming_its_ranges(spark, tables):
     bad = list_archive(tables.archive)[-1].path
     held = _held(tables, bad)
