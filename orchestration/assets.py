@@ -20,6 +20,11 @@ from state_handoff.lifecycle import Status
 
 BACKLOG = "backlog"
 SWITCH = "switch"
+# Each asset that writes holds the pipeline's lease under its own name, as the CLI's commands do: a second actor
+# (a CLI stream, another run) is refused in one line naming the owner, before anything is written.
+TILES_OWNER = "dagster asset tiles"
+KEYED_STATE_OWNER = "dagster asset keyed_state"
+HANDOFF_OWNER = "dagster asset handoff"
 # The schedule commits the state every day at 00:30 UTC: a day and a half without it is a missed backfill.
 STATE_FRESHNESS = dg.FreshnessPolicy.time_window(fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
 
@@ -62,7 +67,7 @@ def tiles(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaR
     tables = warehouse.tables()
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         return _rebased(context, spark, kafka, warehouse, str(first), str(last))
-    with user_errors_as_failures():
+    with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
         run = backfill_tiles(spark.session(), warehouse.spec(), tables, str(first), str(last),
                              out=context.log.info)
     if run.handoff_id is None:
@@ -137,7 +142,7 @@ def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spa
             yield dg.MaterializeResult(asset_key=name, metadata={"rebased": True,
                                                                  "path": dg.MetadataValue.path(tables.path(name))})
         return
-    with user_errors_as_failures():
+    with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))
@@ -168,7 +173,7 @@ def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: Kafk
             warehouse: WarehouseResource) -> dg.MaterializeResult:
     """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
     tables = warehouse.tables()
-    with user_errors_as_failures(), lease.hold(tables, "dagster asset handoff"):
+    with user_errors_as_failures(), lease.hold(tables, HANDOFF_OWNER):
         switch = run_handoff(spark.session(), warehouse.spec(), tables, kafka.bootstrap)
     context.log.info(switch.summary(tables.pipeline))
     return dg.MaterializeResult(metadata={

@@ -4,10 +4,10 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 from __future__ import annotations
 
 from state_handoff import handoff_log, lease, lifecycle, stream_progress
-
 from state_handoff.clock import utc_now
 from state_handoff.io import storage
 from state_handoff.lifecycle import Status
+from state_handoff.retained import lost_ranges
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 
@@ -44,6 +44,9 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
         last_rebase = handoff_log.details(rebased[-1])
         status["last_reconciliation_keys_different"] = last_rebase["reconciliation"]["keys_different"]
         status["last_rebase_s"] = last_rebase.get("rebase_s")
+    lost = lost_ranges(entries)
+    if lost:
+        status["lost_offsets"] = lost
     if handoff is not None:
         _add_stream_figures(status, tables, handoff.handoff_id, bootstrap)
     return status
@@ -119,6 +122,9 @@ def format_status(status: dict) -> str:
                        ("last reconciliation: keys different", "last_reconciliation_keys_different")):
         if status.get(key) is not None:
             lines.append(f"  {label}: {_for_people(status[key])}")
+    for r in status.get("lost_offsets", []):
+        lines.append(f"  lost to Kafka's retention: partition {r['partition']} offsets {r['from']}..{r['to'] - 1} "
+                     f"({r['records']} records, handoff {r['handoff_id']})")
     if status.get("lag_error"):
         lines.append(f"  offsets behind latest: unknown ({status['lag_error']})")
     return "\n".join(lines)

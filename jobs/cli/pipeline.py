@@ -80,6 +80,18 @@ def run_handoff_command(args) -> int:
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
+    if args.restart_from_retained:
+        from state_handoff import handoff_log
+        from state_handoff.retained import lost_ranges, restart_from_retained
+
+        if args.boundary is not None or at is not None:
+            raise UserError("--restart-from-retained keeps the committed handoff's boundary: drop --boundary and --at")
+        with lease.hold(tables, lease.HANDOFF):  # no JVM: the log and Kafka's offsets only
+            switch = restart_from_retained(tables, args.bootstrap)
+        lost = ", ".join(f"p{r['partition']}:{r['from']}..{r['to'] - 1} ({r['records']} records)"
+                         for r in lost_ranges(handoff_log.entries(None, tables)) if r["handoff_id"] == switch.handoff_id)
+        print(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
+        return 0
     with lease.hold(tables, lease.HANDOFF):
         switch = run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
     print(switch.summary(pipeline.name))
@@ -179,6 +191,10 @@ def add_pipeline_commands(commands, common) -> None:
     handoff.add_argument("--pipeline", required=True)
     handoff.add_argument("--boundary", choices=["offsets", "time"], default=None,
                          help="where the stream starts: after the archived offsets (default) or at a time T")
+    handoff.add_argument("--restart-from-retained", action="store_true",
+                         help="recover a committed handoff whose start offsets Kafka's retention deleted before its "
+                              "stream ran: a new handoff over the same state from the earliest retained offsets, "
+                              "the deleted records recorded as lost in the log and in `switchyard status`")
     handoff.add_argument("--at", metavar="ISO_TIME",
                          help="T for --boundary time, e.g. 2026-01-02T09:30:00Z (default: newest archived Kafka "
                               "timestamp minus the pipeline's allowed lateness)")

@@ -40,6 +40,7 @@ from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.io import delta_upkeep, storage
 from state_handoff.io.kafka_io import create_topic, latest_offsets
 from state_handoff.lifecycle import Status
+from state_handoff.retained import refuse_if_expired
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import KEYED, StreamPaths
@@ -138,6 +139,8 @@ class Supervisor:
         entries = handoff_log.entries(None, tables)
         check_resumable(tables, handoff, paths, entries)
         restart = storage.exists(paths.keyed_checkpoint)
+        if not restart:  # a first start: Kafka must still hold where the handoff starts
+            refuse_if_expired(tables, handoff, bootstrap)
         step_done("checks")
         write_seed(spark, pipeline, tables, handoff, paths)
         step_done("seed")

@@ -8,6 +8,11 @@ writer of a table compacts it (delta-rs's optimize: a commit that changes no dat
 longer than RETENTION_HOURS ago. The writer does it in its own thread, between its own writes: a compaction beside
 a MERGE of the same table would make one of the two fail. A backfill's commit, which replaces whole tables and
 days of tiles, vacuums the tables it wrote (no compaction: its files are large).
+
+Delta's retention check stays on: RETENTION_HOURS is written into the table as `delta.deletedFileRetentionDuration`
+and every vacuum here uses the table's own retention, never asking for less (Delta refuses a shorter one). What
+must outlive it is named by version (`keep_versions`): the files of the snapshot a handoff was committed with, which
+its stream reads again when it seeds without the seed's files (state_handoff/retention.py), whatever their age.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from state_handoff.io import storage
 EVERY_ENV = "SWITCHYARD_TIDY_EVERY"
 TIDY_EVERY = 100  # batches; at the stream's 5 s trigger, every ~8 minutes of steady input
 RETENTION_HOURS = 1  # far longer than any reader of a snapshot needs its files; Delta's own default is 7 days
+RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
 log = logging.getLogger(__name__)
 
@@ -48,30 +54,39 @@ def due(batch_id: int, every: int | None = None) -> bool:
     return batch_id % every == every - 1
 
 
-def tidy(table, table_retention: bool = False) -> None:
+def tidy(table, table_retention: bool = False, keep_versions: list[int] | None = None) -> None:
     """Compact the deltalake DeltaTable `table` and delete the files replaced more than RETENTION_HOURS ago (the
-    table's own retention, Delta's 7 days by default, with `table_retention`). Best effort: the data is committed
-    either way, and a compaction that loses a race with another writer's commit is tried again at the next tidy."""
+    table's own retention, Delta's 7 days by default, with `table_retention`), except the files of
+    `keep_versions`. Best effort: the data is committed either way, and a compaction that loses a race with another
+    writer's commit is tried again at the next tidy."""
     try:
         table.optimize.compact()
-        _vacuum(table, table_retention)
+        _vacuum(table, table_retention, keep_versions)
     except (DeltaError, OSError) as err:
         log.warning("Delta table %s: compaction or vacuum skipped: %s", table.table_uri, err)
 
 
-def vacuum(uri: str) -> None:
-    """Delete the files of the Delta table at `uri` replaced more than RETENTION_HOURS ago; nothing when there is
-    no table. Best effort, as `tidy`."""
+def vacuum(uri: str, keep_versions: list[int] | None = None) -> None:
+    """Delete the files of the Delta table at `uri` replaced more than RETENTION_HOURS ago, except the files of
+    `keep_versions`; nothing when there is no table. Best effort, as `tidy`."""
     if not storage.exists(storage.join(uri, "_delta_log")):
         return
     try:
-        _vacuum(DeltaTable(uri, storage_options=storage.delta_options(uri)), table_retention=False)
+        _vacuum(DeltaTable(uri, storage_options=storage.delta_options(uri)), False, keep_versions)
     except (DeltaError, OSError) as err:
         log.warning("Delta table %s: vacuum skipped: %s", uri, err)
 
 
-def _vacuum(table, table_retention: bool) -> None:
-    if table_retention:
-        table.vacuum(dry_run=False)
-    else:
-        table.vacuum(retention_hours=RETENTION_HOURS, dry_run=False, enforce_retention_duration=False)
+def retention(hours: int) -> str:
+    """A retention as Delta's table properties spell it."""
+    return f"interval {hours} hours"
+
+
+def _vacuum(table, table_retention: bool, keep_versions: list[int] | None) -> None:
+    if not table_retention:
+        wanted = retention(RETENTION_HOURS)
+        if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
+            table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
+    # the retention check on: the table's retention, never a shorter one; a version to keep that cannot be loaded
+    # any more fails the vacuum (nothing deleted) rather than being skipped
+    table.vacuum(dry_run=False, enforce_retention_duration=True, keep_versions=sorted(set(keep_versions or [])) or None)

@@ -1,24 +1,26 @@
 """The Dagster definitions: they load, the chain materializes against the real broker, GX gates block."""
 
 import io
+import os
 import shutil
 from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from orchestration.assets import handoff, keyed_state
+from orchestration.assets import handoff, keyed_state, tiles
 from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets, state_is_sound
 from orchestration.definitions import build_definitions, defs
 from orchestration.expectations import run_suite
 from orchestration.partitions import first_day
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from state_handoff import handoff_log
+from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
 from state_handoff.io.archive_files import list_archive
 from state_handoff.lifecycle import Status
@@ -225,3 +227,22 @@ def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     assert check.metadata["unexpected_rows"].value == 1
     assert "handoff" not in _materializations(result)
     assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+
+
+def test_backfill_assets_are_refused_while_another_actor_owns_the_pipeline(spark, bootstrap, tables):
+    """Every writer holds the lease: a Dagster backfill racing a CLI stream (here this process holding the
+    pipeline as `switchyard stream`) fails in one line naming the owner, and writes nothing to any table."""
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    written = (tables.tiles, tables.state, tables.windows, tables.window_state, tables.handoffs)
+    before = {path: DeltaTable(path).version() for path in written}
+    with lease.hold(tables, lease.STREAM):
+        for assets, partition in (([tiles], DAYS[1]), ([keyed_state], None)):
+            result = dg.materialize(assets, partition_key=partition, resources=resources(tables, bootstrap),
+                                    raise_on_error=False)
+            assert not result.success, assets
+            failure = next(e.step_failure_data.user_failure_data for e in result.all_events if e.is_step_failure)
+            assert failure is not None, "a one-line Dagster failure, not a traceback"
+            assert failure.description.startswith(
+                f"pipeline {PIPELINE.name} is owned by `switchyard stream` (pid {os.getpid()} on host ")
+            assert "\n" not in failure.description
+    assert {path: DeltaTable(path).version() for path in written} == before, "nothing written under the owner"

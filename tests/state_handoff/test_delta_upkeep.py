@@ -94,3 +94,27 @@ def test_a_live_handoff_prunes_what_earlier_streams_needed_to_run(tmp_path):
         assert os.path.isfile(stream_dir(tables, handoff) / "progress.json"), "the progress cache stays"
     assert prune_earlier_streams(tables, "live", log) == [], "nothing left to prune"
     assert prune_earlier_streams(tables, "not-in-the-log", log) == []
+
+
+def test_vacuum_keeps_the_versions_named_and_the_tables_retention_check(tmp_path, monkeypatch):
+    """The files of a version to keep (a handoff's state version) outlive every vacuum; the retention is the
+    table's own property, and Delta's check refuses a vacuum asking for less."""
+    path = str(tmp_path / "state")
+    write_deltalake(path, _rows(range(10), 0))  # version 0: what a handoff seeds from
+    table = DeltaTable(path)
+    for batch in range(3):
+        merge_once(table, _rows(range(10), batch + 1), 't."key" = s."key"', "app-state", batch)
+    handoff_files = _active(DeltaTable(path, version=0))
+    assert not handoff_files & _active(DeltaTable(path))
+
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
+    delta_upkeep.vacuum(path, keep_versions=[0])
+    assert _on_disk(path) == _active(DeltaTable(path)) | handoff_files, "the merges' leftovers go, version 0 stays"
+    assert read(DeltaTable(path, version=0), order_by="key").to_pylist() == _rows(range(10), 0).to_pylist()
+
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 1)
+    delta_upkeep.tidy(DeltaTable(path), keep_versions=[0])
+    table = DeltaTable(path)
+    assert table.metadata().configuration[delta_upkeep.RETENTION_PROPERTY] == "interval 1 hours"
+    with pytest.raises(Exception, match="(?i)retention"):
+        table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=True)

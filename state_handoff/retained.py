@@ -1,0 +1,89 @@
+"""A handoff whose start offsets Kafka no longer retains: the stream's one-line refusal, and the recovery that
+restarts the handoff from what Kafka still holds, recording the records in between as lost.
+
+A handoff committed while Kafka held its start offsets may wait past the topic's retention before its stream first
+runs (a stopped deployment, a long outage). Its stream would then read nothing of the deleted range and could
+never account for it. The archive cannot fill the range either: it ends where the handoff starts. So the only way
+on loses those records, and it is taken only when asked: `switchyard handoff --restart-from-retained` commits a
+new handoff over the same backfilled state that starts at Kafka's earliest retained offsets, and records each
+partition's lost range [from, to) in the log (BACKFILL_COMMITTED and HANDOFF_COMMITTED details, `lost`), where
+`switchyard status` reports it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from state_handoff import handoff_log, stream_progress
+from state_handoff.errors import UserError
+from state_handoff.io.kafka_io import offset_bounds
+from state_handoff.lifecycle import Status, has_switched
+from state_handoff.tables import Tables
+
+if TYPE_CHECKING:  # the handoff module brings Spark's API; `status` reads lost ranges here without it
+    from state_handoff.handoff import Handoff
+
+COMMAND = "switchyard handoff --pipeline {pipeline} --restart-from-retained"
+LOST = "lost"  # the details key: per partition, the offsets [from, to) no phase read
+
+
+def expired(handoff: Handoff, bounds: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Per partition, the start offsets Kafka deleted: [start, earliest retained)."""
+    return {p: (o, bounds[p][0]) for p, o in sorted(handoff.start_offsets.items()) if p in bounds and o < bounds[p][0]}
+
+
+def refuse_if_expired(tables: Tables, handoff: Handoff, bootstrap: str) -> None:
+    """Before a handoff's stream first starts: refuse, naming the recovery command, when Kafka no longer retains
+    a start offset (Spark's own failure would be a stack trace, or with failOnDataLoss off a silent loss)."""
+    gone = expired(handoff, offset_bounds(bootstrap, handoff.topic))
+    if gone:
+        ranges = ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gone.items())
+        raise UserError(f"topic {handoff.topic} no longer retains the start of handoff {handoff.handoff_id} "
+                        f"({ranges} deleted by Kafka's retention): run `{COMMAND.format(pipeline=tables.pipeline)}` "
+                        "to stream from what Kafka retains and record those records as lost")
+
+
+def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:
+    """Commit a new handoff over the current one's backfilled state, starting where Kafka's retention begins on
+    each partition whose start offset it deleted; the deleted ranges are recorded as lost. Only a handoff whose
+    stream never ran a batch: once it has, its state has moved past the backfill's."""
+    from state_handoff.handoff import OFFSETS, current_handoff, from_entry
+
+    current = current_handoff(None, tables)
+    if current is None:
+        raise UserError(f"pipeline {tables.pipeline} has no committed handoff to restart: run `switchyard backfill` "
+                        "and `switchyard handoff`")
+    if current.boundary_mode != OFFSETS:
+        raise UserError(f"handoff {current.handoff_id} has a time boundary: --restart-from-retained restarts "
+                        "offsets-boundary handoffs; extend the archive and rerun the backfill instead")
+    entries = handoff_log.entries(None, tables)
+    if has_switched(entries, current.handoff_id) or stream_progress.batches(tables, current.handoff_id):
+        raise UserError(f"handoff {current.handoff_id} has streamed: --restart-from-retained restarts only a handoff "
+                        "whose stream never ran; rebase it with `switchyard rebase`")
+    bounds = offset_bounds(bootstrap, current.topic)
+    gone = expired(current, bounds)
+    if not gone:
+        raise UserError(f"topic {current.topic} still retains every start offset of handoff {current.handoff_id}: "
+                        "nothing is lost; run `switchyard stream`")
+    lost = {str(p): {"from": a, "to": b, "records": b - a} for p, (a, b) in gone.items()}
+    start = {p: max(o, bounds[p][0]) if p in bounds else o for p, o in current.start_offsets.items()}
+    backfill = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED, handoff_id=current.handoff_id)
+    committed = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED, handoff_id=current.handoff_id)
+    restarted = {"restarted_from": current.handoff_id, LOST: lost}
+    handoff_id = handoff_log.new_handoff_id()
+    handoff_log.append(None, tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=backfill.state_version,
+                       backlog_watermark=backfill.backlog_watermark,
+                       details={**handoff_log.details(backfill), **restarted})
+    entry = handoff_log.append(
+        None, tables, handoff_id, Status.HANDOFF_COMMITTED, state_version=current.state_version, start_offsets=start,
+        backlog_watermark=current.backlog_watermark,
+        details={**handoff_log.details(committed), **restarted,
+                 "retained": {str(p): list(b) for p, b in bounds.items()}})
+    return from_entry(entry)
+
+
+def lost_ranges(entries: list) -> list[dict]:
+    """Every range the log records as lost, oldest first: handoff, partition, from, to (exclusive), records."""
+    return [{"handoff_id": e.handoff_id, "partition": int(p), **r}
+            for e in entries if e.status == Status.HANDOFF_COMMITTED
+            for p, r in sorted(handoff_log.details(e).get(LOST, {}).items(), key=lambda item: int(item[0]))]

@@ -1,0 +1,158 @@
+"""Retention: what a live handoff still needs outlives every vacuum, with Delta's retention check on."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from jobs.archive import archive_cut, run_archive
+from jobs.backfill import run_backfill
+from jobs.inputs.generate import run_generate
+from jobs.seed import seed_files
+from jobs.stream import StreamSettings, run_stream
+from state_handoff import handoff_log
+from state_handoff.handoff import current_handoff, run_handoff
+from state_handoff.io import delta_upkeep
+from state_handoff.io.kafka_io import admin_client, produce
+from state_handoff.lifecycle import Status
+from state_handoff.status import pipeline_status
+from state_handoff.pipelines import get_pipeline
+from state_handoff.tables import Tables
+from tests.support import oracle
+from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.streams import QUIET, assert_matches_oracle, batch_ends, tail_events
+
+PIPELINE = get_pipeline("demo")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _quiet(*_):
+    pass
+
+
+def _stream_until_caught_up(spark, tables: Tables, bootstrap: str) -> None:
+    run_stream(spark, PIPELINE, tables, bootstrap,
+               StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+
+
+def _on_disk(path: str) -> set[str]:
+    return {os.path.relpath(os.path.join(root, name), path) for root, _, names in os.walk(path)
+            if "_delta_log" not in root for name in names if name.endswith(".parquet")}
+
+
+def _files(table: DeltaTable) -> set[str]:
+    root = table.table_uri.removeprefix("file://")
+    return {os.path.relpath(uri.removeprefix("file://"), root) for uri in table.file_uris()}
+
+
+def _seed_rows(spark, folder) -> list:
+    return sorted(tuple(r) for r in spark.read.parquet(str(folder)).collect())
+
+
+def test_vacuum_keeps_the_live_handoffs_state_version(spark, bootstrap, topic_name, tmp_path, monkeypatch):
+    """The stream's MERGEs replace every file of the state version its handoff recorded, and its tidy runs after
+    every batch an hour on (retention 0 here): the files of that version stay, so the seed's fallback (the state
+    at the handoff's version, read when the seed's files are missing) still reads it whole; everything else
+    replaced is deleted, and the table's own retention, not a disabled check, decides what is old."""
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
+    monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
+    run_generate(bootstrap, topic_name, events=2400, keys=30, partitions=3, days=2, seed=11, malformed_rate=0.03,
+                 out=QUIET)
+    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.8),
+                out=_quiet)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    seeded = tmp_path / "seed-at-handoff"
+    seed_files(spark, PIPELINE, tables, handoff.state_version, str(seeded))
+    expected_seed = _seed_rows(spark, seeded)
+    kept = _files(DeltaTable(tables.state, version=handoff.state_version))
+
+    produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
+    _stream_until_caught_up(spark, tables, bootstrap)
+
+    state = DeltaTable(tables.state)
+    assert not kept & _files(state), "the stream's MERGEs replaced the handoff version's files"
+    again = tmp_path / "seed-after-vacuum"
+    seed_files(spark, PIPELINE, tables, handoff.state_version, str(again))  # the seed's fallback
+    assert _seed_rows(spark, again) == expected_seed
+    assert state.metadata().configuration[delta_upkeep.RETENTION_PROPERTY] == delta_upkeep.retention(0)
+
+    # the live handoff's stream restarts after more input; its tidies delete what the MERGEs since replaced
+    produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
+    _stream_until_caught_up(spark, tables, bootstrap)
+    state = DeltaTable(tables.state)
+    assert any(h.get("operation") == "VACUUM END" for h in state.history()), "the state writer vacuumed"
+    assert _on_disk(tables.state) == _files(state) | kept, "all else replaced is gone; the handoff's version stays"
+    seed_files(spark, PIPELINE, tables, handoff.state_version, str(again))
+    assert _seed_rows(spark, again) == expected_seed
+    assert_matches_oracle(spark, bootstrap, topic_name, tables)
+
+
+def _switchyard(tables: Tables, bootstrap: str, *command: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
+    return subprocess.run([sys.executable, "-m", "jobs.cli", *command, "--pipeline", PIPELINE.name, "--warehouse",
+                           tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=600)
+
+
+def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark, bootstrap, topic_name, tmp_path):
+    """A handoff committed, then Kafka's retention deletes its start before the stream first runs: the stream
+    refuses in one line naming the recovery; `switchyard handoff --restart-from-retained` commits a handoff from
+    the earliest retained offsets with the deleted range recorded as lost (log and status); the stream then runs
+    and equals the oracle over every record but the lost ones."""
+    from kafka import TopicPartition
+
+    run_generate(bootstrap, topic_name, events=600, keys=10, partitions=2, days=1, seed=3, malformed_rate=0.03,
+                 out=QUIET)
+    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
+                out=_quiet)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    records = oracle.read_topic(bootstrap, topic_name)  # every record, before the retention deletes some
+    start = handoff.start_offsets
+    retained_from = start[1] + 20
+    with admin_client(bootstrap) as admin:
+        admin.delete_records({TopicPartition(topic_name, 1): retained_from})
+    logged = handoff_log.entries(None, tables)
+
+    refused = _switchyard(tables, bootstrap, "stream", "--until-caught-up")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    error = refused.stderr.strip().splitlines()[-1]  # the JVM may print a warning of its own before it
+    assert error.startswith("switchyard stream: error: ") and refused.stderr.count("error") == 1, refused.stderr
+    assert f"partition 1 offsets {start[1]}..{retained_from - 1} deleted" in error
+    assert f"run `switchyard handoff --pipeline {PIPELINE.name} --restart-from-retained`" in error
+    assert len(handoff_log.entries(None, tables)) == len(logged), "the refusal logs nothing"
+
+    recovered = _switchyard(tables, bootstrap, "handoff", "--restart-from-retained")
+    assert recovered.returncode == 0, recovered.stderr
+    restarted = current_handoff(None, tables)
+    assert restarted.handoff_id != handoff.handoff_id and restarted.state_version == handoff.state_version
+    assert restarted.start_offsets == {0: start[0], 1: retained_from}
+    lost = {"1": {"from": start[1], "to": retained_from, "records": 20}}
+    committed = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    assert handoff_log.details(committed)["lost"] == lost
+    assert handoff_log.details(committed)["restarted_from"] == handoff.handoff_id
+    assert pipeline_status(tables)["lost_offsets"] == [
+        {"handoff_id": restarted.handoff_id, "partition": 1, "from": start[1], "to": retained_from, "records": 20}]
+    again = _switchyard(tables, bootstrap, "handoff", "--restart-from-retained")
+    assert again.returncode == 2 and "nothing is lost" in again.stderr, again.stderr
+
+    _stream_until_caught_up(spark, tables, bootstrap)
+    archived = [r for r in records if r.offset < start[r.partition]]
+    tail = [r for r in records if r.offset >= restarted.start_offsets[r.partition]]
+    expected = oracle.through_stream(archived, tail, batch_ends(tables, restarted.handoff_id))
+    assert_state_matches(spark, tables, expected)
+    assert_windows_match(spark, tables.windows, expected.final_windows())
+    assert_windows_match(spark, tables.window_state, expected.open_windows())
+    dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
+    assert dead == expected.dead_letter
+    accounting = pipeline_status(tables)["stream_accounting"]
+    for p, (_, end) in {p: (0, max(r.offset for r in records if r.partition == p) + 1) for p in (0, 1)}.items():
+        assert accounting[str(p)]["read"] == end - restarted.start_offsets[p], "read from the retained start on"
