@@ -7,7 +7,7 @@ from state_handoff import handoff_log, lease, lifecycle, stream_progress
 from state_handoff.clock import utc_now
 from state_handoff.io import storage
 from state_handoff.lifecycle import Status
-from state_handoff.retained import lost_ranges
+from state_handoff.lost_offsets import lost_ranges
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
 

@@ -19,7 +19,7 @@ from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
 from jobs.seed import prepare_stream
-from state_handoff import faults, handoff_log, retention
+from state_handoff import faults, handoff_log, kept_versions
 from state_handoff.aggregates import partial_columns
 from state_handoff.io import delta_upkeep, storage
 from state_handoff.lifecycle import Status
@@ -153,7 +153,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})
     for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter):
         delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
-    delta_upkeep.vacuum(tables.state, keep_versions=retention.kept_state_versions(tables))  # and the seeds' state
+    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
     if missing:
         out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
             "backfill the remaining days before the handoff")

@@ -82,7 +82,7 @@ def run_handoff_command(args) -> int:
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
         from state_handoff import handoff_log
-        from state_handoff.retained import lost_ranges, restart_from_retained
+        from state_handoff.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
             raise UserError("--restart-from-retained keeps the committed handoff's boundary: drop --boundary and --at")

@@ -15,7 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from jobs.delta_txn import TxnApp, merge_once
 from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
-from state_handoff import faults, handoff_log, retention, stream_progress
+from state_handoff import faults, handoff_log, kept_versions, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
 from state_handoff.io import delta_upkeep, storage
@@ -95,7 +95,7 @@ class StateSink:
             self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
             datetime.now(timezone.utc)))
         if delta_upkeep.due(batch_id):
-            delta_upkeep.tidy(self.table, keep_versions=retention.kept_state_versions(self.tables))
+            delta_upkeep.tidy(self.table, keep_versions=kept_versions.kept_state_versions(self.tables))
 
 
 def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,

@@ -40,7 +40,7 @@ from state_handoff.handoff import Handoff, current_handoff
 from state_handoff.io import delta_upkeep, storage
 from state_handoff.io.kafka_io import create_topic, latest_offsets
 from state_handoff.lifecycle import Status
-from state_handoff.retained import refuse_if_expired
+from state_handoff.lost_offsets import refuse_if_expired
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
 from state_handoff.stream_layout import KEYED, StreamPaths

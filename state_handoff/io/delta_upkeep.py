@@ -12,7 +12,7 @@ days of tiles, vacuums the tables it wrote (no compaction: its files are large).
 Delta's retention check stays on: RETENTION_HOURS is written into the table as `delta.deletedFileRetentionDuration`
 and every vacuum here uses the table's own retention, never asking for less (Delta refuses a shorter one). What
 must outlive it is named by version (`keep_versions`): the files of the snapshot a handoff was committed with, which
-its stream reads again when it seeds without the seed's files (state_handoff/retention.py), whatever their age.
+its stream reads again when it seeds without the seed's files (state_handoff/kept_versions.py), whatever their age.
 """
 
 from __future__ import annotations
