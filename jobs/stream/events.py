@@ -42,8 +42,9 @@ def added_partitions(bootstrap: str, handoff: Handoff, fresh: bool) -> dict[int,
     lost = sorted((p, lo) for p, lo in added.items() if lo > 0)
     if fresh and lost:
         p, lo = lost[0]
-        raise UserError(f"partition {p} of topic {handoff.topic} was added after handoff {handoff.handoff_id} and no "
-                        f"longer retains its first records (it starts at offset {lo}): run `switchyard rebase`")
+        raise UserError(f"partition {p} of topic {handoff.topic} was added after handoff {handoff.handoff_id} and its "
+                        f"offsets 0..{lo - 1} are gone from Kafka: hand off again from what is retained "
+                        "(`switchyard archive`, `switchyard backfill`, `switchyard handoff`)")
     return {p: 0 for p in sorted(added)}
 
 
