@@ -7,18 +7,21 @@ from __future__ import annotations
 from state_handoff.checkpoints import checkpoint_incarnation
 
 
-def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None) -> bool:
+def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None,
+               matched_when: str | None = None) -> bool:
     """A MERGE of a small Arrow table through delta-rs (no JVM: no Spark jobs, plans or generated code), once per
     (app_id, version): the same `txn` action Spark's idempotent writes record. `table` is a deltalake
     DeltaTable, brought up to date here; target rows are `t`, source rows `s`; `updates` (column -> SQL over
-    `t` and `s`) for matched rows, every column from `s` when None. False when already committed."""
+    `t` and `s`) for matched rows, every column from `s` when None; `matched_when`: a matched row is updated only
+    when this SQL over `t` and `s` holds. False when already committed."""
     from deltalake import CommitProperties, Transaction
 
     if committed(table, app_id, version):
         return False
     merger = table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
                          commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
-    merger = merger.when_matched_update_all() if updates is None else merger.when_matched_update(updates)
+    merger = (merger.when_matched_update_all(predicate=matched_when) if updates is None else
+              merger.when_matched_update(updates, predicate=matched_when))
     merger.when_not_matched_insert_all().execute()
     return True
 

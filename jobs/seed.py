@@ -23,7 +23,18 @@ from state_handoff.tables import Tables
 
 # Events a keyed row carries: 0 in the seed, 1 for each stream input, so the merged state tells seed-only keys apart.
 EVENTS_SEEN = "stream_events"
+# Each `state` row's version: an update replaces a row only when its version is newer, so a key never moves back
+# (updates of one key that arrive out of order, a replayed batch). The backfill writes 0; the stream of a handoff
+# writes (its commit time in seconds << 32) + the key's stream events so far, which grows with every event of the
+# key and is above any version of an earlier handoff.
+UPDATE_VERSION = "update_version"
 SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"  # Spark's schema in the Parquet files it writes
+
+
+def version_base(committed_at) -> int:
+    """The first version of a handoff's updates (see UPDATE_VERSION): its commit time in seconds, shifted past the
+    count of a key's events."""
+    return int(committed_at.timestamp()) << 32
 
 
 def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_version: int, seed: str,

@@ -21,6 +21,7 @@ from state_handoff import faults, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.io import delta_upkeep, storage
+from state_handoff.parsing import dead_letter_value
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
@@ -106,7 +107,8 @@ class EventsSink:
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
             if any(p["dead_lettered"] for p in per_partition.values()):
                 dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
-                append_arrow_once(self._table(tables.dead_letter), dead.toArrow(), f"{app}-dead", batch_id)
+                table = self._table(tables.dead_letter)
+                append_arrow_once(table, conformed(dead.toArrow(), table), f"{app}-dead", batch_id)
                 faults.reach("stream.events.after_dead_letter")
             if any(p["late"] for p in per_partition.values()):
                 late = events.where("__late").select(
@@ -159,16 +161,27 @@ class EventsSink:
                     "'Timestamp(Microsecond, Some(\"UTC\"))')", f"{self.app}-windows-close", batch_id)
 
 
+def conformed(data, table):
+    """`data` with the columns of `table` in its order: a table made before a column was added keeps its schema."""
+    import pyarrow as pa
+
+    schema = pa.schema(table.schema())
+    return data.select([name for name in schema.names if name in data.column_names])
+
+
 def _window_index(pipeline: Pipeline, t: datetime) -> int:
     return int(t.timestamp() // pipeline.windows.size.total_seconds())
 
 
 def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event_date: F.Column | None = None):
     """`dead_letter`'s rows for parsed records that failed to parse: dated by their event time when it parsed,
-    else by their Kafka timestamp (`event_date`: a date the records already carry, as archived ones do)."""
+    else by their Kafka timestamp (`event_date`: a date the records already carry, as archived ones do). Each keeps
+    its value's size and the value itself, cut to a bounded prefix when it is above the record size limit: the cut
+    is Spark's, so a batch of huge records never reaches the driver whole."""
     if event_date is None:
         event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
-    return malformed.select("kafka_partition", "kafka_offset", "value", F.col("error").alias("reason"),
+    return malformed.select("kafka_partition", "kafka_offset", dead_letter_value().alias("value"),
+                            F.octet_length("value").cast("long").alias("value_bytes"), F.col("error").alias("reason"),
                             F.lit(phase).alias("phase"), F.current_timestamp().alias("recorded_at"),
                             event_date.alias("event_date"))
 
@@ -182,7 +195,8 @@ def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
     utc = pa.timestamp("us", tz="UTC")
     wanted = {
         tables.dead_letter: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-                                        ("value", pa.binary()), ("reason", pa.string()), ("phase", pa.string()),
+                                        ("value", pa.binary()), ("value_bytes", pa.int64()), ("reason", pa.string()),
+                                        ("phase", pa.string()),
                                         ("recorded_at", utc), ("event_date", pa.date32())]), ["event_date"]),
         tables.late: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
                                  (pipeline.key, pa.string()), (pipeline.event_time, utc), ("window_start", utc),

@@ -6,6 +6,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
 from state_handoff.spec import Pipeline
 
 # ISO-8601 with an explicit UTC designator or offset; anything else is malformed, however lenient Spark's cast.
@@ -13,6 +14,17 @@ ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\
 
 TOMBSTONE = "tombstone"
 NOT_JSON_OBJECT = "not_json_object"
+
+
+def too_large(limit: int | None = None) -> Column:
+    """True for a record whose value has more bytes than `limit` (the setting when None)."""
+    return F.octet_length("value") > F.lit(max_record_bytes() if limit is None else limit)
+
+
+def dead_letter_value(limit: int | None = None) -> Column:
+    """A dead letter's copy of the value: whole when within the limit, else its first DEAD_LETTER_PREFIX_BYTES,
+    cut by Spark before any row reaches the driver."""
+    return F.when(too_large(limit), F.substring("value", 1, DEAD_LETTER_PREFIX_BYTES)).otherwise(F.col("value"))
 
 
 def missing(field: str) -> str:
@@ -27,9 +39,11 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Add the pipeline's typed fields and `error` (null when well-formed) to records with a binary `value`.
 
     Strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5" is not);
-    a timestamp must match ISO_TIMESTAMP and be a real instant.
+    a timestamp must match ISO_TIMESTAMP and be a real instant. A value above `max_record_bytes()` is TOO_LARGE,
+    and not parsed.
     """
-    raw = F.col("value").cast("string")
+    oversized = too_large()
+    raw = F.when(~oversized, F.col("value").cast("string"))
     corrupt = {"columnNameOfCorruptRecord": "_corrupt_record"}
     numeric = [f for f in pipeline.fields if f.type not in ("string", "timestamp")]
     as_text = ", ".join(f"`{f.name}` STRING" for f in pipeline.fields) + ", `_corrupt_record` STRING"
@@ -48,7 +62,8 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     is_object = (F.when(refused, F.col("__json").isNotNull() & F.col("__json._corrupt_record").isNull())
                  .otherwise(F.col("__typed").isNotNull()) & F.ltrim(raw).startswith("{"))
     typed: dict[str, Column] = {}
-    checks: list[tuple[Column, str]] = [(F.col("value").isNull(), TOMBSTONE), (~is_object, NOT_JSON_OBJECT)]
+    checks: list[tuple[Column, str]] = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE),
+                                        (~is_object, NOT_JSON_OBJECT)]
     for f in pipeline.fields:
         text = F.when(refused, F.col(f"__json.`{f.name}`")).otherwise(F.col(f"__typed.`{f.name}`"))
         if f.type == "string":

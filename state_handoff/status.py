@@ -86,18 +86,23 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
 
 
 def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
-    """With no stream running: latest offsets minus what the stream's event batches have read."""
+    """With no stream running: latest (last stable) offsets minus where the events query's last committed batch
+    ended (its records read, past the start, when its checkpoint says nothing: counts that miss a transaction's
+    markers and aborted records, which take offsets no reader sees)."""
+    from state_handoff.checkpoints import committed_end_offsets
     from state_handoff.io.archive_files import archive_meta
     from state_handoff.io.kafka_io import offset_bounds
+    from state_handoff.stream_layout import StreamPaths
 
     try:
         topic = archive_meta(tables.archive)["topic"]
         latest = offset_bounds(bootstrap, topic)
+        ended = committed_end_offsets(str(StreamPaths.of(tables, handoff_id).events_checkpoint), topic) or {}
     except Exception:  # the broker may be down; status still reports the rest
         return None
     behind = {}
     for p, (_, hi) in latest.items():
-        read_to = start.get(p, 0) + per_partition.get(str(p), {}).get("read", 0)
+        read_to = ended.get(p, start.get(p, 0) + per_partition.get(str(p), {}).get("read", 0))
         behind[str(p)] = max(0, hi - read_to)
     return behind
 

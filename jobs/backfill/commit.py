@@ -18,7 +18,7 @@ from jobs.backfill.read import archived_boundary, bad_file, file_problem, resolv
 from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
-from jobs.seed import prepare_stream
+from jobs.seed import UPDATE_VERSION, prepare_stream
 from state_handoff import faults, handoff_log, kept_versions
 from state_handoff.aggregates import partial_columns
 from state_handoff.io import delta_upkeep, storage
@@ -103,7 +103,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
-        state.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state)
+        (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
+         .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state))
         state_version = _delta_version(tables.state)
         times.end("state")
         watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))

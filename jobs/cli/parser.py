@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from jobs.cli import developer, inputs, pipeline, services
 from state_handoff import faults
 from state_handoff.errors import Failed, UserError
+from state_handoff.record_limits import max_record_bytes
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def run() -> int:
         faults.check_setting()
+        max_record_bytes()
         return args.handler(args)
 
     return run_reporting_errors(f"switchyard {args.command}", run)

@@ -11,7 +11,9 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.sinks import SKIPPED_OVERLAP, EventsSink, mark_overlap
+from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
+from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
@@ -31,11 +33,30 @@ def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[i
                                 F.col("timestamp").alias("kafka_timestamp"), *key, "value")
 
 
+def added_partitions(bootstrap: str, handoff: Handoff, fresh: bool) -> dict[int, int]:
+    """The partitions the topic gained after the handoff, each with the offset the stream reads it from: 0, since
+    every record of such a partition came after the handoff's cut (a partition added while the stream runs, Spark's
+    source reads from its earliest offset the same way). `fresh` (the stream has no checkpoint yet): a gained
+    partition that no longer retains offset 0 lost records nothing read, and is refused."""
+    added = {p: lo for p, (lo, _) in offset_bounds(bootstrap, handoff.topic).items() if p not in handoff.start_offsets}
+    lost = sorted((p, lo) for p, lo in added.items() if lo > 0)
+    if fresh and lost:
+        p, lo = lost[0]
+        raise UserError(f"partition {p} of topic {handoff.topic} was added after handoff {handoff.handoff_id} and its "
+                        f"offsets 0..{lo - 1} are gone from Kafka: hand off again from what is retained "
+                        "(`switchyard archive`, `switchyard backfill`, `switchyard handoff`)")
+    return {p: 0 for p in sorted(added)}
+
+
 def parsed_input(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff: Handoff,
-                 max_offsets_per_trigger: int | None) -> tuple[DataFrame, DataFrame]:
+                 max_offsets_per_trigger: int | None, added: dict[int, int] | None = None
+                 ) -> tuple[DataFrame, DataFrame]:
     """The handoff's parsed input for the events query (a time-mode handoff's overlap records marked
-    SKIPPED_OVERLAP when archived) and for the keyed query (those records left out)."""
-    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, handoff.start_offsets,
+    SKIPPED_OVERLAP when archived) and for the keyed query (those records left out). `added`: partitions the topic
+    gained after the handoff and their start (`added_partitions`); Spark's source wants a start for every
+    partition of the topic when it starts without a checkpoint."""
+    start = {**handoff.start_offsets, **(added or {})}
+    parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, start,
                                                   max_offsets_per_trigger, with_key=handoff.overlap is not None))
     keyed_source = parsed
     if handoff.overlap is not None:

@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from jobs.seed import EVENTS_SEEN, seed_schema
+from jobs.seed import EVENTS_SEEN, UPDATE_VERSION, seed_schema
 from state_handoff import faults
 from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
 from state_handoff.io.kafka_security import spark_options
@@ -45,11 +45,14 @@ def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> 
         .alias("headers"))
 
 
-def keyed_updates(pipeline: Pipeline, merged: DataFrame, handoff_id: str) -> DataFrame:
+def keyed_updates(pipeline: Pipeline, merged: DataFrame, handoff_id: str, version_base: int) -> DataFrame:
     """What the keyed query writes, through Spark's own Kafka sink (no Python between a record and its
-    update): the keys a batch changed with their whole new state. Seed-only keys (EVENTS_SEEN 0) are not
-    news. A replay may resend a batch's updates: an update is the key's whole state, so a copy changes nothing."""
-    return update_messages(pipeline, merged.where(F.col(EVENTS_SEEN) > 0).drop(EVENTS_SEEN), handoff_id)
+    update): the keys a batch changed with their whole new state and its UPDATE_VERSION (`version_base` plus the
+    key's stream events so far). Seed-only keys (EVENTS_SEEN 0) are not news. A replay may resend a batch's
+    updates: an update is the key's whole state, so a copy changes nothing."""
+    changed = (merged.where(F.col(EVENTS_SEEN) > 0)
+               .withColumn(UPDATE_VERSION, F.lit(version_base).cast("long") + F.col(EVENTS_SEEN)).drop(EVENTS_SEEN))
+    return update_messages(pipeline, changed, handoff_id)
 
 
 class KeyedCrashPoint(StreamingQueryListener):
@@ -75,13 +78,13 @@ class KeyedCrashPoint(StreamingQueryListener):
 
 
 def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff_id: str, paths: StreamPaths,
-                      source: DataFrame, trigger: dict) -> StreamingQuery:
+                      source: DataFrame, trigger: dict, version_base: int = 0) -> StreamingQuery:
     """The keyed query over `source` (the parsed input) and the handoff's seed, in the `keyed` scheduler pool."""
     seed = spark.readStream.schema(seed_schema(spark, str(paths.seed))).parquet(str(paths.seed))
     context = spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's threads
     merged = merged_state(pipeline, keyed_input(pipeline, source).unionByName(seed))
-    query = (keyed_updates(pipeline, merged, handoff_id)
+    query = (keyed_updates(pipeline, merged, handoff_id, version_base)
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .format("kafka").options(**spark_options(bootstrap)).option("kafka.acks", "all")
              .option("topic", pipeline.updates_topic)

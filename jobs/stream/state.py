@@ -1,6 +1,7 @@
 """The state query: reads this handoff's updates back from `<pipeline>.updates` and upserts the newest per key
-into `state`. An update is the key's whole state, so applying one twice (a replayed keyed batch resends it)
-or late changes nothing; a stop drains it, so `state` holds every update when the stream stops."""
+into `state`, only ever forward: an update replaces a row only when its UPDATE_VERSION is newer. An update is the
+key's whole state, so applying one twice (a replayed keyed batch resends it) or late changes nothing; a stop
+drains it, so `state` holds every update when the stream stops."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from jobs.delta_txn import TxnApp, merge_once
+from jobs.seed import UPDATE_VERSION
 from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
 from state_handoff import faults, handoff_log, kept_versions, stream_progress
 from state_handoff.errors import UserError
@@ -28,12 +30,23 @@ from state_handoff.tables import Tables
 
 
 def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:
-    """This handoff's update records, newest per key (a key's updates share a partition), as state rows."""
+    """This handoff's update records, newest per key, as state rows: the greatest UPDATE_VERSION (then offset, for
+    a table without versions), whatever order they arrived in."""
     ours = F.exists("headers", lambda h: (h["key"] == HANDOFF_HEADER) & (h["value"] == F.lit(handoff_id).cast("binary")))
     rows = messages.where(ours).select("offset", F.from_json(F.col("value").cast("string"), schema, JSON_OPTIONS)
                                        .alias("s"))
-    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", "offset").alias("s"))
+    order = (F.struct(F.col(f"s.{UPDATE_VERSION}"), F.col("offset")) if UPDATE_VERSION in schema.fieldNames()
+             else F.col("offset"))
+    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", order).alias("s"))
             .select("s.*"))
+
+
+def forward_only(schema) -> str | None:
+    """The MERGE's condition for replacing a row: a newer UPDATE_VERSION (None for a table made before versions,
+    whose rows any update replaces)."""
+    if UPDATE_VERSION not in schema.fieldNames():
+        return None
+    return f't."{UPDATE_VERSION}" IS NULL OR s."{UPDATE_VERSION}" > t."{UPDATE_VERSION}"'
 
 
 class StateTurn:
@@ -89,7 +102,8 @@ class StateSink:
         if self.table is None:
             self.table = DeltaTable(self.tables.state, storage_options=storage.delta_options(self.tables.state))
         key = self.pipeline.key
-        merge_once(self.table, newest, f't."{key}" = s."{key}"', str(self.app), batch_id)
+        merge_once(self.table, newest, f't."{key}" = s."{key}"', str(self.app), batch_id,
+                   matched_when=forward_only(self.schema))
         faults.reach("stream.state.after_merge")
         stream_progress.record(self.tables, stream_progress.BatchRow(
             self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,

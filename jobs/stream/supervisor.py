@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 
 from jobs import rebase
 from jobs.delta_txn import TxnApp
-from jobs.seed import write_seed
+from jobs.seed import version_base, write_seed
 from jobs.sinks import EventsSink, ensure_tables
-from jobs.stream.events import parsed_input, start_events_query
+from jobs.stream.events import added_partitions, parsed_input, start_events_query
 from jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
 from jobs.stream.monitor import Monitor
 from jobs.stream.pipes import Silent, reporting
@@ -94,6 +94,7 @@ class Supervisor:
         self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
         self.state_turn: StateTurn | None = None  # the running state query's turn (a drain hurries it)
         self.updates_from: dict[int, int] = {}  # where the running handoff's updates begin on the updates topic
+        self.added_partitions: dict[int, int] = {}  # partitions the topic gained after the running handoff: start
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
@@ -141,6 +142,7 @@ class Supervisor:
         restart = storage.exists(paths.keyed_checkpoint)
         if not restart:  # a first start: Kafka must still hold where the handoff starts
             refuse_if_expired(tables, handoff, bootstrap)
+        self.added_partitions = added_partitions(bootstrap, handoff, fresh=not restart)
         step_done("checks")
         write_seed(spark, pipeline, tables, handoff, paths)
         step_done("seed")
@@ -153,7 +155,9 @@ class Supervisor:
         self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
-                          "updates_from": updates_from})
+                          "updates_from": updates_from,
+                          **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
+                             if self.added_partitions else {})})
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
         step_done("stream_started_logged")
@@ -219,7 +223,8 @@ class Supervisor:
         spark, pipeline, tables, bootstrap, settings = (self.spark, self.pipeline, self.tables, self.bootstrap,
                                                         self.settings)
         paths = StreamPaths.of(tables, handoff.handoff_id)
-        parsed, keyed_source = parsed_input(spark, pipeline, bootstrap, handoff, settings.max_offsets_per_trigger)
+        parsed, keyed_source = parsed_input(spark, pipeline, bootstrap, handoff, settings.max_offsets_per_trigger,
+                                            self.added_partitions)
         once = {"processingTime": "6 hours"}
         keyed = events = None
         if only in (None, KEYED):
@@ -227,7 +232,8 @@ class Supervisor:
                 self._crash_listener = KeyedCrashPoint(f"{pipeline.name}-keyed")
                 spark.streams.addListener(self._crash_listener)
             keyed = start_keyed_query(spark, pipeline, bootstrap, handoff.handoff_id, paths, keyed_source,
-                                      once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"})
+                                      once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"},
+                                      version_base(handoff.committed_at))
         events_sink = EventsSink(pipeline, tables, handoff,
                                  TxnApp(f"{self.app_id(handoff)}-events", paths.events_checkpoint))
         if only in (None, EVENTS):

@@ -56,7 +56,7 @@ def _new_consumer(bootstrap: str, request_timeout_ms: int | None = None):
     timeout = {"request_timeout_ms": request_timeout_ms} if request_timeout_ms else {}
     try:
         return KafkaConsumer(**{**_client_kwargs(bootstrap), **timeout}, enable_auto_commit=False,
-                             consumer_timeout_ms=5000)
+                             consumer_timeout_ms=5000, isolation_level=kafka_security.ISOLATION)
     except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
         raise _unreachable(bootstrap, error) from None
 
@@ -174,7 +174,8 @@ def partitions_of(bootstrap: str, topic: str) -> list[int]:
 
 
 def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
-    """Per partition: (earliest retained offset, latest offset = next to be written)."""
+    """Per partition: (earliest retained offset, latest offset: the last stable offset, past every committed record
+    and before any open transaction's first)."""
     from kafka import TopicPartition
 
     parts = partitions_of(bootstrap, topic)
@@ -186,7 +187,8 @@ def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
 
 
 def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int, int]]:
-    """Per topic and partition, the next offset to be written; one client for all of them."""
+    """Per topic and partition, the last stable offset (the end of what a read_committed reader sees now); one client
+    for all of them."""
     with consumer(bootstrap) as client:
         return _ends(client, bootstrap, list(topics))
 

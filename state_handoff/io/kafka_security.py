@@ -139,6 +139,7 @@ def client_kwargs() -> dict:
     return from_env().client_kwargs()
 
 
+
 def librdkafka_config(bootstrap: str) -> dict[str, str]:
     """Everything confluent-kafka needs to reach the cluster: the bootstrap and the security."""
     return {"bootstrap.servers": bootstrap, **from_env().librdkafka_config()}
@@ -156,6 +157,15 @@ def spark_options(bootstrap: str) -> dict[str, str]:
 FETCH_MAX_WAIT_MS = 20
 
 
+# Input is read committed, by every reader of a topic (the stream, the archive, the backfill's tail, the rebase's
+# catch-up, the offsets of cuts and lag): records of a transaction its producer aborted are never aggregated, and
+# a topic's end is its last stable offset (an open transaction's records count once it commits). A transaction's
+# control markers and aborted records take offsets no consumer sees: "records read" per partition counts the
+# records the consumer sees, so it may be less than the span of offsets read.
+ISOLATION = "read_committed"
+
+
 def spark_source_options(bootstrap: str) -> dict[str, str]:
-    """`spark_options` for Spark's Kafka source, batch or streaming: with a short fetch wait."""
-    return {**spark_options(bootstrap), "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS)}
+    """`spark_options` for Spark's Kafka source, batch or streaming: committed records only, a short fetch wait."""
+    return {**spark_options(bootstrap), "kafka.fetch.max.wait.ms": str(FETCH_MAX_WAIT_MS),
+            "kafka.isolation.level": ISOLATION}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ WINDOW = timedelta(hours=1)
 LATENESS = timedelta(minutes=10)
 
 
+def max_record_bytes() -> int:
+    """DESIGN's record size limit: SWITCHYARD_MAX_RECORD_BYTES, else 1 MiB."""
+    return int(os.environ.get("SWITCHYARD_MAX_RECORD_BYTES") or 1024 * 1024)
+
+
 @dataclass(frozen=True)
 class KafkaRecord:
     partition: int
@@ -29,11 +35,12 @@ class KafkaRecord:
 
 
 def read_topic(bootstrap: str, topic: str) -> list[KafkaRecord]:
-    """Every record of the topic, by a plain consumer."""
+    """Every committed record of the topic, by a plain consumer: a transaction's aborted records and its markers are
+    never input (their offsets are skipped), and the end is the last stable offset."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, **client_kwargs(), enable_auto_commit=False,
-                             consumer_timeout_ms=10000)
+                             consumer_timeout_ms=10000, isolation_level="read_committed")
     parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
     consumer.assign(parts)
     consumer.seek_to_beginning()
@@ -59,6 +66,8 @@ def classify(value: bytes | None) -> tuple[str | None, Event | None]:
     """(reason, None) for a malformed value, (None, event) for a well-formed one."""
     if value is None:
         return "tombstone", None
+    if len(value) > max_record_bytes():  # not parsed, well-formed or not
+        return "too_large", None
     try:
         obj = json.loads(value.decode("utf-8", errors="replace"))
     except ValueError:
@@ -190,7 +199,9 @@ class StreamExpected:
 
 def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
                    batches: list[dict[int, int]]) -> StreamExpected:
-    """`batches` gives, per stream batch in order, the last offset read from each partition it touched.
+    """`batches` gives, per stream batch in order, the last offset read from each partition it touched; a batch
+    reads the partition's records after the previous batch's last offset up to its own (offsets in between that no
+    committed record holds, a transaction's markers or aborted records, are skipped).
 
     The watermark starts at the backlog watermark and, after each batch, becomes the greatest of itself and
     (newest well-formed event time of the batch - lateness); a tail record is late when its window ended
@@ -210,7 +221,9 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
         for partition, last in sorted(last_offsets.items()):
             first = read_to.get(partition, -1) + 1
             for offset in range(first, last + 1):
-                record = by_position[(partition, offset)]
+                record = by_position.get((partition, offset))
+                if record is None:  # no committed record there
+                    continue
                 seen.add((partition, offset))
                 expected.read[partition] += 1
                 reason, event = classify(record.value)

@@ -133,7 +133,12 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
     dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
     assert dead == expected.dead_letter
     # the accounting identity per partition over both phases: nothing vanished, nothing counted twice
-    backfill = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))["accounting"]
+    committed = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))
+    backfill = {p: dict(a) for p, a in committed["accounting"].items()}
+    for p, a in (committed.get("kafka_tail") or {}).get("accounting", {}).items():  # the backfill's Kafka tail
+        b = backfill.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0})
+        for name in ("read", "well_formed", "dead_lettered"):
+            b[name] += a[name]
     status = pipeline_status(tables)
     for p in expected.read:
         b = backfill.get(str(p), {"read": 0, "well_formed": 0, "dead_lettered": 0})
