@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TABLES = ("archive", "tiles", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
-          "stream_batches", "leases")
+          "stream_batches", "leases", "archive_lease")
 
 
 @dataclass(frozen=True)
 class Tables:
     warehouse: str
     pipeline: str
+    lease_table: str = "leases"  # which lease these tables' writer holds (see archive_writer)
 
     @property
     def root(self) -> str:
@@ -62,8 +63,13 @@ class Tables:
 
     @property
     def leases(self) -> str:
-        """Who owns the pipeline now: one row, the lease (state_handoff/lease.py)."""
-        return self.path("leases")
+        """The lease its writer holds: the pipeline's own, or the archive's (archive_writer)."""
+        return self.path(self.lease_table)
+
+    def archive_writer(self) -> "Tables":
+        """These tables under the archive's own lease: one archive run at a time, and beside a live stream, a backfill
+        or a handoff, which read only what the archive's record has committed, never the files a run is writing."""
+        return replace(self, lease_table="archive_lease")
 
     @property
     def stream_dir(self) -> str:

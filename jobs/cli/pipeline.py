@@ -26,8 +26,9 @@ def run_archive_command(args) -> int:
 
     pipeline, tables = _pipeline_and_tables(args)
     cut = archive_cut(args.bootstrap, args.topic, args.fraction, args.until_offsets)
-    # one writer of the archive at a time: another run, or a backfill reading it, would see files vanish as orphans
-    with lease.hold(tables, lease.ARCHIVE) as held:
+    # one writer of the archive at a time (another run would remove this one's files as orphans); the stream, a
+    # backfill and a handoff hold the pipeline's lease and read only what the record has committed
+    with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
         print(run_archive(_spark("archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
     return 0
 

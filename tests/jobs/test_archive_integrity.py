@@ -212,20 +212,32 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     assert _version(tables.state) == before
 
 
-@pytest.mark.parametrize("owner", [lease.ARCHIVE, lease.BACKFILL])
-def test_an_archive_while_another_holds_the_lease_is_refused_naming_the_owner(bootstrap, archived, tables, owner):
-    """Another archive run (which would remove this one's files as orphans), or a backfill reading the archive."""
+def _archive_all(tables: Tables, bootstrap: str, topic: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobs.cli", "archive", "--pipeline", PIPELINE.name, "--topic", topic,
+                           "--fraction", "1.0", "--warehouse", tables.warehouse, "--bootstrap", bootstrap], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+
+
+def test_an_archive_while_another_archive_run_holds_its_lease_is_refused_naming_the_owner(bootstrap, archived, tables):
+    """Another archive run would remove this one's files as orphans: the second is refused before Spark starts."""
     meta = _meta(tables)
-    with lease.hold(tables, owner):
-        done = subprocess.run([sys.executable, "-m", "jobs.cli", "archive", "--pipeline", PIPELINE.name,
-                               "--topic", archived["topic"], "--fraction", "1.0", "--warehouse", tables.warehouse,
-                               "--bootstrap", bootstrap], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    with lease.hold(tables.archive_writer(), lease.ARCHIVE):
+        done = _archive_all(tables, bootstrap, archived["topic"])
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `{owner}` \(pid {os.getpid()} ",
+    assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `{lease.ARCHIVE}` \(pid {os.getpid()} ",
                                          lines[0]), done.stderr
     assert _meta(tables) == meta
+
+
+def test_the_archive_grows_beside_a_live_stream(bootstrap, archived, tmp_path):
+    """The stream holds the pipeline's lease and reads Kafka, not the archive: the nightly archiver runs beside it."""
+    tables = Tables(str(tmp_path / "beside"), PIPELINE.name)
+    with lease.hold(tables, lease.STREAM):
+        done = _archive_all(tables, bootstrap, archived["topic"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sum(_meta(tables)["runs"][-1]["records"].values()) == len(archived["records"])
 
 
 def test_an_archive_run_whose_record_changed_under_it_commits_nothing(spark, bootstrap, archived, tmp_path):
