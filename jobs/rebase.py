@@ -7,7 +7,10 @@ events query at E, per partition. The cut C is the topic's end at the pause (at 
 2. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
    read in batch, compared with the streamed state folded up to C (the reconciliation), and replaces it;
 3. BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream then seeds from the recomputed state.
-Each step is idempotent, so a rebase that dies is finished by the next `stream` (or `rebase`).
+Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
+dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
+(or `rebase`). The old handoff never streams again once paused, so the batch ids the catch-up wrote past its
+checkpoint are never planned by its query over another range.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
@@ -85,19 +88,17 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
                              missing="unstreamed"))
     str(sink.app)  # the checkpoint's incarnation, read once now: every batch below is tagged with it
 
-    def run(start: dict[int, int], end: dict[int, int], batch_id: int) -> datetime | None:
-        done = stream_progress.batch(tables, handoff.handoff_id, stream_progress.EVENTS, sink.app.incarnation,
-                                     batch_id)
-        if done is not None:
-            sink.last = done
-            return done.watermark_after
-        if all(end[p] <= start.get(p, 0) for p in end):
+    def run(start: dict[int, int], end: dict[int, int], batch_id: int, planned: bool = False) -> datetime | None:
+        # an empty planned batch still gets its row: the batch after it takes its watermark from there
+        if not planned and all(end[p] <= start.get(p, 0) for p in end):
             return sink.watermark_before(batch_id)
+        # a batch the stream planned carries the range the stream's own attempt recorded, if it got that far
+        offsets = sink.planned_range(batch_id) if planned else stream_progress.offset_range(start, end)
         parsed = parse_events(pipeline, kafka_range(spark, bootstrap, handoff.topic, start, end,
                                                     with_key=handoff.overlap is not None))
         if handoff.overlap is not None:
             parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
-        sink(parsed, batch_id)
+        sink(parsed, batch_id, offsets=offsets)  # recorded over the same range: done; over another: refused
         return sink.last.watermark_after
 
     committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
@@ -106,7 +107,7 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
         before = batch_end_offsets(checkpoint, committed, handoff.topic) if committed is not None else {}
         ends = batch_end_offsets(checkpoint, planned, handoff.topic)
         start = {p: before.get(p, handoff.start_offsets.get(p, 0)) for p in ends}
-        run(start, ends, planned)
+        run(start, ends, planned, planned=True)
         next_id = planned + 1
     return run(cut.events, cut.offsets, next_id)
 
@@ -155,7 +156,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         if not committed["complete"]:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
                             f"{committed['records_not_backfilled']}, skipped files: {committed['skipped_files']}): "
-                            "repair the archive, then start `switchyard stream` again to finish the rebase")
+                            "repair the archive")
         faults.reach("rebase.after_backfill")
     else:
         result = None
@@ -222,9 +223,11 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
     except UserError as err:
+        reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
+                  "`switchyard rebase`) finishes it there")
         handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
-                           details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
-        raise
+                           details={"phase": "rebase", "request_id": request["request_id"], "reason": reason})
+        raise UserError(reason) from None
 
 
 # ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
@@ -273,18 +276,23 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
 
 
 def open_request(tables: Tables) -> dict | None:
-    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED (or FAILED) answered yet, with its PAUSED details when
-    a pause began it: what a (re)starting stream must do before it streams."""
+    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED answered yet, with its PAUSED details when a pause
+    began it: what a (re)starting stream must do before it streams. A FAILED answers a request only before its
+    pause: from the pause on, the catch-up may have written the events path past the paused stream's checkpoint,
+    so the only way on is the handoff at the recorded cut."""
     entries = handoff_log.entries(None, tables)
-    answered, paused = set(), {}
+    answered, failed, paused = set(), set(), {}
     for e in entries:
         request_id = handoff_log.details(e).get("request_id")
         if request_id is None:
             continue
-        if e.status in (Status.HANDOFF_COMMITTED, Status.FAILED):
+        if e.status == Status.HANDOFF_COMMITTED:
             answered.add(request_id)
+        elif e.status == Status.FAILED:
+            failed.add(request_id)
         elif e.status == Status.PAUSED:
             paused[request_id] = handoff_log.details(e)
+    answered |= failed - set(paused)
     for e in entries:
         if e.status == Status.REBASE_REQUESTED:
             request = handoff_log.details(e)
