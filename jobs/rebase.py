@@ -2,15 +2,18 @@
 
 A paused stream's two readers stopped where their last committed batches ended: the keyed query at K, the
 events query at E, per partition. The cut C is the topic's end at the pause (at least K and E). Then:
-1. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
+1. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
+   read in batch and compared with the streamed state folded up to C (the reconciliation); a difference stops
+   the rebase here, with nothing written at the cut (RECONCILIATION_FAILED: the paused stream streams on),
+   unless the request accepts differences;
+2. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
    dead letters, late records and windows are exactly the stream's at C (a final window is never re-emitted);
-2. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
-   read in batch, compared with the streamed state folded up to C (the reconciliation), and replaces it;
-3. BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream then seeds from the recomputed state.
+3. the recomputed state replaces the streamed one; BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream
+   then seeds from the recomputed state.
 Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
 dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
-(or `rebase`). The old handoff never streams again once paused, so the batch ids the catch-up wrote past its
-checkpoint are never planned by its query over another range.
+(or `rebase`). Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
+checkpoint are never planned by the stream's query over another range.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
@@ -34,8 +37,8 @@ from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
 from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.aggregates import partial_columns
-from state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets, last_committed_batch,
-                                       last_planned_batch, planned_end_offsets)
+from state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
+                                       last_committed_batch, last_planned_batch, planned_end_offsets)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.io import storage
@@ -63,6 +66,27 @@ class Cut:
     @staticmethod
     def from_details(details: dict) -> "Cut":
         return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
+
+
+class ReconciliationFailed(UserError):
+    """The state recomputed at the cut differs from the streamed state there, and nobody accepted it."""
+
+    def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
+        self.reconciliation, self.resumable = reconciliation, resumable
+        examples = json.dumps(reconciliation["examples"][:2])[:600]
+        super().__init__(
+            f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
+            f"keys differ between the streamed and the recomputed state at the cut (e.g. {examples}); nothing was "
+            "replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
+
+
+def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
+    """The paused stream can stream on: no events batch is recorded past the one its checkpoint last planned (an
+    earlier attempt's catch-up writes its batches there, and the stream would plan those ids over other ranges)."""
+    planned = last_planned_batch(paths.events_checkpoint)
+    incarnation = checkpoint_incarnation(paths.events_checkpoint) or "unstreamed"
+    return not any(b.batch_id > (-1 if planned is None else planned)
+                   for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
 
 
 def pause_cut(bootstrap: str, handoff: Handoff, paths: StreamPaths) -> Cut:
@@ -132,9 +156,16 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                   paths: StreamPaths, cut: Cut, request: dict, out=print) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
-    out(f"rebase {pipeline.name}: catching the events path up to the cut "
-        + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
-    watermark = catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+
+    def gate(reconciliation: dict) -> datetime | None:
+        """Between the reconciliation and the first write at the cut: differences stop the rebase unless
+        accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
+        if reconciliation["keys_different"] and not request.get("accept_differences"):
+            raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
+        out(f"rebase {pipeline.name}: catching the events path up to the cut "
+            + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
+        return catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+
     backfill = _committed_backfill_for(tables, request["request_id"])
     if backfill is None:
         meta = archive_meta(tables.archive)
@@ -146,10 +177,12 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                      BackfillResult(None, None, None))
         kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
         at_cut = AtCut(cut.offsets, keyed_partials(pipeline, kafka),
-                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), watermark,
+                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
-                                "pause": cut.as_details()})
+                                "pause": cut.as_details(),
+                                "accepted_differences": bool(request.get("accept_differences"))},
+                       before_replace=gate)
         result = commit_state(spark, pipeline, tables, _tiles_or_new(tiles_run), out=out, at_cut=at_cut)
         reconciliation = at_cut.reconciliation
         committed = handoff_log.details(_committed_backfill_for(tables, request["request_id"]))
@@ -222,6 +255,11 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     faults.reach("rebase.after_pause")
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
+    except ReconciliationFailed as err:
+        handoff_log.append(spark, tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
+                           details={"request_id": request["request_id"], "reason": str(err),
+                                    "resumable": err.resumable, "reconciliation": err.reconciliation})
+        raise
     except UserError as err:
         reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
                   "`switchyard rebase`) finishes it there")
@@ -234,7 +272,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
 
 def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
                     session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
-                    no_rebase: bool = False, out=print) -> Handoff:
+                    no_rebase: bool = False, accept_differences: bool = False, out=print) -> Handoff:
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
     (`session` builds the SparkSession only then)."""
@@ -244,14 +282,14 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
             raise UserError(f"pipeline {pipeline.name} has a live stream "
                             f"({owner.describe(datetime.now(timezone.utc)) if owner else 'switchyard stream'}): "
                             "--no-rebase refuses to backfill under it; stop it, or drop --no-rebase to rebase it")
-        request_id = request_rebase(tables, reason, requested_by, days)
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
         out(f"{reason} {pipeline.name}: the stream is live; asked it to rebase at a cut (request {request_id})")
         new = wait_for_rebase(tables, request_id, timeout_s, out)
         out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
         return new
     with lease.hold(tables, requested_by):
         spark = session()
-        request_id = request_rebase(tables, reason, requested_by, days)
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
         while True:  # an older request a crash left open goes first
             request = open_request(tables)
             new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
@@ -263,7 +301,7 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
 
 
 def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
-                   figures: dict | None = None) -> str:
+                   figures: dict | None = None, accept_differences: bool = False) -> str:
     """Ask the live stream to rebase; returns the request id to wait for."""
     handoff = current_handoff(None, tables)
     if handoff is None:
@@ -271,7 +309,8 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
     request_id = uuid.uuid4().hex[:12]
     handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REQUESTED,
                        details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
-                                "from": days[0], "to": days[1], **(figures or {})})
+                                "from": days[0], "to": days[1], **(figures or {}),
+                                **({"accept_differences": True} if accept_differences else {})})
     return request_id
 
 
@@ -290,6 +329,8 @@ def open_request(tables: Tables) -> dict | None:
             answered.add(request_id)
         elif e.status == Status.FAILED:
             failed.add(request_id)
+        elif e.status == Status.RECONCILIATION_FAILED and handoff_log.details(e).get("resumable"):
+            answered.add(request_id)  # nothing replaced, nothing written past the stream's checkpoint
         elif e.status == Status.PAUSED:
             paused[request_id] = handoff_log.details(e)
     answered |= failed - set(paused)
@@ -318,7 +359,7 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print
             if not ours or e.seq in shown:
                 continue
             shown.add(e.seq)
-            if e.status == Status.FAILED:
+            if e.status in (Status.FAILED, Status.RECONCILIATION_FAILED):
                 raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
             out(f"  {e.status} {e.handoff_id}")
             if e.status == Status.SWITCHED:

@@ -4,6 +4,7 @@ next `stream` (or `rebase`) finishes it; against the oracle, accounting identity
 from __future__ import annotations
 
 import os
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -138,3 +139,50 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     expected_dead = {(r.partition, r.offset) for r in records if start[r.partition] <= r.offset < mid[r.partition]
                      and oracle.classify(r.value)[0]}
     assert {d for d in dead if d[1] >= start[d[0]]} == expected_dead
+
+
+def _tamper_state(tables: Tables, key: str) -> None:
+    """A difference at the cut: one key's streamed event count off by one in `state`, as a lost or doubled update
+    would leave it."""
+    from deltalake import DeltaTable
+
+    DeltaTable(tables.state).update(predicate=f"{PIPELINE.key} = '{key}'",
+                                    updates={"event_count": "event_count + 1"})
+
+
+def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, bootstrap, topic_name, tmp_path):
+    """A streamed state that differs from the recomputed one at the cut: `rebase` refuses in one line, logs
+    RECONCILIATION_FAILED with the key as an example, replaces nothing, and the stream streams on from the same
+    handoff; `rebase --accept-differences` then replaces it, and the tables equal the oracle."""
+    from tests.support.compare import rows
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    log = tmp_path / "stream.log"
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=46))
+    _stream_until_caught_up(tables, bootstrap, log)
+    key = sorted(r[PIPELINE.key] for r in rows(spark, tables.state) if re.fullmatch(r"[\w-]+", r[PIPELINE.key]))[0]
+    _tamper_state(tables, key)
+    tampered = {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)}
+
+    refused = _cli(tables, bootstrap, "rebase", "--timeout", "600")
+    out, _ = refused.communicate(timeout=900)
+    error = out.strip().splitlines()[-1]
+    assert refused.returncode == 2 and "Traceback" not in out, out
+    assert "1 of" in error and "--accept-differences" in error and key in error, out
+    failed = [e for e in handoff_log.entries(None, tables) if e.status == Status.RECONCILIATION_FAILED]
+    assert len(failed) == 1 and handoff_log.details(failed[0])["resumable"], failed
+    examples = handoff_log.details(failed[0])["reconciliation"]["examples"]
+    assert [x["key"] for x in examples] == [key]
+    assert len(_handoffs(tables)) == 1, "nothing handed off"
+    assert {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)} == tampered, "nothing replaced"
+
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 30, seed=47))
+    _stream_until_caught_up(tables, bootstrap, log)  # the same handoff streams on
+    assert len(_handoffs(tables)) == 1
+    accepted = _cli(tables, bootstrap, "rebase", "--accept-differences", "--timeout", "600")
+    out, _ = accepted.communicate(timeout=900)
+    assert accepted.returncode == 0, out
+    assert len(_handoffs(tables)) == 2
+    _stream_until_caught_up(tables, bootstrap, log)
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    assert_accounting_identity(bootstrap, topic_name, tables, expected)
