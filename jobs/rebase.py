@@ -290,8 +290,8 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     with lease.hold(tables, requested_by):
         spark = session()
         request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
-        while True:  # an older request a crash left open goes first
-            request = open_request(tables)
+        while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
+            request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
             new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
             if request["request_id"] == request_id:
                 break
