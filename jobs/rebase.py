@@ -2,12 +2,18 @@
 
 A paused stream's two readers stopped where their last committed batches ended: the keyed query at K, the
 events query at E, per partition. The cut C is the topic's end at the pause (at least K and E). Then:
-1. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
+1. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
+   read in batch and compared with the streamed state folded up to C (the reconciliation); a difference stops
+   the rebase here, with nothing written at the cut (RECONCILIATION_FAILED: the paused stream streams on),
+   unless the request accepts differences;
+2. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
    dead letters, late records and windows are exactly the stream's at C (a final window is never re-emitted);
-2. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
-   read in batch, compared with the streamed state folded up to C (the reconciliation), and replaces it;
-3. BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream then seeds from the recomputed state.
-Each step is idempotent, so a rebase that dies is finished by the next `stream` (or `rebase`).
+3. the recomputed state replaces the streamed one; BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream
+   then seeds from the recomputed state.
+Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
+dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
+(or `rebase`). Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
+checkpoint are never planned by the stream's query over another range.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
@@ -31,8 +37,8 @@ from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
 from state_handoff import faults, handoff_log, lease, stream_progress
 from state_handoff.aggregates import partial_columns
-from state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets, last_committed_batch,
-                                       last_planned_batch, planned_end_offsets)
+from state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
+                                       last_committed_batch, last_planned_batch, planned_end_offsets)
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.io import storage
@@ -62,6 +68,27 @@ class Cut:
         return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
 
 
+class ReconciliationFailed(UserError):
+    """The state recomputed at the cut differs from the streamed state there, and nobody accepted it."""
+
+    def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
+        self.reconciliation, self.resumable = reconciliation, resumable
+        examples = json.dumps(reconciliation["examples"][:2])[:600]
+        super().__init__(
+            f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
+            f"keys differ between the streamed and the recomputed state at the cut (e.g. {examples}); nothing was "
+            "replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
+
+
+def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
+    """The paused stream can stream on: no events batch is recorded past the one its checkpoint last planned (an
+    earlier attempt's catch-up writes its batches there, and the stream would plan those ids over other ranges)."""
+    planned = last_planned_batch(paths.events_checkpoint)
+    incarnation = checkpoint_incarnation(paths.events_checkpoint) or "unstreamed"
+    return not any(b.batch_id > (-1 if planned is None else planned)
+                   for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
+
+
 def pause_cut(bootstrap: str, handoff: Handoff, paths: StreamPaths) -> Cut:
     """The cut of a stopped stream: the topic's end now, and where each reader's batches ended (for the events
     query, its last planned batch, which the catch-up completes as planned)."""
@@ -85,19 +112,17 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
                              missing="unstreamed"))
     str(sink.app)  # the checkpoint's incarnation, read once now: every batch below is tagged with it
 
-    def run(start: dict[int, int], end: dict[int, int], batch_id: int) -> datetime | None:
-        done = stream_progress.batch(tables, handoff.handoff_id, stream_progress.EVENTS, sink.app.incarnation,
-                                     batch_id)
-        if done is not None:
-            sink.last = done
-            return done.watermark_after
-        if all(end[p] <= start.get(p, 0) for p in end):
+    def run(start: dict[int, int], end: dict[int, int], batch_id: int, planned: bool = False) -> datetime | None:
+        # an empty planned batch still gets its row: the batch after it takes its watermark from there
+        if not planned and all(end[p] <= start.get(p, 0) for p in end):
             return sink.watermark_before(batch_id)
+        # a batch the stream planned carries the range the stream's own attempt recorded, if it got that far
+        offsets = sink.planned_range(batch_id) if planned else stream_progress.offset_range(start, end)
         parsed = parse_events(pipeline, kafka_range(spark, bootstrap, handoff.topic, start, end,
                                                     with_key=handoff.overlap is not None))
         if handoff.overlap is not None:
             parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
-        sink(parsed, batch_id)
+        sink(parsed, batch_id, offsets=offsets)  # recorded over the same range: done; over another: refused
         return sink.last.watermark_after
 
     committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
@@ -106,7 +131,7 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
         before = batch_end_offsets(checkpoint, committed, handoff.topic) if committed is not None else {}
         ends = batch_end_offsets(checkpoint, planned, handoff.topic)
         start = {p: before.get(p, handoff.start_offsets.get(p, 0)) for p in ends}
-        run(start, ends, planned)
+        run(start, ends, planned, planned=True)
         next_id = planned + 1
     return run(cut.events, cut.offsets, next_id)
 
@@ -131,9 +156,16 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                   paths: StreamPaths, cut: Cut, request: dict, out=print) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
-    out(f"rebase {pipeline.name}: catching the events path up to the cut "
-        + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
-    watermark = catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+
+    def gate(reconciliation: dict) -> datetime | None:
+        """Between the reconciliation and the first write at the cut: differences stop the rebase unless
+        accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
+        if reconciliation["keys_different"] and not request.get("accept_differences"):
+            raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
+        out(f"rebase {pipeline.name}: catching the events path up to the cut "
+            + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
+        return catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+
     backfill = _committed_backfill_for(tables, request["request_id"])
     if backfill is None:
         meta = archive_meta(tables.archive)
@@ -145,17 +177,19 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                      BackfillResult(None, None, None))
         kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
         at_cut = AtCut(cut.offsets, keyed_partials(pipeline, kafka),
-                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), watermark,
+                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
-                                "pause": cut.as_details()})
+                                "pause": cut.as_details(),
+                                "accepted_differences": bool(request.get("accept_differences"))},
+                       before_replace=gate)
         result = commit_state(spark, pipeline, tables, _tiles_or_new(tiles_run), out=out, at_cut=at_cut)
         reconciliation = at_cut.reconciliation
         committed = handoff_log.details(_committed_backfill_for(tables, request["request_id"]))
         if not committed["complete"]:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
                             f"{committed['records_not_backfilled']}, skipped files: {committed['skipped_files']}): "
-                            "repair the archive, then start `switchyard stream` again to finish the rebase")
+                            "repair the archive")
         faults.reach("rebase.after_backfill")
     else:
         result = None
@@ -227,17 +261,24 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     faults.reach("rebase.after_pause")
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
-    except UserError as err:
-        handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
-                           details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
+    except ReconciliationFailed as err:
+        handoff_log.append(spark, tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
+                           details={"request_id": request["request_id"], "reason": str(err),
+                                    "resumable": err.resumable, "reconciliation": err.reconciliation})
         raise
+    except UserError as err:
+        reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
+                  "`switchyard rebase`) finishes it there")
+        handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
+                           details={"phase": "rebase", "request_id": request["request_id"], "reason": reason})
+        raise UserError(reason) from None
 
 
 # ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
 
 def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
                     session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
-                    no_rebase: bool = False, out=print) -> Handoff:
+                    no_rebase: bool = False, accept_differences: bool = False, out=print) -> Handoff:
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
     (`session` builds the SparkSession only then)."""
@@ -247,16 +288,16 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
             raise UserError(f"pipeline {pipeline.name} has a live stream "
                             f"({owner.describe(datetime.now(timezone.utc)) if owner else 'switchyard stream'}): "
                             "--no-rebase refuses to backfill under it; stop it, or drop --no-rebase to rebase it")
-        request_id = request_rebase(tables, reason, requested_by, days)
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
         out(f"{reason} {pipeline.name}: the stream is live; asked it to rebase at a cut (request {request_id})")
         new = wait_for_rebase(tables, request_id, timeout_s, out)
         out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
         return new
     with lease.hold(tables, requested_by):
         spark = session()
-        request_id = request_rebase(tables, reason, requested_by, days)
-        while True:  # an older request a crash left open goes first
-            request = open_request(tables)
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
+        while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
+            request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
             new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
             if request["request_id"] == request_id:
                 break
@@ -266,7 +307,7 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
 
 
 def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
-                   figures: dict | None = None) -> str:
+                   figures: dict | None = None, accept_differences: bool = False) -> str:
     """Ask the live stream to rebase; returns the request id to wait for."""
     handoff = current_handoff(None, tables)
     if handoff is None:
@@ -274,23 +315,31 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
     request_id = uuid.uuid4().hex[:12]
     handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REQUESTED,
                        details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
-                                "from": days[0], "to": days[1], **(figures or {})})
+                                "from": days[0], "to": days[1], **(figures or {}),
+                                **({"accept_differences": True} if accept_differences else {})})
     return request_id
 
 
 def open_request(tables: Tables) -> dict | None:
-    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED (or FAILED) answered yet, with its PAUSED details when
-    a pause began it: what a (re)starting stream must do before it streams."""
+    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED answered yet, with its PAUSED details when a pause
+    began it: what a (re)starting stream must do before it streams. A FAILED answers a request only before its
+    pause: from the pause on, the catch-up may have written the events path past the paused stream's checkpoint,
+    so the only way on is the handoff at the recorded cut."""
     entries = handoff_log.entries(None, tables)
-    answered, paused = set(), {}
+    answered, failed, paused = set(), set(), {}
     for e in entries:
         request_id = handoff_log.details(e).get("request_id")
         if request_id is None:
             continue
-        if e.status in (Status.HANDOFF_COMMITTED, Status.FAILED):
+        if e.status == Status.HANDOFF_COMMITTED:
             answered.add(request_id)
+        elif e.status == Status.FAILED:
+            failed.add(request_id)
+        elif e.status == Status.RECONCILIATION_FAILED and handoff_log.details(e).get("resumable"):
+            answered.add(request_id)  # nothing replaced, nothing written past the stream's checkpoint
         elif e.status == Status.PAUSED:
             paused[request_id] = handoff_log.details(e)
+    answered |= failed - set(paused)
     for e in entries:
         if e.status == Status.REBASE_REQUESTED:
             request = handoff_log.details(e)
@@ -316,7 +365,7 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print
             if not ours or e.seq in shown:
                 continue
             shown.add(e.seq)
-            if e.status == Status.FAILED:
+            if e.status in (Status.FAILED, Status.RECONCILIATION_FAILED):
                 raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
             out(f"  {e.status} {e.handoff_id}")
             if e.status == Status.SWITCHED:

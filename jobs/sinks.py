@@ -3,7 +3,8 @@
 `EventsSink` takes one batch of parsed records: malformed ones to `dead_letter`, records for windows at or
 before the watermark to `late`, the others merged into `window_state`; windows that the watermark passes move to
 `windows`. The watermark starts at the backlog watermark; each batch records the one it leaves in Delta
-(`stream_batches`), so a replayed batch classifies its records exactly as the first attempt did. The stream's
+(`stream_batches`) with the offset range it read, so a replayed batch classifies its records exactly as the first
+attempt did, and a batch id asked again over another range is refused instead of skipped. The stream's
 events query runs it on each micro-batch; the rebase runs it over the range up to its cut, as the stream's next
 batch. The backfill writes its dead letters with `dead_letter_rows` and makes the tables the stream appends to.
 """
@@ -19,6 +20,7 @@ from jobs.aggregation import tile_start, window_end
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
 from state_handoff import faults, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
+from state_handoff.checkpoints import batch_end_offsets
 from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.io import delta_upkeep, storage
 from state_handoff.parsing import dead_letter_value
@@ -76,9 +78,26 @@ class EventsSink:
                 "`switchyard backfill` and `switchyard handoff`")
         return previous.watermark_after
 
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+    def planned_range(self, batch_id: int) -> dict[str, list[int | None]]:
+        """The range Spark planned for a batch of the stream's events query, from its checkpoint's offset log
+        (written before the batch runs): [end of the batch before (the handoff's start for batch 0), its end)."""
+        checkpoint, topic = self.app.checkpoint, self.handoff.topic
+        end = batch_end_offsets(checkpoint, batch_id, topic)
+        start = batch_end_offsets(checkpoint, batch_id - 1, topic) if batch_id else self.handoff.start_offsets
+        return stream_progress.offset_range(start, end)
+
+    def __call__(self, batch: DataFrame, batch_id: int, offsets: dict[str, list[int | None]] | None = None) -> None:
+        """Write batch `batch_id`, which reads `offsets` (per partition [start, end); the stream's planned range
+        when None). A batch recorded over the same range is done; over another, refused (BatchRangeConflict)."""
         started = datetime.now(timezone.utc)
         pipeline, tables, app = self.pipeline, self.tables, str(self.app)
+        offsets = self.planned_range(batch_id) if offsets is None else offsets
+        done = stream_progress.committed_batch(tables, self.handoff.handoff_id, stream_progress.EVENTS,
+                                               self.app.incarnation, batch_id)
+        if done is not None:
+            stream_progress.check_same_range(done, offsets, tables.stream_batches)
+            self.last = done  # every write of the batch came before its row
+            return
         watermark = self.watermark_before(batch_id)
         batch = batch.persist()
         try:
@@ -132,7 +151,7 @@ class EventsSink:
         row = stream_progress.BatchRow(self.handoff.handoff_id, stream_progress.EVENTS, self.app.incarnation,
                                        batch_id, watermark, watermark_after,
                                        {str(p): counts for p, counts in per_partition.items()}, started,
-                                       datetime.now(timezone.utc))
+                                       datetime.now(timezone.utc), offsets)
         stream_progress.record(tables, row)
         self.last = row
         faults.reach("stream.events.after_progress")

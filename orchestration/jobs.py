@@ -31,9 +31,15 @@ def _observe_since(context: dg.OpExecutionContext, tables, seq: int) -> None:
             context.log_event(dg.AssetObservation(asset_key="stream", metadata=transition_metadata(entry, tables)))
 
 
+class RebaseConfig(dg.Config):
+    """accept_differences: replace the streamed state at the cut even where the recomputed one differs."""
+
+    accept_differences: bool = False
+
+
 @dg.op
-def rebase_at_a_cut(context: dg.OpExecutionContext, spark: SparkResource, kafka: KafkaResource,
-                    warehouse: WarehouseResource) -> None:
+def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, spark: SparkResource,
+                    kafka: KafkaResource, warehouse: WarehouseResource) -> None:
     """Rebase the pipeline at a cut: the live stream pauses, its state is recomputed sort-based up to the cut,
     reconciled, handed off there and resumed; with no stream running, this run rebases it."""
     from jobs.rebase import rebase_pipeline
@@ -42,7 +48,7 @@ def rebase_at_a_cut(context: dg.OpExecutionContext, spark: SparkResource, kafka:
     seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
     with user_errors_as_failures():
         new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
-                              spark.session, out=context.log.info)
+                              spark.session, accept_differences=config.accept_differences, out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")
     _observe_since(context, tables, seq)
 

@@ -28,6 +28,9 @@ committed (a `rebase` from the command line, while the stream is live or not) an
     STOPPED        ◄── STREAM_STARTED, SWITCHED, CAUGHT_UP, FALLING_BEHIND (a clean stop)
     PAUSED         ◄── HANDOFF_COMMITTED and every later state but PAUSED (a rebase stops the stream at a cut; the
                        handoff at the cut is a new id, which starts again at the top)
+    RECONCILIATION_FAILED ◄── PAUSED, FAILED, RECONCILIATION_FAILED (the state recomputed at the cut differs from
+                       the streamed one and nobody accepted the differences: nothing was replaced, and the paused
+                       stream streams on, STREAM_STARTED, unless an earlier attempt wrote past its checkpoint)
     FAILED         ◄── every state, and as a handoff's first entry (a failure is recorded wherever it happens)
 
 TRANSITIONS declares the arrows and REQUIRES what a status needs to have happened to its handoff before; both
@@ -57,6 +60,7 @@ class Status(StrEnum):
     FAILED = "FAILED"
     REBASE_REQUESTED = "REBASE_REQUESTED"
     PAUSED = "PAUSED"
+    RECONCILIATION_FAILED = "RECONCILIATION_FAILED"
 
 
 S = Status
@@ -78,13 +82,15 @@ TRANSITIONS: dict[Status | None, frozenset[Status]] = {
     S.CAUGHT_UP: _RESTART | {S.FALLING_BEHIND, S.STOPPED},
     S.FALLING_BEHIND: _RESTART | {S.CAUGHT_UP, S.STOPPED},
     S.STOPPED: _RESTART,
-    S.FAILED: _RESTART,
-    S.PAUSED: frozenset({S.FAILED}),
+    S.FAILED: _RESTART | {S.RECONCILIATION_FAILED},
+    S.PAUSED: frozenset({S.FAILED, S.RECONCILIATION_FAILED}),
+    S.RECONCILIATION_FAILED: _RESTART | {S.RECONCILIATION_FAILED},
 }
 # A status -> what its handoff must have logged before it (at any point, not only as the latest status).
 REQUIRES: dict[Status, Status] = {
     S.STREAM_STARTED: S.HANDOFF_COMMITTED,
     S.PAUSED: S.HANDOFF_COMMITTED,
+    S.RECONCILIATION_FAILED: S.PAUSED,
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
     S.CAUGHT_UP: S.SWITCHED,
     S.FALLING_BEHIND: S.SWITCHED,
@@ -153,6 +159,7 @@ class Phase(StrEnum):
     FAILED = "failed"
     REBASE_REQUESTED = "rebase requested"
     REBASING = "rebasing"
+    RECONCILIATION_FAILED = "reconciliation failed (nothing replaced; the stream streams on)"
 
 
 PHASES: dict[Status | None, Phase] = {
@@ -168,6 +175,7 @@ PHASES: dict[Status | None, Phase] = {
     S.FAILED: Phase.FAILED,
     S.REBASE_REQUESTED: Phase.REBASE_REQUESTED,
     S.PAUSED: Phase.REBASING,
+    S.RECONCILIATION_FAILED: Phase.RECONCILIATION_FAILED,
 }
 LIVE = frozenset({Phase.STREAMING, Phase.CAUGHT_UP, Phase.FALLING_BEHIND})
 

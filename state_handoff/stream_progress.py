@@ -2,8 +2,10 @@
 
 A row is appended as the last write of its batch, tagged (txn app id, batch id) like the batch's other
 writes, so a replayed batch neither loses nor doubles it. The events query's rows carry what the next
-batch needs (the watermark) and the per-partition accounting; every row names the checkpoint incarnation
-that wrote it, so a stream whose checkpoint was lost or replaced can tell.
+batch needs (the watermark), the per-partition accounting and the offset range [start, end) per partition the
+batch read; every row names the checkpoint incarnation that wrote it, so a stream whose checkpoint was lost or
+replaced can tell. The range makes a batch id replayed over other offsets a refusal, not a silent skip: the
+skip is right only when the replay reads exactly what the first attempt read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from state_handoff.errors import Failed
 from state_handoff.io import delta_cas, delta_upkeep
 from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
@@ -31,6 +34,29 @@ class BatchRow:
     partitions: dict[str, dict]
     started: datetime
     finished: datetime
+    offsets: dict[str, list[int | None]] | None = None  # per partition [start, end); None in rows of older streams
+
+
+class BatchRangeConflict(Failed):
+    """A batch id already committed over one offset range is asked to write another: skipping its writes as
+    already done would lose the new range's records or count the old range's twice."""
+
+
+def offset_range(start: dict[int, int], end: dict[int, int]) -> dict[str, list[int | None]]:
+    """Per partition of `end`, [start, end): the form a row records its range in."""
+    return {str(p): [start.get(p), int(o)] for p, o in sorted(end.items())}
+
+
+def check_same_range(row: BatchRow, offsets: dict[str, list[int | None]], table: str) -> None:
+    """Refuse, in one line, to treat `row`'s batch as the one now asked over `offsets` when their ranges differ."""
+    if row.offsets is None or row.offsets == offsets:
+        return
+    def show(r):
+        return ", ".join(f"p{p}:[{a},{b})" for p, (a, b) in sorted(r.items(), key=lambda i: int(i[0])))
+    raise BatchRangeConflict(
+        f"{row.query} batch {row.batch_id} of handoff {row.handoff_id} (checkpoint {row.incarnation}) is committed "
+        f"in {table} over {show(row.offsets)}, but is asked to write {show(offsets)}: refusing to skip it as done; "
+        "a step wrote this batch id outside the stream's checkpoint")
 
 
 def _schema():
@@ -39,7 +65,7 @@ def _schema():
     ts = pa.timestamp("us", tz="UTC")
     return pa.schema([("handoff_id", pa.string()), ("query", pa.string()), ("incarnation", pa.string()),
                       ("batch_id", pa.int64()), ("watermark_before", ts), ("watermark_after", ts),
-                      ("partitions", pa.string()), ("started", ts), ("finished", ts)])
+                      ("partitions", pa.string()), ("started", ts), ("finished", ts), ("offsets", pa.string())])
 
 
 def _utc(t: datetime | None) -> datetime | None:
@@ -87,8 +113,10 @@ def record(tables: Tables, row: BatchRow) -> bool:
         "handoff_id": row.handoff_id, "query": row.query, "incarnation": row.incarnation, "batch_id": row.batch_id,
         "watermark_before": _utc(row.watermark_before), "watermark_after": _utc(row.watermark_after),
         "partitions": json.dumps(row.partitions), "started": _utc(row.started), "finished": _utc(row.finished),
+        "offsets": None if row.offsets is None else json.dumps(row.offsets),
     }], schema=_schema())
     write_deltalake(table if table is not None else tables.stream_batches, data, mode="append",
+                    schema_mode="merge",  # a table written before rows carried their range gains the column
                     storage_options=None if table is not None else delta_options(tables.stream_batches),
                     commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
     # one row a commit from both Delta-writing queries: whichever makes a due version compacts (appends, the
@@ -113,13 +141,25 @@ def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list
     for r in data.filter(wanted).to_pylist():
         rows.append(BatchRow(r["handoff_id"], r["query"], r["incarnation"], r["batch_id"],
                              _naive(r["watermark_before"]), _naive(r["watermark_after"]),
-                             json.loads(r["partitions"] or "{}"), _naive(r["started"]), _naive(r["finished"])))
+                             json.loads(r["partitions"] or "{}"), _naive(r["started"]), _naive(r["finished"]),
+                             json.loads(r["offsets"]) if r.get("offsets") else None))
     return sorted(rows, key=lambda b: b.batch_id)
 
 
 def batch(tables: Tables, handoff_id: str, query: str, incarnation: str, batch_id: int) -> BatchRow | None:
     return next((b for b in batches(tables, handoff_id, query)
                  if b.incarnation == incarnation and b.batch_id == batch_id), None)
+
+
+def committed_batch(tables: Tables, handoff_id: str, query: str, incarnation: str, batch_id: int) -> BatchRow | None:
+    """`batch`, but the rows are read only when the table's transaction version says the batch may be there: the
+    check a batch makes before its writes, cheap in the usual case of a batch not yet recorded."""
+    table = _table(tables)
+    done = None if table is None else table.transaction_version(
+        app_id(query, handoff_id=handoff_id, incarnation=incarnation))
+    if done is None or done < batch_id:
+        return None
+    return batch(tables, handoff_id, query, incarnation, batch_id)
 
 
 def incarnations(tables: Tables, handoff_id: str) -> dict[str, set[str]]:

@@ -4,6 +4,7 @@ and BACKFILL_COMMITTED appended with the boundary and the accounting (isBacklog 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -40,9 +41,12 @@ class AtCut:
     cut: dict[int, int]                 # per partition, the first offset the next handoff streams
     kafka_partials: DataFrame           # keyed partials of the well-formed records in [archive cut, cut)
     streamed: DataFrame                 # the streamed keyed state at the cut
-    watermark: datetime | None          # the stream's watermark at the cut
+    watermark: datetime | None          # the stream's watermark at the cut (or what before_replace returns)
     details: dict = field(default_factory=dict)
     reconciliation: dict = field(default_factory=dict)
+    # called with the reconciliation once it is known, before the recomputed state replaces anything: it may
+    # refuse (raise), and what it returns becomes the watermark
+    before_replace: Callable[[dict], datetime | None] | None = None
 
 
 def _delta_version(path: str) -> int:
@@ -103,6 +107,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
+            if at_cut.before_replace is not None:
+                at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state))
         state_version = _delta_version(tables.state)

@@ -33,6 +33,10 @@ def run_archive_command(args) -> int:
     return 0
 
 
+ACCEPT_HELP = ("at a rebase's cut, replace the streamed state with the recomputed one even where they differ "
+               "(without it, differences stop the rebase and the stream streams on)")
+
+
 def _rebase(args) -> int:
     """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase.py)."""
     from jobs.rebase import rebase_pipeline
@@ -40,7 +44,7 @@ def _rebase(args) -> int:
     pipeline, tables = _pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
                     lambda: _spark(args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
-                    no_rebase=getattr(args, "no_rebase", False))
+                    no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences)
     return 0
 
 
@@ -165,6 +169,7 @@ def add_pipeline_commands(commands, common) -> None:
                           help="refuse instead of rebasing when a stream is live")
     backfill.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                           help="how long to wait for a live stream's rebase (default 3600)")
+    backfill.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
     common(backfill)
     backfill.set_defaults(handler=run_backfill_command)
 
@@ -174,6 +179,7 @@ def add_pipeline_commands(commands, common) -> None:
     rebase.add_argument("--to", dest="to_day", metavar="DATE", help="... to DATE, inclusive")
     rebase.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="how long to wait for the live stream's rebase (default 3600)")
+    rebase.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
     common(rebase)
     rebase.set_defaults(handler=run_rebase_command)
 

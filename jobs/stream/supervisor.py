@@ -111,7 +111,7 @@ class Supervisor:
                 request = rebase.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     self.rebase(handoff, request, queries=None)
-                    continue
+                    continue  # rebased, or refused by its reconciliation: streams the current handoff
                 queries, events_sink = self.start(handoff)
                 monitor = Monitor(self, handoff, queries, events_sink)
                 outcome = monitor.run()
@@ -122,8 +122,8 @@ class Supervisor:
                 result = monitor.result
                 if outcome is None:
                     return self.stop(handoff, queries, result)
-                self.rebase(handoff, outcome, queries)
-                result.rebases += 1
+                if self.rebase(handoff, outcome, queries) is not None:
+                    result.rebases += 1
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -306,13 +306,20 @@ class Supervisor:
 
     # ------------------------------------------------------------ the way back
 
-    def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff:
-        """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there."""
+    def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff | None:
+        """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there. None
+        when its reconciliation refused it with nothing replaced: the same handoff streams on."""
         started = time.monotonic()
         if queries is not None:
             self.settle(handoff, queries)
-        new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
-                                out=self.out)
+        try:
+            new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
+                                    out=self.out)
+        except rebase.ReconciliationFailed as refused:
+            if not refused.resumable:
+                raise
+            self.out(f"RECONCILIATION_FAILED: {refused}; streaming on from handoff {handoff.handoff_id}")
+            return None
         self.out(f"rebase {self.pipeline.name}: handed off at the cut as {new.handoff_id} after "
                  f"{time.monotonic() - started:.1f}s; resuming")
         return new
