@@ -1,0 +1,1 @@
+"""Spark entry points and DataFrame transforms: archive, backfill, handoff's stream, rebase, the command line."""
