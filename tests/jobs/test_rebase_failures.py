@@ -75,8 +75,8 @@ def test_a_rebase_after_a_stream_that_read_nothing(spark, bootstrap, topic_name,
 def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repaired(spark, bootstrap, topic_name,
                                                                                       tmp_path):
     """A stream that has streamed; the archive grows and one new file is corrupt; `rebase` refuses in one line
-    naming it (after its catch-up over the tail wrote the events path up to the cut); the file is repaired; the
-    next `stream` finishes the rebase at the recorded cut: nothing dead-lettered, late or windowed twice."""
+    naming it, before it pauses the stream (the archive is checked first); the file is repaired; the next `stream`
+    carries on with the same handoff: nothing dead-lettered, late or windowed twice, nothing lost."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
     log = tmp_path / "stream.log"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=42))
@@ -101,7 +101,8 @@ def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repai
     _stream_until_caught_up(tables, bootstrap, log)
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
-    assert len(_handoffs(tables)) == 2, "the repaired rebase handed off at its recorded cut"
+    assert len(_handoffs(tables)) == 1, "the refused rebase left the stream on its handoff"
+    assert Status.PAUSED not in {e.status for e in handoff_log.entries(None, tables)}, "refused before the pause"
 
 
 def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, bootstrap, topic_name, tmp_path):

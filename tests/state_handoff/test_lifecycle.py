@@ -50,7 +50,8 @@ def test_an_append_that_breaks_the_lifecycle_is_refused_in_one_line(tables):
     assert "latest status is SWITCHED" in _refused(tables, "h1", Status.SWITCHED)
     assert "latest status is SWITCHED" in _refused(tables, "h1", Status.HANDOFF_COMMITTED)
     _append_all(tables, "h1", Status.PAUSED)
-    assert "latest status is PAUSED, which only FAILED may follow" in _refused(tables, "h1", Status.STREAM_STARTED)
+    assert "latest status is PAUSED, which only FAILED, RECONCILIATION_FAILED may follow" in \
+        _refused(tables, "h1", Status.STREAM_STARTED)
     assert [e.status for e in handoff_log.entries(None, tables)] == [
         Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
         Status.SWITCHED, Status.PAUSED]
@@ -103,13 +104,13 @@ def test_the_phase_of_a_pipeline(latest, alive, phase):
     assert str(phase) == lifecycle.phase(latest, alive)  # `status` prints the phase's text
 
 
-def test_every_status_is_reachable_and_only_failed_follows_a_pause():
+def test_every_status_is_reachable_and_only_a_failure_follows_a_pause():
     reachable, frontier = set(), {None}
     while frontier:
         reachable |= (found := set().union(*(lifecycle.TRANSITIONS[s] for s in frontier)) - reachable)
         frontier = found
     assert reachable | lifecycle.REQUESTS == set(Status)
-    assert lifecycle.TRANSITIONS[Status.PAUSED] == {Status.FAILED}
+    assert lifecycle.TRANSITIONS[Status.PAUSED] == {Status.FAILED, Status.RECONCILIATION_FAILED}
     assert all(Status.FAILED in allowed for allowed in lifecycle.TRANSITIONS.values())
 
 
