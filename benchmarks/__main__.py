@@ -7,7 +7,7 @@ import importlib
 import json
 import sys
 
-from state_handoff.errors import Failed, UserError
+from jobs.cli.parser import run_reporting_errors
 
 #: scenario -> (module, what it measures)
 SCENARIOS = {
@@ -44,14 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if scenario not in SCENARIOS:
         print(f"benchmarks: error: no scenario {scenario!r}\n{usage()}", file=sys.stderr)
         return 2
-    try:
-        return _module(scenario).main(rest)
-    except (UserError, Failed) as err:
-        print(f"benchmarks {scenario}: error: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        print(f"benchmarks {scenario}: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(f"benchmarks {scenario}", lambda: _module(scenario).main(rest))
 
 
 if __name__ == "__main__":
