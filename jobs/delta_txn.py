@@ -1,9 +1,11 @@
 """Delta's idempotent writes for the stream's batches: (txnAppId, txnVersion = batch id), the app id naming the
 checkpoint incarnation whose batch ids it counts. The batches write through delta-rs: a batch's rows are few,
-and a Spark MERGE or append of them cost seconds of plans, jobs and JIT work on the cores the keyed path needs."""
+and a Spark MERGE or append of them cost seconds of plans, jobs and JIT work on the cores the keyed path needs.
+Each commit is fenced by the pipeline's lease (state_handoff/fencing.py)."""
 
 from __future__ import annotations
 
+from state_handoff.io import fencing
 from state_handoff.checkpoints import checkpoint_incarnation
 
 
@@ -14,15 +16,19 @@ def merge_once(table, source, predicate: str, app_id: str, version: int, updates
     DeltaTable, brought up to date here; target rows are `t`, source rows `s`; `updates` (column -> SQL over
     `t` and `s`) for matched rows, every column from `s` when None; `matched_when`: a matched row is updated only
     when this SQL over `t` and `s` holds. False when already committed."""
-    from deltalake import CommitProperties, Transaction
+    from deltalake import Transaction
 
     if committed(table, app_id, version):
         return False
-    merger = table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
-                         commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
-    merger = (merger.when_matched_update_all(predicate=matched_when) if updates is None else
-              merger.when_matched_update(updates, predicate=matched_when))
-    merger.when_not_matched_insert_all().execute()
+
+    def merge(properties) -> None:
+        merger = table.merge(source, predicate=predicate, source_alias="s", target_alias="t",
+                             commit_properties=properties)
+        merger = (merger.when_matched_update_all(predicate=matched_when) if updates is None else
+                  merger.when_matched_update(updates, predicate=matched_when))
+        merger.when_not_matched_insert_all().execute()
+
+    fencing.commit(table, [Transaction(app_id, version)], merge)
     return True
 
 
@@ -36,22 +42,23 @@ def committed(table, app_id: str, version: int) -> bool:
 def append_arrow_once(table, data, app_id: str, version: int) -> bool:
     """An append of a small Arrow table through delta-rs into an existing table (its partitioning kept), once per
     (app_id, version)."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import Transaction, write_deltalake
 
     if committed(table, app_id, version):
         return False
-    write_deltalake(table, data, mode="append",
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    fencing.commit(table, [Transaction(app_id, version)],
+                   lambda properties: write_deltalake(table, data, mode="append", commit_properties=properties))
     return True
 
 
 def delete_once(table, predicate: str, app_id: str, version: int) -> bool:
     """A DELETE through delta-rs (a SQL predicate over the table's columns), once per (app_id, version)."""
-    from deltalake import CommitProperties, Transaction
+    from deltalake import Transaction
 
     if committed(table, app_id, version):
         return False
-    table.delete(predicate, commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    fencing.commit(table, [Transaction(app_id, version)],
+                   lambda properties: table.delete(predicate, commit_properties=properties))
     return True
 
 

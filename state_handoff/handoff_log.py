@@ -26,6 +26,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from state_handoff.io import fencing
 from state_handoff.clock import as_utc, naive_utc, utc_now
 from state_handoff.io import delta_cas, delta_upkeep
 from state_handoff.io.storage import delta_options
@@ -127,7 +128,8 @@ def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int 
         table = _open_or_create(tables.handoffs)
         check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
         seq = table.version() + 1
-        if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA)):
+        if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA),
+                                 transactions=fencing.transactions(table, [])):
             if len(table.file_uris()) >= COMPACT_FILES:
                 delta_upkeep.tidy(table, table_retention=True)  # the entry is in; the compaction is best effort
             return LogEntry.from_row({"seq": seq, **row})

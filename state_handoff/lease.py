@@ -1,14 +1,18 @@
 """One owner per pipeline at a time: a lease kept in the warehouse, in the Delta table `leases`, through delta-rs.
 
-The table holds one row, the latest lease: who (host, pid, command), since when, its last heartbeat and when it
-expires, and whether it was released. Every change is one commit that overwrites that row, made by compare-and-
+The table holds one row, the latest lease: who (host, boot, pid and the process's start, command), since when, its
+last heartbeat and when it expires, whether it was released, and its epoch (the version of the commit that took it). Every change is one commit that overwrites that row, made by compare-and-
 swap on the table version (state_handoff/io/delta_cas.py): a writer decides on version v and commits at exactly
 v + 1, so two acquirers can never both see the pipeline free and both take it. The row's `seq` is the version
 of the commit that wrote it.
 
-A lease is held while it is not released and not expired. An owner that dies blocks others until its lease
-expires (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every sixth of that); on the owner's own host a dead pid
-frees it at once. Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs
+A lease is held while it is not released and not expired (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every sixth
+of that). On the owner's own boot of its host, an owner whose process is gone (no such pid, or a pid now used by a
+process that started at another time) frees it at once. Elsewhere nobody trusts another host's clock: a row whose
+expiry has passed is taken only once its version has stayed unchanged for a whole lease on the taker's own clock.
+The owner in turn stops writing once its own monotonic clock (counting suspended time) says a lease has nearly
+passed since it last began a renewal that succeeded (`Lease.check_fresh`), and whatever it still tries to commit is
+refused by the fence the next owner raised (state_handoff/fencing.py). Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs
 writes a checkpoint every CHECKPOINT_INTERVAL commits and then drops log files older than the retention
 (two expiries), and the committer of every CHECKPOINT_INTERVAL-th version vacuums the replaced row files.
 """
@@ -19,6 +23,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
@@ -31,6 +36,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from state_handoff.clock import as_utc, utc_now
 from state_handoff.errors import Failed, UserError
+from state_handoff.io import fencing
 from state_handoff.io.delta_cas import commit_next, open_or_create, read
 from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
@@ -47,6 +53,7 @@ HEARTBEATS_PER_LEASE = 6
 CHECKPOINT_INTERVAL = 20
 COMMIT_ATTEMPTS = 100
 READ_ATTEMPTS = 3
+FRESH_PART = 5 / 6  # of a lease after a renewal began: past it the owner writes nothing until it renews again
 
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
 SCHEMA = pa.schema([
@@ -59,6 +66,9 @@ SCHEMA = pa.schema([
     ("heartbeat_at", UTC_TIMESTAMP),
     ("expires_at", UTC_TIMESTAMP),
     ("released", pa.bool_()),
+    ("epoch", pa.int64()),
+    ("owner_boot_id", pa.string()),
+    ("owner_started", pa.int64()),
 ])
 
 log = logging.getLogger(__name__)
@@ -81,18 +91,51 @@ def lease_seconds() -> float:
     return seconds
 
 
-def _process_alive(pid: int) -> bool:
+def _boot_id() -> str | None:
+    """This host's current boot (Linux): a pid names a process only within one boot of one host."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (the state first), None when unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _started(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot: with the boot id and the pid, who it is."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def _process_alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs (a zombie, killed but not reaped yet, does not), and is the one that started at
+    `started` when given: a recycled pid is another process."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
+        pass
+    fields = _stat(pid)
+    if fields is None:
         return True
-    try:  # a killed child its parent has not reaped yet is a zombie: gone, as far as the lease goes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    if fields[0] == "Z":
+        return False
+    return started is None or len(fields) <= 19 or int(fields[19]) == started
+
+
+def monotonic() -> float:
+    """Seconds on this host's monotonic clock, counting time the machine spent suspended (a VM paused for a minute
+    must find a minute gone)."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
 
 
 @dataclass(frozen=True)
@@ -108,12 +151,20 @@ class Owner:
     heartbeat_at: datetime
     expires_at: datetime
     released: bool
+    epoch: int = 0
+    owner_boot_id: str | None = None
+    owner_started: int | None = None
+
+    def gone(self) -> bool:
+        """Whether its process is provably gone: only on the owner's own boot of its host (on its host, for a row
+        written before rows named the boot)."""
+        if self.owner_boot_id is not None:
+            return self.owner_boot_id == _boot_id() and not _process_alive(self.owner_pid, self.owner_started)
+        return self.owner_host == socket.gethostname() and not _process_alive(self.owner_pid)
 
     def holds(self, now: datetime) -> bool:
-        if self.released or self.expires_at <= now:
-            return False
-        # On its own host a crashed owner is seen at once; elsewhere it blocks until the lease expires.
-        return self.owner_host != socket.gethostname() or _process_alive(self.owner_pid)
+        """Whether it holds the pipeline by its own expiry. Taking it over asks more (`acquire`)."""
+        return not self.released and self.expires_at > now and not self.gone()
 
     def describe(self, now: datetime) -> str:
         since = self.acquired_at.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -144,6 +195,8 @@ def _latest(table: DeltaTable) -> Owner | None:
     if not rows:
         return None
     row = rows[-1]
+    if row.get("epoch") is None:  # a row written before leases had epochs: its acquisition's version is unknown
+        row["epoch"] = 0
     return Owner(**{**row, **{k: as_utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
 
 
@@ -191,7 +244,9 @@ def _rows(row: Owner) -> pa.Table:
 def _commit(tables: Tables, table: DeltaTable, row: Owner) -> bool:
     """Replace the lease row at the version after `table`'s and read it back; False when another writer came
     first (or a stalled commit landed where nobody reads it)."""
-    if not commit_next(table, _rows(row), mode="overwrite"):
+    # a table written before rows had every column of SCHEMA takes the new schema with the row that replaces its own
+    widen = set(SCHEMA.names) - {field.name for field in pa.schema(table.schema())}
+    if not commit_next(table, _rows(row), mode="overwrite", schema_mode="overwrite" if widen else None):
         return False
     if row.seq % CHECKPOINT_INTERVAL == 0:
         _vacuum(table)
@@ -208,23 +263,42 @@ def _vacuum(table: DeltaTable) -> None:
 
 
 class Lease:
-    """A held lease. `heartbeat()` renews it; `lost` says why it was lost (None while held)."""
+    """A held lease. `heartbeat()` renews it; `lost` says why it was lost (None while held); `check_fresh()` before
+    a write."""
 
-    def __init__(self, tables: Tables, row: Owner):
+    def __init__(self, tables: Tables, row: Owner, renewed: float):
         self.tables, self.row = tables, row
         self.lost: str | None = None
+        self._renewed = renewed  # this host's monotonic clock when the newest successful renewal began
         self._lock = threading.Lock()
 
     @property
     def lease_id(self) -> str:
         return self.row.lease_id
 
+    @property
+    def epoch(self) -> int:
+        """The version of the commit that took the lease: a later holder's is larger."""
+        return self.row.epoch
+
     def check(self) -> None:
         """Raise LeaseLost once the lease is lost."""
         if self.lost:
             raise LeaseLost(self.lost)
 
-    def _lose(self, reason: str) -> LeaseLost:
+    def check_fresh(self) -> None:
+        """Raise LeaseLost when the lease is lost, or may have lapsed by this process's own monotonic clock: no
+        renewal has succeeded for most of a lease (a process frozen, suspended or cut off from the store), so
+        another host may be about to take the pipeline. Writing may go on once a renewal succeeds again."""
+        self.check()
+        idle = monotonic() - self._renewed
+        if idle >= FRESH_PART * lease_seconds():
+            raise LeaseLost(f"pipeline {self.tables.pipeline}: the lease of `{self.row.command}` (pid "
+                            f"{self.row.owner_pid}) has not been renewed for {idle:.1f}s of its {lease_seconds():g}s: "
+                            "it may have passed to another owner, so this process writes nothing more")
+
+    def lose(self, reason: str) -> LeaseLost:
+        """Record the lease lost for `reason`; the LeaseLost to raise."""
         self.lost = self.lost or reason
         return LeaseLost(self.lost)
 
@@ -233,15 +307,16 @@ class Lease:
         with self._lock:
             self.check()
             for _ in range(COMMIT_ATTEMPTS):
+                began = monotonic()
                 table = _open(self.tables)
                 current = _latest(table)
                 if current is None or current.lease_id != self.lease_id or current.released:
-                    raise self._lose(self._taken_by(current))
+                    raise self.lose(self._taken_by(current))
                 now = utc_now()
                 renewal = replace(current, seq=table.version() + 1, heartbeat_at=now,
                                   expires_at=now + timedelta(seconds=lease_seconds()))
                 if _commit(self.tables, table, renewal):
-                    self.row = renewal
+                    self.row, self._renewed = renewal, began
                     return
             raise Failed(f"lease of pipeline {self.tables.pipeline}: no commit after {COMMIT_ATTEMPTS} attempts")
 
@@ -268,21 +343,42 @@ class Lease:
 
 
 def acquire(tables: Tables, command: str) -> Lease:
-    """Take the pipeline for `command`, or raise UserError naming the owner who holds it."""
+    """Take the pipeline for `command`, or raise UserError naming the owner who holds it.
+
+    An owner whose row has expired by the clock that wrote it is taken over only after its row's version has stayed
+    unchanged for a whole lease on this host's monotonic clock (the wait is logged): a live owner renews within it,
+    whatever the two hosts' clocks say, and stops writing before it ends (`Lease.check_fresh`)."""
     lease_id = uuid.uuid4().hex[:12]
-    for _ in range(COMMIT_ATTEMPTS):
+    watched: tuple[int, float] | None = None  # the version of an expired row, and since when it stayed unchanged
+    attempts = 0
+    while True:
+        began = monotonic()
         table = _open(tables)
         current = _latest(table)
         now = utc_now()
         if current is not None and current.holds(now):
             raise _refusal(tables, current, now)
-        row = Owner(seq=table.version() + 1, lease_id=lease_id, owner_host=socket.gethostname(),
-                    owner_pid=os.getpid(), command=command, acquired_at=now, heartbeat_at=now,
-                    expires_at=now + timedelta(seconds=lease_seconds()), released=False)
+        if current is not None and not current.released and not current.gone():
+            version = table.version()
+            if watched is None or watched[0] != version:
+                watched = (version, began)
+                log.warning("pipeline %s: the lease of %s expired by its own clock; taking it once it stays "
+                            "unrenewed for %gs", tables.pipeline, current.describe(now), lease_seconds())
+            waited = began - watched[1]
+            if waited < lease_seconds():
+                time.sleep(min(1.0, lease_seconds() - waited))
+                continue
+        seq = table.version() + 1
+        row = Owner(seq=seq, lease_id=lease_id, owner_host=socket.gethostname(), owner_pid=os.getpid(),
+                    command=command, acquired_at=now, heartbeat_at=now,
+                    expires_at=now + timedelta(seconds=lease_seconds()), released=False, epoch=seq,
+                    owner_boot_id=_boot_id(), owner_started=_started(os.getpid()))
         if _commit(tables, table, row):
-            return Lease(tables, row)
-    raise Failed(f"lease of pipeline {tables.pipeline}: no commit after {COMMIT_ATTEMPTS} attempts; "
-                 "too many concurrent owners")
+            return Lease(tables, row, began)
+        attempts += 1
+        if attempts >= COMMIT_ATTEMPTS:
+            raise Failed(f"lease of pipeline {tables.pipeline}: no commit after {COMMIT_ATTEMPTS} attempts; "
+                         "too many concurrent owners")
 
 
 def _keep_alive(lease: Lease, every: float, stop: threading.Event) -> None:
@@ -293,7 +389,7 @@ def _keep_alive(lease: Lease, every: float, stop: threading.Event) -> None:
             return
         except Exception as err:  # the store may be away for a moment: retry until the lease would run out
             if utc_now() >= lease.row.expires_at:
-                lease._lose(f"pipeline {lease.tables.pipeline}: the lease of `{lease.row.command}` expired "
+                lease.lose(f"pipeline {lease.tables.pipeline}: the lease of `{lease.row.command}` expired "
                             f"unrenewed: {err}")
                 return
             log.warning("lease of pipeline %s: heartbeat failed, retrying: %s", lease.tables.pipeline, err)
@@ -304,6 +400,12 @@ def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -
     """Hold the pipeline for the block, renewed from a daemon thread; released on exit. The holder checks
     `lease.lost` (or `lease.check()`) and stops writing once it is set."""
     lease = acquire(tables, command)
+    try:
+        fencing.raise_fence(lease)  # from here no earlier holder commits to the pipeline's tables
+    except BaseException:
+        lease.release()
+        raise
+    fencing.register(lease)
     stop = threading.Event()
     beats = threading.Thread(target=_keep_alive, name=f"lease-{tables.pipeline}", daemon=True,
                              args=(lease, heartbeat_seconds or lease_seconds() / HEARTBEATS_PER_LEASE, stop))
@@ -311,6 +413,7 @@ def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -
     try:
         yield lease
     finally:
+        fencing.unregister(lease)
         stop.set()
         beats.join()
         try:

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from state_handoff.io import fencing
 from state_handoff.errors import Failed
 from state_handoff.io import delta_cas, delta_upkeep
 from state_handoff.io.storage import delta_options
@@ -115,13 +116,16 @@ def record(tables: Tables, row: BatchRow) -> bool:
         "partitions": json.dumps(row.partitions), "started": _utc(row.started), "finished": _utc(row.finished),
         "offsets": None if row.offsets is None else json.dumps(row.offsets),
     }], schema=_schema())
-    write_deltalake(table if table is not None else tables.stream_batches, data, mode="append",
-                    schema_mode="merge",  # a table written before rows carried their range gains the column
-                    storage_options=None if table is not None else delta_options(tables.stream_batches),
-                    commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
+    if table is None:  # the first row makes the table: nothing to fence yet
+        write_deltalake(tables.stream_batches, data, mode="append", storage_options=delta_options(tables.stream_batches),
+                        commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
+        return True
+    # a table written before rows carried their range gains the column
+    fencing.commit(table, [Transaction(txn, row.batch_id)], lambda properties: write_deltalake(
+        table, data, mode="append", schema_mode="merge", commit_properties=properties))
     # one row a commit from both Delta-writing queries: whichever makes a due version compacts (appends, the
     # other query's included, never conflict with a compaction)
-    if table is not None and delta_upkeep.due(table.version()):
+    if delta_upkeep.due(table.version()):
         delta_upkeep.tidy(table)
     return True
 

@@ -22,7 +22,7 @@ from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, 
 from jobs.seed import UPDATE_VERSION, prepare_stream
 from state_handoff import faults, handoff_log, kept_versions
 from state_handoff.aggregates import partial_columns
-from state_handoff.io import delta_upkeep, storage
+from state_handoff.io import delta_upkeep, fencing, storage
 from state_handoff.lifecycle import Status
 from state_handoff.spec import Pipeline
 from state_handoff.step_times import StepTimes
@@ -64,6 +64,7 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
     Kafka tail was folded in."""
     closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
     for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
+        fencing.check(tables.handoffs)  # Spark's commits carry no fence: the lease is checked just before each
         (window_partials_from_tiles(pipeline, tiles.where(part))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path))
 
@@ -109,6 +110,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
             if at_cut.before_replace is not None:
                 at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
+        fencing.check(tables.handoffs)
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state))
         state_version = _delta_version(tables.state)

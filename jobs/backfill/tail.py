@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from jobs.aggregation import SORT, tiles_from_events
 from jobs.backfill.read import kafka_range
 from jobs.sinks import dead_letter_rows, ensure_tables
-from state_handoff.io import storage
+from state_handoff.io import fencing, storage
 from state_handoff.io.archive_files import archive_meta
 from state_handoff.io.kafka_io import latest_offsets
 from state_handoff.parsing import cached_for_two_passes, parse_events
@@ -75,8 +75,9 @@ def kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables,
     ensure_tables(pipeline, tables)
     table = DeltaTable(tables.dead_letter, storage_options=storage.delta_options(tables.dead_letter))
     schema = pa.schema(table.schema())
-    write_deltalake(table, dead.select(schema.names).cast(schema), mode="overwrite",
-                    predicate=f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})")
+    fencing.commit(table, [], lambda properties: write_deltalake(
+        table, dead.select(schema.names).cast(schema), mode="overwrite", commit_properties=properties,
+        predicate=f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})"))
     # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
     tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
     return parsed, tiles, dict(sorted(counts.items()))

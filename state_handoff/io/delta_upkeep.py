@@ -24,7 +24,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
 from state_handoff.errors import UserError
-from state_handoff.io import storage
+from state_handoff.io import fencing, storage
 
 EVERY_ENV = "SWITCHYARD_TIDY_EVERY"
 TIDY_EVERY = 100  # batches; at the stream's 5 s trigger, every ~8 minutes of steady input
@@ -60,7 +60,7 @@ def tidy(table, table_retention: bool = False, keep_versions: list[int] | None =
     `keep_versions`. Best effort: the data is committed either way, and a compaction that loses a race with another
     writer's commit is tried again at the next tidy."""
     try:
-        table.optimize.compact()
+        fencing.commit(table, [], lambda properties: table.optimize.compact(commit_properties=properties))
         _vacuum(table, table_retention, keep_versions)
     except (DeltaError, OSError) as err:
         log.warning("Delta table %s: compaction or vacuum skipped: %s", table.table_uri, err)
@@ -89,4 +89,6 @@ def _vacuum(table, table_retention: bool, keep_versions: list[int] | None) -> No
             table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
     # the retention check on: the table's retention, never a shorter one; a version to keep that cannot be loaded
     # any more fails the vacuum (nothing deleted) rather than being skipped
-    table.vacuum(dry_run=False, enforce_retention_duration=True, keep_versions=sorted(set(keep_versions or [])) or None)
+    fencing.commit(table, [], lambda properties: table.vacuum(
+        dry_run=False, enforce_retention_duration=True, keep_versions=sorted(set(keep_versions or [])) or None,
+        commit_properties=properties))

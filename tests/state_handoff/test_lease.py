@@ -62,6 +62,7 @@ def test_an_owner_elsewhere_that_stops_renewing_blocks_until_its_lease_expires(t
     monkeypatch.setenv(lease.ENV, "1.5")
     with monkeypatch.context() as elsewhere:
         elsewhere.setattr(lease.socket, "gethostname", lambda: "another-host")
+        elsewhere.setattr(lease, "_boot_id", lambda: "another-boot")
         crashed = lease.acquire(tables, lease.STREAM)  # then its host dies: no heartbeat, no release
     with pytest.raises(UserError, match=r"`switchyard stream` \(pid \d+ on host another-host\)"):
         lease.acquire(tables, lease.BACKFILL)

@@ -1,0 +1,143 @@
+"""Fencing: once a pipeline's lease has a newer holder, a commit by an older one is refused inside the commit itself.
+
+A lease only advises: a holder frozen by SIGSTOP or a paused VM still believes it holds the pipeline when it wakes,
+and would write on. So each acquisition of the pipeline's lease has an epoch (the lease table's version of the
+commit that took it: a later acquisition always has a larger one), and before it yields the pipeline its holder
+commits that epoch into every table the stream path writes through delta-rs (FENCED): a Delta app transaction
+(`txn` action) under the id FENCE_ID, in a commit that changes no data. After that every commit the holder makes to
+those tables carries the same transaction. A commit by an older epoch is refused twice over:
+- before it is tried, when the table's fence is newer than the writer's epoch, or the writer's own monotonic clock
+  says its lease may have lapsed (Lease.check_fresh): LeaseLost;
+- inside the commit, when a newer fence lands after the writer read the table: the two commits set the same app id,
+  which Delta's conflict check refuses as a concurrent transaction (delta-rs raises CommitFailedError and writes
+  nothing). The writer reads the table again, finds the newer fence, and stops with LeaseLost.
+Two commits of one holder to one table may meet in the same way (the stream's queries are threads); they are tried
+again on the newer snapshot, which their own app ids keep idempotent.
+
+What this does not fence: Spark's own Delta writes (the backfill's and the rebase's tables: checked before they
+start, by `check`) and the keyed query's updates, sent by Spark's Kafka sink (an update is a key's whole state with
+its version, and the state MERGE only moves a key forward, so a resent one changes nothing).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+from deltalake import CommitProperties, Transaction
+from deltalake.exceptions import CommitFailedError
+
+from state_handoff.io import storage
+
+if TYPE_CHECKING:
+    from state_handoff.lease import Lease
+
+FENCE_ID = "switchyard-lease-epoch"
+FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late")
+ATTEMPTS = 20
+
+T = TypeVar("T")
+
+_held: dict[str, "Lease"] = {}  # the pipeline leases this process holds, by their pipeline's root
+_lock = threading.Lock()
+
+
+def _location(uri: str) -> str:
+    return uri.removeprefix("file://").rstrip("/")
+
+
+def register(lease: "Lease") -> None:
+    """From now on this process's commits to the lease's pipeline tables carry its epoch (pipeline leases only: the
+    archive's own lease guards no table of FENCED)."""
+    if lease.tables.lease_table == "leases":
+        with _lock:
+            _held[_location(lease.tables.root)] = lease
+
+
+def unregister(lease: "Lease") -> None:
+    with _lock:
+        if _held.get(_location(lease.tables.root)) is lease:
+            del _held[_location(lease.tables.root)]
+
+
+def holder(table_uri: str) -> "Lease | None":
+    """The lease this process holds over the table at `table_uri`, if any."""
+    location = _location(table_uri)
+    with _lock:
+        for root, lease in _held.items():
+            if location.startswith(root + "/"):
+                return lease
+    return None
+
+
+def raise_fence(lease: "Lease") -> None:
+    """Commit the lease's epoch into each table of FENCED that exists: from this commit on, no older holder commits
+    there. LeaseLost when a newer holder's fence is already in."""
+    from deltalake import DeltaTable, write_deltalake
+    from deltalake.exceptions import TableNotFoundError
+
+    import pyarrow as pa
+
+    for name in FENCED:
+        path = lease.tables.path(name)
+        if not storage.exists(storage.join(path, "_delta_log")):
+            continue
+        try:
+            table = DeltaTable(path, storage_options=storage.delta_options(path))
+        except TableNotFoundError:
+            continue
+        empty = pa.schema(table.schema()).empty_table()
+
+        def fence(properties: CommitProperties, table=table, empty=empty) -> None:
+            write_deltalake(table, empty, mode="append", commit_properties=properties)
+
+        if (table.transaction_version(FENCE_ID) or -1) < lease.epoch:
+            commit(table, [], fence, lease)
+
+
+def transactions(table, txns: list[Transaction], lease: "Lease | None" = None) -> list[Transaction]:
+    """`txns` and, when this process holds the table's pipeline, the fence at the holder's epoch: checked against the
+    deltalake DeltaTable `table`'s snapshot first (LeaseLost when a newer holder fenced it, or when the holder's own
+    clock says its lease may have lapsed)."""
+    lease = lease or holder(table.table_uri)
+    if lease is None:
+        return list(txns)
+    lease.check_fresh()
+    fenced_at = table.transaction_version(FENCE_ID)
+    if fenced_at is not None and fenced_at > lease.epoch:
+        raise lease.lose(f"pipeline {lease.tables.pipeline}: `{lease.row.command}` (epoch {lease.epoch}) was fenced "
+                         f"out of {table.table_uri} by a newer holder of the lease (epoch {fenced_at})")
+    return [*txns, Transaction(FENCE_ID, lease.epoch)]
+
+
+def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T], lease: "Lease | None" = None) -> T:
+    """`write(properties)`: one delta-rs commit to the deltalake DeltaTable `table` with the app transactions `txns`,
+    fenced when this process holds the table's pipeline. A commit that meets another of the same epoch is tried again
+    on the newer snapshot; one that meets a newer fence ends in LeaseLost."""
+    lease = lease or holder(table.table_uri)
+    for attempt in range(ATTEMPTS):
+        properties = CommitProperties(app_transactions=transactions(table, txns, lease))
+        try:
+            return write(properties)
+        except CommitFailedError:
+            if lease is None or attempt == ATTEMPTS - 1:
+                raise
+            table.update_incremental()
+    raise AssertionError("unreachable")
+
+
+def check(handoffs: str) -> None:
+    """Before a write this module cannot fence inside its commit (Spark's): LeaseLost when this process's lease of
+    the pipeline whose handoff log is at `handoffs` is lost, may have lapsed, or was fenced out of that log."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    lease = holder(handoffs)
+    if lease is None:
+        return
+    try:
+        table = DeltaTable(handoffs, storage_options=storage.delta_options(handoffs))
+    except TableNotFoundError:
+        lease.check_fresh()
+        return
+    transactions(table, [], lease)

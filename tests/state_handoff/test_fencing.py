@@ -1,0 +1,176 @@
+"""Fencing: an owner frozen while it holds the pipeline is taken over, and when it wakes nothing it commits lands,
+even a commit it had checked and was about to make; the taker's commits go on. Real Delta tables, a real second
+process, SIGSTOP for the freeze."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from jobs.delta_txn import append_arrow_once
+from state_handoff import handoff_log, lease
+from state_handoff.io import fencing
+from state_handoff.lifecycle import Status
+from state_handoff.tables import Tables
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE_SECONDS = "2"
+
+
+@pytest.fixture
+def tables(tmp_path, monkeypatch) -> Tables:
+    monkeypatch.setenv(lease.ENV, LEASE_SECONDS)
+    tables = Tables(str(tmp_path / "wh"), "demo")
+    write_deltalake(tables.late, pa.table({"n": pa.array([], pa.int64())}))
+    return tables
+
+
+def _commits(path: str) -> list[dict]:
+    """Each commit of the table at `path`: its version and the app transactions it recorded."""
+    log = Path(path) / "_delta_log"
+    commits = []
+    for file in sorted(log.glob("*.json")):
+        actions = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        commits.append({"version": int(file.stem), "adds": sum("add" in a for a in actions),
+                        "txns": {a["txn"]["appId"]: a["txn"]["version"] for a in actions if "txn" in a}})
+    return commits
+
+
+def _owner(tables: Tables) -> subprocess.Popen:
+    """A process that holds the pipeline and, on each line it reads, appends one row to `late`: `write` through the
+    fenced idempotent append, `checked` by passing the fence's checks and then waiting for one more line before its
+    commit (a process frozen between its check and its commit)."""
+    code = f"""
+import sys
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, write_deltalake
+from jobs.delta_txn import append_arrow_once
+from state_handoff import lease
+from state_handoff.io import fencing
+from state_handoff.tables import Tables
+tables = Tables({tables.warehouse!r}, {tables.pipeline!r})
+with lease.hold(tables, lease.STREAM) as held:
+    print("held", held.epoch, flush=True)
+    n = 0
+    for line in sys.stdin:
+        n += 1
+        table = DeltaTable(tables.late)
+        try:
+            if line.strip() == "write":
+                append_arrow_once(table, pa.table({{"n": [n]}}), "owner", n)
+            else:
+                properties = CommitProperties(app_transactions=fencing.transactions(table, []))
+                print("checked", flush=True)
+                sys.stdin.readline()
+                write_deltalake(table, pa.table({{"n": [n]}}), mode="append", commit_properties=properties)
+            print("wrote", n, flush=True)
+        except Exception as err:
+            print("refused", type(err).__name__, str(err).replace(chr(10), " "), flush=True)
+"""
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, lease.ENV: LEASE_SECONDS})
+
+
+def _say(owner: subprocess.Popen, line: str) -> str:
+    owner.stdin.write(line + "\n")
+    owner.stdin.flush()
+    return owner.stdout.readline().strip()
+
+
+def _take_over(tables: Tables, frozen: subprocess.Popen) -> tuple[lease.Lease, float]:
+    """SIGSTOP `frozen` and take the pipeline as soon as the lease lets anyone; the taker and its wait."""
+    os.kill(frozen.pid, signal.SIGSTOP)
+    began = time.monotonic()
+    while lease.owner(tables) is not None:  # refused in one line while its row is unexpired
+        assert time.monotonic() < began + 30, "the frozen owner's lease never expired"
+        time.sleep(0.1)
+    taker = lease.acquire(tables, lease.REBASE)
+    waited = time.monotonic() - began
+    fencing.raise_fence(taker)
+    fencing.register(taker)
+    return taker, waited
+
+
+def test_a_frozen_owner_is_fenced_out_of_every_commit_after_the_takeover(tables):
+    owner = _owner(tables)
+    taker = None
+    try:
+        held = owner.stdout.readline().split()
+        assert held[0] == "held", owner.stderr.read()
+        epoch = int(held[1])
+        assert _say(owner, "write") == "wrote 1"
+        assert _say(owner, "checked") == "checked"  # its checks passed; its commit is next when it wakes
+
+        taker, waited = _take_over(tables, owner)
+        # a live but frozen owner on this host: taken only after its expiry and then a whole lease unrenewed on
+        # this process's clock
+        assert waited >= float(LEASE_SECONDS), waited
+        assert taker.epoch > epoch
+        fenced_at = DeltaTable(tables.late).version()
+        assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [100]}), "taker", 1)
+
+        os.kill(owner.pid, signal.SIGCONT)
+        woke = _say(owner, "")  # the commit it had prepared before the freeze
+        assert woke.startswith("refused CommitFailedError"), woke
+        again = _say(owner, "write")  # and every later attempt, refused before it is tried
+        assert again.startswith("refused LeaseLost"), again
+        assert "taken by `switchyard rebase`" in again or "fenced out" in again, again
+        assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [101]}), "taker", 2)
+    finally:
+        if owner.poll() is None:
+            os.kill(owner.pid, signal.SIGCONT)
+            owner.stdin.close()
+            owner.wait(timeout=60)
+        if taker is not None:
+            fencing.unregister(taker)
+            taker.release()
+
+    commits = _commits(tables.late)
+    after = [c for c in commits if c["version"] >= fenced_at]
+    assert after and after[0]["txns"] == {fencing.FENCE_ID: taker.epoch} and after[0]["adds"] == 0
+    assert all(c["txns"].get(fencing.FENCE_ID) == taker.epoch for c in after), after  # nothing of the old epoch
+    rows = sorted(DeltaTable(tables.late).to_pyarrow_table().column("n").to_pylist())
+    assert rows == [1, 100, 101]  # the frozen owner's first row; its prepared and later ones never landed
+
+
+def test_an_owner_whose_own_clock_says_its_lease_may_have_lapsed_writes_nothing(tables):
+    with lease.hold(tables, lease.STREAM, heartbeat_seconds=60) as held:  # renewing far too seldom
+        assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [1]}), "owner", 1)
+        time.sleep(float(LEASE_SECONDS) * lease.FRESH_PART + 0.2)
+        with pytest.raises(lease.LeaseLost, match="has not been renewed for"):
+            append_arrow_once(DeltaTable(tables.late), pa.table({"n": [2]}), "owner", 2)
+        with pytest.raises(lease.LeaseLost):
+            handoff_log.append(None, tables, "h1", Status.BACKFILL_STARTED)
+        held.heartbeat()  # renewed, and nobody took it meanwhile: writing goes on
+        assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [3]}), "owner", 3)
+    assert sorted(DeltaTable(tables.late).to_pyarrow_table().column("n").to_pylist()) == [1, 3]
+
+
+def test_the_handoff_log_refuses_an_entry_from_a_fenced_out_holder(tables, monkeypatch):
+    monkeypatch.setattr(lease, "FRESH_PART", 100.0)  # an owner whose own clock fails to notice: the fence still holds
+    with lease.hold(tables, lease.BACKFILL, heartbeat_seconds=60) as old:
+        handoff_log.append(None, tables, "h1", Status.BACKFILL_STARTED)
+        while lease.owner(tables) is not None:
+            time.sleep(0.1)
+        taker = lease.acquire(tables, lease.HANDOFF)  # once the old lease has expired and stayed unrenewed
+        fencing.raise_fence(taker)
+        assert fencing.holder(tables.handoffs) is old  # this process still believes in the old lease
+        with pytest.raises(lease.LeaseLost, match="fenced out"):
+            handoff_log.append(None, tables, "h1", Status.FAILED)
+    assert [e.status for e in handoff_log.entries(None, tables)] == [Status.BACKFILL_STARTED]
+    assert lease.latest_row(tables.leases).lease_id == taker.lease_id
+
+
+def test_a_process_holding_no_lease_writes_unfenced(tables):
+    assert fencing.holder(tables.late) is None
+    assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [7]}), "tool", 1)
+    assert all(fencing.FENCE_ID not in c["txns"] for c in _commits(tables.late))
