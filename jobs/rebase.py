@@ -58,14 +58,19 @@ class Cut:
     offsets: dict[int, int]   # exclusive end per partition: the next handoff starts here
     keyed: dict[int, int]     # where the keyed query's last committed batch ended
     events: dict[int, int]    # where the events query's last committed batch ended
+    # the `state` version holding the drained streamed state (at `keyed`): what the reconciliation folds [keyed, cut)
+    # into, however often the rebase runs again after the recomputed state replaced it (None: a pause recorded
+    # before cuts named it, read at the latest version)
+    state_version: int | None = None
 
     def as_details(self) -> dict:
-        return {name: {str(p): o for p, o in sorted(getattr(self, name).items())}
-                for name in ("offsets", "keyed", "events")}
+        return {**{name: {str(p): o for p, o in sorted(getattr(self, name).items())}
+                   for name in ("offsets", "keyed", "events")}, "state_version": self.state_version}
 
     @staticmethod
     def from_details(details: dict) -> "Cut":
-        return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")))
+        return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")),
+                   state_version=details.get("state_version"))
 
 
 class ReconciliationFailed(UserError):
@@ -89,16 +94,19 @@ def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
                    for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
 
 
-def pause_cut(bootstrap: str, handoff: Handoff, paths: StreamPaths) -> Cut:
-    """The cut of a stopped stream: the topic's end now, and where each reader's batches ended (for the events
-    query, its last planned batch, which the catch-up completes as planned)."""
+def pause_cut(bootstrap: str, tables: Tables, handoff: Handoff, paths: StreamPaths) -> Cut:
+    """The cut of a stopped stream: the topic's end now, where each reader's batches ended (for the events
+    query, its last planned batch, which the catch-up completes as planned), and the version of the drained state."""
+    from deltalake import DeltaTable
+
     start = handoff.start_offsets
     keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
     events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
     latest = latest_offsets(bootstrap, [handoff.topic])[handoff.topic]
     keyed = {p: keyed.get(p, start.get(p, 0)) for p in latest}
     events = {p: events.get(p, start.get(p, 0)) for p in latest}
-    return Cut({p: max(hi, keyed[p], events[p]) for p, hi in latest.items()}, keyed, events)
+    drained = DeltaTable(tables.state, storage_options=storage.delta_options(tables.state)).version()
+    return Cut({p: max(hi, keyed[p], events[p]) for p, hi in latest.items()}, keyed, events, drained)
 
 
 def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
@@ -147,7 +155,10 @@ def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, b
                       cut: Cut) -> DataFrame:
     """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut."""
     columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
-    drained = spark.read.format("delta").load(tables.state).select(*columns)
+    reader = spark.read.format("delta")
+    if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
+        reader = reader.option("versionAsOf", cut.state_version)
+    drained = reader.load(tables.state).select(*columns)
     rest = keyed_partials(pipeline, kafka_range(spark, bootstrap, topic, cut.keyed, cut.offsets))
     return state_from_partials(pipeline, drained.unionByName(rest))
 
@@ -252,7 +263,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
             handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
                                details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
             raise
-        cut = pause_cut(bootstrap, handoff, paths)
+        cut = pause_cut(bootstrap, tables, handoff, paths)
         handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),
                                     "cut": cut.as_details()})

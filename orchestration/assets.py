@@ -58,15 +58,22 @@ def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
         })
 
 
+class TilesConfig(dg.Config):
+    accept_differences: bool = Field(False, description=(
+        "When the backfill rebases a live pipeline at a cut: replace the streamed state there even where the "
+        "recomputed one differs (`switchyard rebase --accept-differences`). Without it such a difference stops the "
+        "rebase, the stream keeps serving, and the run fails naming the differing keys."))
+
+
 @dg.asset(partitions_def=daily, backfill_policy=dg.BackfillPolicy.single_run(), deps=["archive"],
           group_name=BACKLOG, kinds={"spark", "delta"})
-def tiles(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+def tiles(context: dg.AssetExecutionContext, config: TilesConfig, spark: SparkResource, kafka: KafkaResource,
           warehouse: WarehouseResource) -> dg.MaterializeResult:
     """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its days."""
     first, last = days_of(context.partition_time_window)
     tables = warehouse.tables()
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
-        return _rebased(context, spark, kafka, warehouse, str(first), str(last))
+        return _rebased(context, spark, kafka, warehouse, str(first), str(last), config.accept_differences)
     with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
         run = backfill_tiles(spark.session(), warehouse.spec(), tables, str(first), str(last),
                              out=context.log.info)
@@ -86,7 +93,7 @@ def tiles(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaR
 
 
 def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: WarehouseResource, first: str,
-             last: str) -> dg.MaterializeResult:
+             last: str, accept_differences: bool) -> dg.MaterializeResult:
     """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
     resumes), else in this run; the live tables are never overwritten under a stream."""
     from jobs.rebase import rebase_pipeline
@@ -94,7 +101,8 @@ def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: War
     tables = warehouse.tables()
     with user_errors_as_failures():
         new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "backfill", "dagster backfill",
-                              spark.session, days=(first, last), out=context.log.info)
+                              spark.session, days=(first, last), accept_differences=accept_differences,
+                              out=context.log.info)
     committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))
     reconciliation = committed.get("reconciliation", {})

@@ -1,12 +1,15 @@
-"""What a vacuum of `state` must keep, whatever its age: the snapshot the live handoff was committed with, and the
-one the latest backfill committed for the next handoff.
+"""What a vacuum of `state` must keep, whatever its age: the snapshot the live handoff was committed with, the
+one the latest backfill committed for the next handoff, and the drained streamed state a rebase paused at, until
+the handoff at its cut has SWITCHED.
 
 A handoff records the `state` version its stream seeds from. The backfill's commit writes that snapshot as the
 seed's files, but a stream that finds them missing (an interrupted write, a lost folder) and has no checkpoint yet
 reads `state` at that version again (jobs/seed.py). The stream's own MERGEs and the next backfill replace every
 file of it within minutes, so a vacuum by age alone would leave the handoff unable to start. Keeping the files of
 these versions costs one copy of the state each, however long the handoff lives; a time window as long as the
-handoff's life would keep every file the stream's MERGEs ever replaced too.
+handoff's life would keep every file the stream's MERGEs ever replaced too. A rebase's reconciliation reads the
+paused state again whenever the rebase runs again (after a crash that came after the recomputed state replaced it),
+so that version stays until the new handoff's stream has taken over.
 """
 
 from __future__ import annotations
@@ -24,4 +27,24 @@ def kept_state_versions(tables: Tables) -> list[int]:
         entry = next((e for e in reversed(entries) if e.status == status), None)
         if entry is not None and entry.state_version is not None:
             kept.add(entry.state_version)
-    return sorted(kept)
+    return sorted(kept | set(paused_state_versions(entries).values()))
+
+
+def paused_state_versions(entries: list) -> dict[str, int]:
+    """By rebase request: the drained state version its pause recorded, while the request's handoff at the cut has
+    not SWITCHED and nothing else ended the request."""
+    paused, ended, handoff_of = {}, set(), {}
+    for e in entries:
+        details = handoff_log.details(e)
+        request_id = details.get("request_id")
+        if e.status == Status.PAUSED and request_id is not None:
+            version = (details.get("cut") or {}).get("state_version")
+            if version is not None:
+                paused[request_id] = int(version)
+        elif e.status == Status.HANDOFF_COMMITTED and request_id is not None:
+            handoff_of[e.handoff_id] = request_id
+        elif e.status == Status.SWITCHED and e.handoff_id in handoff_of:
+            ended.add(handoff_of[e.handoff_id])
+        elif e.status == Status.RECONCILIATION_FAILED and details.get("resumable") and request_id is not None:
+            ended.add(request_id)  # nothing was replaced: the stream goes on from its own state
+    return {r: v for r, v in paused.items() if r not in ended}

@@ -72,14 +72,15 @@ def _held(tables: Tables, path: str) -> str:
     return ", ".join(f"p{p}:{lo}..{hi} ({n} records)" for p, (lo, hi, n) in sorted(ranges.items()))
 
 
-def _version(path: str) -> int | None:
-    return DeltaTable(path).version() if os.path.isdir(os.path.join(path, "_delta_log")) else None
+def _data(path: str) -> list[str] | None:
+    """The data files of the table at `path` (a lease's fence commit, which changes no data, leaves them as they are)."""
+    return sorted(DeltaTable(path).file_uris()) if os.path.isdir(os.path.join(path, "_delta_log")) else None
 
 
 def _committed(tables: Tables) -> tuple:
-    """What a refused run must leave as it was: the handoff log and every table's version."""
+    """What a refused run must leave as it was: the handoff log and every table's data."""
     return (len(handoff_log.entries(None, tables)),
-            *(_version(p) for p in (tables.tiles, tables.state, tables.windows, tables.dead_letter)))
+            *(_data(p) for p in (tables.tiles, tables.state, tables.windows, tables.dead_letter)))
 
 
 def _refused(spark, tables: Tables, pattern: str, **flags) -> str:
@@ -201,7 +202,7 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     gone = _below_the_others(tables)
     held = _held(tables, gone)
     os.remove(gone)
-    before = _version(tables.state)
+    before = _data(tables.state)
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
                                                   f"{held}")):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", lambda: spark, out=_quiet)
@@ -209,7 +210,7 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.FAILED] and Status.PAUSED not in statuses
     assert current_handoff(None, tables).handoff_id == handoff.handoff_id
     assert open_request(tables) is None, "the refused request stays answered: the next stream streams as before"
-    assert _version(tables.state) == before
+    assert _data(tables.state) == before
 
 
 def _archive_all(tables: Tables, bootstrap: str, topic: str) -> subprocess.CompletedProcess:

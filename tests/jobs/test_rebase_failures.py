@@ -187,3 +187,32 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     _stream_until_caught_up(tables, bootstrap, log)
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
+
+
+def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused_state(spark, bootstrap, topic_name,
+                                                                                        tmp_path):
+    """An offline `rebase` killed after the recomputed state replaced the streamed one, before its commit was
+    logged; the next `rebase` finishes it at the recorded cut, reconciling against the state the pause recorded
+    (not the replaced one, which would fold the records past the drained stream twice), and the paused version
+    outlives vacuums until the new handoff has switched."""
+    from state_handoff import faults, kept_versions
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
+    log = tmp_path / "stream.log"
+    _stream_until_caught_up(tables, bootstrap, log)  # reads nothing: everything past the drained state is [K, C)
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=43))
+    killed = _cli(tables, bootstrap, "rebase", "--timeout", "600", env={faults.ENV: "backfill.after_state"})
+    out, _ = killed.communicate(timeout=900)
+    assert killed.returncode == -9, out
+    paused = kept_versions.paused_state_versions(handoff_log.entries(None, tables))
+    assert len(paused) == 1 and list(paused.values())[0] in kept_versions.kept_state_versions(tables)
+
+    again = _cli(tables, bootstrap, "rebase", "--timeout", "600")
+    out, _ = again.communicate(timeout=900)
+    assert again.returncode == 0 and "Traceback" not in out, out
+    committed = _handoffs(tables)[-1]
+    assert handoff_log.details(committed)["reconciliation"]["keys_different"] == 0, out
+    _stream_until_caught_up(tables, bootstrap, log)
+    assert kept_versions.paused_state_versions(handoff_log.entries(None, tables)) == {}  # switched: released
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    assert_accounting_identity(bootstrap, topic_name, tables, expected)

@@ -17,10 +17,10 @@ from deltalake import DeltaTable
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log, stream_progress
+from state_handoff import handoff_log, lease, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import run_handoff
-from state_handoff.io import delta_upkeep, storage
+from state_handoff.io import delta_upkeep, fencing, storage
 from state_handoff.io.kafka_io import admin_client, produce, topic_config
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
@@ -135,3 +135,60 @@ def test_handoff_refuses_offsets_no_longer_retained(spark, bootstrap, topic_name
     with pytest.raises(UserError, match=r"partition 1 no longer retains offset .*extend the archive"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
     assert len(handoff_log.entries(None, tables)) == len(before)
+
+
+def _fence_history(path: str) -> list[int | None]:
+    """The lease epoch each commit of the Delta table at `path` carried, in commit order (None: unfenced)."""
+    epochs = []
+    for file in sorted((Path(path) / "_delta_log").glob("*.json")):
+        txns = [json.loads(line).get("txn") for line in file.read_text().splitlines() if line.strip()]
+        epochs.append(next((t["version"] for t in txns if t and t["appId"] == fencing.FENCE_ID), None))
+    return epochs
+
+
+def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bootstrap, topic_name, tmp_path):
+    """A live stream frozen by SIGSTOP (its JVM too) loses the pipeline to a second `switchyard stream` once its
+    lease has expired and stayed unrenewed; woken, it stops on the lost lease, and no table the stream writes holds
+    a commit of its epoch after the taker's fence. The taker's tables match the oracle."""
+    env = {**TIDY_EVERY_2, lease.ENV: "6"}
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    frozen_log, taker_log = tmp_path / "frozen.log", tmp_path / "taker.log"
+    frozen = start_stream(tables, bootstrap, frozen_log, env=env)
+    taker = None
+    try:
+        produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
+        wait_until(lambda: len(event_batches(tables, handoff.handoff_id)) >= 1, frozen, frozen_log,
+                   what="a first event batch")
+        frozen_epoch = lease.latest_row(tables.leases).epoch
+        os.killpg(frozen.pid, signal.SIGSTOP)
+        produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
+        deadline = time.monotonic() + 60
+        while lease.owner(tables) is not None:  # a second stream is refused while the row is unexpired
+            assert time.monotonic() < deadline, "the frozen stream's lease never expired"
+            time.sleep(0.5)
+        taker = start_stream(tables, bootstrap, taker_log, env=env)
+        wait_until(lambda: [e.status for e in handoff_log.entries(None, tables)].count(Status.STREAM_STARTED) == 2,
+                   taker, taker_log, what="the taker's STREAM_STARTED")
+        taker_epoch = lease.latest_row(tables.leases).epoch
+        assert taker_epoch > frozen_epoch
+
+        os.killpg(frozen.pid, signal.SIGCONT)
+        assert frozen.wait(timeout=180) != 0
+        assert "lease" in frozen_log.read_text(), frozen_log.read_text()[-3000:]
+        produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 6), 150, seed=5))
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
+        wait_until(lambda: stream_read(tables) >= total, taker, taker_log, what=f"{total} tail records read")
+    finally:
+        if frozen.poll() is None:
+            os.killpg(frozen.pid, signal.SIGCONT)
+            os.killpg(frozen.pid, signal.SIGKILL)
+            frozen.wait(timeout=60)
+        if taker is not None:
+            stop_stream(taker, taker_log)
+    for name in fencing.FENCED:
+        epochs = _fence_history(tables.path(name))
+        assert taker_epoch in epochs, (name, epochs)
+        after = epochs[epochs.index(taker_epoch):]
+        assert all(epoch is not None and epoch >= taker_epoch for epoch in after), (name, after)
+    assert_matches_oracle(spark, bootstrap, topic_name, tables)
