@@ -129,7 +129,7 @@ def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int 
         check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
         seq = table.version() + 1
         if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA),
-                                 transactions=fencing.transactions(table, [])):
+                                 properties=fencing.properties(table, [])):
             if len(table.file_uris()) >= COMPACT_FILES:
                 delta_upkeep.tidy(table, table_retention=True)  # the entry is in; the compaction is best effort
             return LogEntry.from_row({"seq": seq, **row})

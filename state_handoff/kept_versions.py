@@ -31,9 +31,9 @@ def kept_state_versions(tables: Tables) -> list[int]:
 
 
 def paused_state_versions(entries: list) -> dict[str, int]:
-    """By rebase request: the drained state version its pause recorded, while the request's handoff at the cut has
-    not SWITCHED and nothing else ended the request."""
-    paused, ended, handoff_of = {}, set(), {}
+    """By rebase request: the drained state version its pause recorded, until a handoff at or after the request's
+    cut has SWITCHED (its own, or a later one that superseded it), or the request ended without replacing anything."""
+    paused, answered, ended = {}, set(), set()
     for e in entries:
         details = handoff_log.details(e)
         request_id = details.get("request_id")
@@ -42,9 +42,9 @@ def paused_state_versions(entries: list) -> dict[str, int]:
             if version is not None:
                 paused[request_id] = int(version)
         elif e.status == Status.HANDOFF_COMMITTED and request_id is not None:
-            handoff_of[e.handoff_id] = request_id
-        elif e.status == Status.SWITCHED and e.handoff_id in handoff_of:
-            ended.add(handoff_of[e.handoff_id])
+            answered.add(request_id)
+        elif e.status == Status.SWITCHED:
+            ended |= answered  # a stream serves a state at or past every cut answered so far
         elif e.status == Status.RECONCILIATION_FAILED and details.get("resumable") and request_id is not None:
             ended.add(request_id)  # nothing was replaced: the stream goes on from its own state
     return {r: v for r, v in paused.items() if r not in ended}

@@ -31,17 +31,18 @@ def open_or_create(uri: str, schema: pa.Schema, *, name: str, description: str,
 
 
 def commit_next(table: DeltaTable, rows: pa.Table, mode: str = "append", schema_mode: str | None = None,
-                transactions: list | None = None) -> bool:
+                properties: CommitProperties | None = None) -> bool:
     """Commit `rows` at `table.version() + 1`; False when another writer committed that version first.
-    `transactions`: Delta app transactions (deltalake.Transaction) the commit records.
+    `properties`: the commit's properties (app transactions, commit info), their retries set to none here.
 
     No retries inside delta-rs: a retry would land the commit at a later version, on a state its writer never
     saw. On True, `table` holds the snapshot of the commit just made.
     """
     expected = table.version() + 1
     try:
-        write_deltalake(table, rows, mode=mode, schema_mode=schema_mode,
-                        commit_properties=CommitProperties(max_commit_retries=0, app_transactions=transactions))
+        properties = properties or CommitProperties()
+        properties.max_commit_retries = 0
+        write_deltalake(table, rows, mode=mode, schema_mode=schema_mode, commit_properties=properties)
     except CommitFailedError:
         return False
     if table.version() != expected:

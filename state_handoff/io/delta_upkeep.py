@@ -86,7 +86,8 @@ def _vacuum(table, table_retention: bool, keep_versions: list[int] | None) -> No
     if not table_retention:
         wanted = retention(RETENTION_HOURS)
         if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
-            table.alter.set_table_properties({RETENTION_PROPERTY: wanted})
+            fencing.commit(table, [], lambda properties: table.alter.set_table_properties(
+                {RETENTION_PROPERTY: wanted}, commit_properties=properties))
     # the retention check on: the table's retention, never a shorter one; a version to keep that cannot be loaded
     # any more fails the vacuum (nothing deleted) rather than being skipped
     fencing.commit(table, [], lambda properties: table.vacuum(

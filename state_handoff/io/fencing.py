@@ -14,9 +14,11 @@ those tables carries the same transaction. A commit by an older epoch is refused
 Two commits of one holder to one table may meet in the same way (the stream's queries are threads); they are tried
 again on the newer snapshot, which their own app ids keep idempotent.
 
-What this does not fence: Spark's own Delta writes (the backfill's and the rebase's tables: checked before they
-start, by `check`) and the keyed query's updates, sent by Spark's Kafka sink (an update is a key's whole state with
-its version, and the state MERGE only moves a key forward, so a resent one changes nothing).
+What this does not fence inside the commit: delta-rs's compaction (its commits drop app transactions; it changes no
+data, and is checked before it starts and names its epoch in the commit's info), Spark's own Delta writes (the
+backfill's and the rebase's tables: checked before they start, by `check`) and the keyed query's updates, sent by
+Spark's Kafka sink (an update is a key's whole state with its version, and the state MERGE only moves a key
+forward, so a resent one changes nothing).
 """
 
 from __future__ import annotations
@@ -95,19 +97,22 @@ def raise_fence(lease: "Lease") -> None:
             commit(table, [], fence, lease)
 
 
-def transactions(table, txns: list[Transaction], lease: "Lease | None" = None) -> list[Transaction]:
-    """`txns` and, when this process holds the table's pipeline, the fence at the holder's epoch: checked against the
-    deltalake DeltaTable `table`'s snapshot first (LeaseLost when a newer holder fenced it, or when the holder's own
-    clock says its lease may have lapsed)."""
+def properties(table, txns: list[Transaction], lease: "Lease | None" = None, **options) -> CommitProperties:
+    """Commit properties with the app transactions `txns` (and delta-rs's `options`) and, when this process holds the
+    table's pipeline, the fence at the holder's epoch, also named in the commit's info (FENCE_ID there: the audit
+    trail of who committed, kept even by delta-rs's optimize, which drops app transactions). Checked against the
+    deltalake DeltaTable `table`'s snapshot first: LeaseLost when a newer holder fenced it, or when the holder's own
+    clock says its lease may have lapsed."""
     lease = lease or holder(table.table_uri)
     if lease is None:
-        return list(txns)
+        return CommitProperties(app_transactions=list(txns) or None, **options)
     lease.check_fresh()
     fenced_at = table.transaction_version(FENCE_ID)
     if fenced_at is not None and fenced_at > lease.epoch:
         raise lease.lose(f"pipeline {lease.tables.pipeline}: `{lease.row.command}` (epoch {lease.epoch}) was fenced "
                          f"out of {table.table_uri} by a newer holder of the lease (epoch {fenced_at})")
-    return [*txns, Transaction(FENCE_ID, lease.epoch)]
+    return CommitProperties(app_transactions=[*txns, Transaction(FENCE_ID, lease.epoch)],
+                            custom_metadata={FENCE_ID: str(lease.epoch)}, **options)
 
 
 def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T], lease: "Lease | None" = None) -> T:
@@ -116,9 +121,8 @@ def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T
     on the newer snapshot; one that meets a newer fence ends in LeaseLost."""
     lease = lease or holder(table.table_uri)
     for attempt in range(ATTEMPTS):
-        properties = CommitProperties(app_transactions=transactions(table, txns, lease))
         try:
-            return write(properties)
+            return write(properties(table, txns, lease))
         except CommitFailedError:
             if lease is None or attempt == ATTEMPTS - 1:
                 raise
@@ -140,4 +144,4 @@ def check(handoffs: str) -> None:
     except TableNotFoundError:
         lease.check_fresh()
         return
-    transactions(table, [], lease)
+    properties(table, [], lease)

@@ -137,13 +137,18 @@ def test_handoff_refuses_offsets_no_longer_retained(spark, bootstrap, topic_name
     assert len(handoff_log.entries(None, tables)) == len(before)
 
 
-def _fence_history(path: str) -> list[int | None]:
-    """The lease epoch each commit of the Delta table at `path` carried, in commit order (None: unfenced)."""
-    epochs = []
+def _fence_history(path: str) -> list[tuple[str, int | None]]:
+    """Each commit of the Delta table at `path` in order: its operation and the lease epoch it carried (its fence
+    transaction, or for a compaction, whose commits keep no transaction, its commit info; None: neither)."""
+    commits = []
     for file in sorted((Path(path) / "_delta_log").glob("*.json")):
-        txns = [json.loads(line).get("txn") for line in file.read_text().splitlines() if line.strip()]
-        epochs.append(next((t["version"] for t in txns if t and t["appId"] == fencing.FENCE_ID), None))
-    return epochs
+        actions = [json.loads(line) for line in file.read_text().splitlines() if line.strip()]
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+        fence = next((a["txn"]["version"] for a in actions if "txn" in a and a["txn"]["appId"] == fencing.FENCE_ID),
+                     None)
+        named = info.get(fencing.FENCE_ID)
+        commits.append((info.get("operation"), fence if fence is not None else (int(named) if named else None)))
+    return commits
 
 
 def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bootstrap, topic_name, tmp_path):
@@ -187,8 +192,9 @@ def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bo
         if taker is not None:
             stop_stream(taker, taker_log)
     for name in fencing.FENCED:
-        epochs = _fence_history(tables.path(name))
-        assert taker_epoch in epochs, (name, epochs)
-        after = epochs[epochs.index(taker_epoch):]
-        assert all(epoch is not None and epoch >= taker_epoch for epoch in after), (name, after)
+        commits = _fence_history(tables.path(name))
+        epochs = [epoch for _, epoch in commits]
+        assert taker_epoch in epochs, (name, commits)
+        after = commits[epochs.index(taker_epoch):]
+        assert all(epoch == taker_epoch for _, epoch in after), (name, after)
     assert_matches_oracle(spark, bootstrap, topic_name, tables)

@@ -52,7 +52,7 @@ def _owner(tables: Tables) -> subprocess.Popen:
     code = f"""
 import sys
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from jobs.delta_txn import append_arrow_once
 from state_handoff import lease
 from state_handoff.io import fencing
@@ -68,7 +68,7 @@ with lease.hold(tables, lease.STREAM) as held:
             if line.strip() == "write":
                 append_arrow_once(table, pa.table({{"n": [n]}}), "owner", n)
             else:
-                properties = CommitProperties(app_transactions=fencing.transactions(table, []))
+                properties = fencing.properties(table, [])
                 print("checked", flush=True)
                 sys.stdin.readline()
                 write_deltalake(table, pa.table({{"n": [n]}}), mode="append", commit_properties=properties)
