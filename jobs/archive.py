@@ -12,9 +12,8 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from state_handoff.errors import UserError
-from state_handoff.io import storage
-from state_handoff.io.archive_files import (ARCHIVE_META, archive_meta, committed_files, file_ranges, files_on_disk,
-                                         orphan_files, remove_files, write_archive_meta)
+from state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk, orphan_files,
+                                         read_record, record_uri, remove_files)
 from state_handoff.io.archive_record import check_record, file_totals, recorded_runs
 from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.io.kafka_security import spark_source_options
@@ -79,15 +78,15 @@ def plan_archive(pipeline: str, previous_cut: dict[int, int], requested: dict[in
     return to_write, trimmed
 
 
-def _previous(root: str, topic: str) -> dict:
-    """The archive's metadata so far ({} when there is none), refusing another topic."""
-    if not storage.exists(storage.join(root, ARCHIVE_META)):
-        return {}
-    meta = archive_meta(root)
+def _previous(root: str, topic: str) -> tuple[int, dict]:
+    """The archive's record so far ({} when there is none) and the version it was read at, refusing another topic."""
+    version, meta = read_record(root)
+    if meta is None:
+        return version, {}
     if meta["topic"] != topic:
         raise UserError(f"the archive at {root} holds topic {meta['topic']}, not {topic}: "
                         "archive another topic into another --warehouse")
-    return meta
+    return version, meta
 
 
 def _committed_ranges(root: str, meta: dict) -> dict[str, dict[str, list[int]]]:
@@ -105,16 +104,15 @@ def _per_partition(ranges: dict[int, int]) -> str:
     return ", ".join(f"p{p}:{o}" for p, o in sorted(ranges.items()))
 
 
-def _commit(root: str, previous: dict, meta: dict, lease: Lease | None) -> None:
-    """Write the record, unless the lease was lost or the record changed since this run read it (another writer
-    came in without the lease): then nothing is committed and this run's files stay orphans for the next run."""
+def _commit(root: str, version: int, meta: dict, lease: Lease | None) -> None:
+    """Commit the record by compare-and-swap on the version this run planned from, unless the lease was lost (the
+    commit is fenced by it): when another commit came first, nothing is committed and this run's files stay orphans
+    for the next run."""
     if lease is not None:
-        lease.check()
-    now = _previous(root, meta["topic"])
-    if now != previous:
-        raise UserError(f"the archive record {storage.join(root, ARCHIVE_META)} changed while this run wrote its "
-                        "files (another archive run without the lease?): nothing committed; run the archive again")
-    write_archive_meta(root, meta)
+        lease.check_fresh()
+    if not commit_record(root, meta, version):
+        raise UserError(f"the archive record {record_uri(root)} changed while this run wrote its files (another "
+                        "archive run without the lease?): nothing committed; run the archive again")
 
 
 def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
@@ -123,7 +121,7 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     `lease`: the pipeline's lease this run holds, checked before it removes orphans and before it commits."""
     started = time.monotonic()
     root = tables.archive
-    previous = _previous(root, topic)
+    version, previous = _previous(root, topic)
     if previous:
         check_record(root, previous)
     if lease is not None:
@@ -167,7 +165,7 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
            "to": {str(p): hi for p, (_, hi) in sorted(reading.items())},
            "records": {str(p): wrote.get(p, 0) for p in sorted(reading)}}
     runs = recorded_runs({**previous, "files": committed}) if previous else []
-    _commit(root, previous, {**previous, "topic": topic,
+    _commit(root, version, {**previous, "topic": topic,
                              "cut": {str(p): o for p, o in sorted(ends.items())},
                              "first": {str(p): o for p, o in sorted(firsts.items())},
                              "records": previous.get("records", 0) + total, "files": {**committed, **written},

@@ -37,6 +37,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from state_handoff.clock import as_utc, utc_now
 from state_handoff.errors import Failed, UserError
 from state_handoff.io import fencing
+from state_handoff.io.archive_files import record_uri
 from state_handoff.io.delta_cas import commit_next, open_or_create, read
 from state_handoff.io.storage import delta_options
 from state_handoff.tables import Tables
@@ -395,17 +396,26 @@ def _keep_alive(lease: Lease, every: float, stop: threading.Event) -> None:
             log.warning("lease of pipeline %s: heartbeat failed, retrying: %s", lease.tables.pipeline, err)
 
 
+def guarded_tables(tables: Tables) -> list[str]:
+    """The tables whose commits the lease of `tables` fences: the archive's record under the archive's own lease,
+    the stream path's tables under the pipeline's."""
+    if tables.lease_table == tables.archive_writer().lease_table:
+        return [record_uri(tables.archive)]
+    return [tables.path(name) for name in fencing.FENCED]
+
+
 @contextmanager
 def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -> Iterator[Lease]:
     """Hold the pipeline for the block, renewed from a daemon thread; released on exit. The holder checks
     `lease.lost` (or `lease.check()`) and stops writing once it is set."""
     lease = acquire(tables, command)
+    guarded = guarded_tables(tables)
     try:
-        fencing.raise_fence(lease)  # from here no earlier holder commits to the pipeline's tables
+        fencing.raise_fence(lease, guarded)  # from here no earlier holder commits to these tables
     except BaseException:
         lease.release()
         raise
-    fencing.register(lease)
+    fencing.register(lease, guarded)
     stop = threading.Event()
     beats = threading.Thread(target=_keep_alive, name=f"lease-{tables.pipeline}", daemon=True,
                              args=(lease, heartbeat_seconds or lease_seconds() / HEARTBEATS_PER_LEASE, stop))

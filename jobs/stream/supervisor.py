@@ -96,6 +96,24 @@ class Supervisor:
         self.updates_from: dict[int, int] = {}  # where the running handoff's updates begin on the updates topic
         self.added_partitions: dict[int, int] = {}  # partitions the topic gained after the running handoff: start
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
+        self.checkpoint_races = 0  # queries started again after another driver wrote their checkpoint
+
+    def _raced_for_the_checkpoint(self, handoff: Handoff, err: StreamFailed) -> bool:
+        """Whether a query failed because another driver wrote its checkpoint's log while this stream holds the
+        lease: a stream that lost the pipeline to this one, frozen and then woken, plans its next batch before it
+        learns it lost (its Delta writes are fenced, so it dies without writing). Its batch is the checkpoint's
+        now, and the same batch this stream would have planned from the same state: the queries start again from
+        the checkpoint and run it (a few times at most)."""
+        if CHECKPOINT_RACE not in str(err) or self.checkpoint_races >= CHECKPOINT_RACES:
+            return False
+        try:
+            self.lease.check_fresh()
+        except leases.LeaseLost:
+            return False
+        self.checkpoint_races += 1
+        self.out(f"stream {self.pipeline.name}: another driver wrote the checkpoint of handoff {handoff.handoff_id} "
+                 "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
+        return True
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
@@ -112,9 +130,14 @@ class Supervisor:
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     self.rebase(handoff, request, queries=None)
                     continue  # rebased, or refused by its reconciliation: streams the current handoff
-                queries, events_sink = self.start(handoff)
-                monitor = Monitor(self, handoff, queries, events_sink)
-                outcome = monitor.run()
+                try:
+                    queries, events_sink = self.start(handoff)
+                    monitor = Monitor(self, handoff, queries, events_sink)
+                    outcome = monitor.run()
+                except StreamFailed as err:
+                    if not self._raced_for_the_checkpoint(handoff, err):
+                        raise
+                    continue
                 if result is not None:
                     monitor.result.rebases = result.rebases
                     monitor.result.switched_after_s = result.switched_after_s
@@ -323,6 +346,10 @@ class Supervisor:
         self.out(f"rebase {self.pipeline.name}: handed off at the cut as {new.handoff_id} after "
                  f"{time.monotonic() - started:.1f}s; resuming")
         return new
+
+
+CHECKPOINT_RACE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error when two drivers write one checkpoint's log
+CHECKPOINT_RACES = 3
 
 
 def _process_age() -> float | None:

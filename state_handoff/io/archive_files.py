@@ -1,9 +1,14 @@
 """The archive as files: list, date-filter and validate the Parquet files before any Spark job reads them.
 
-`_archive.json` is the archive's commit record: a Parquet file is part of the archive only once its "files" map
-names it, and every file it names is part of it, on disk or not: a named file that is gone is reported missing,
-never skipped. Files on disk that it does not name are orphans of an interrupted `switchyard archive` and never
-read."""
+The archive's commit record says what it holds: a Parquet file is part of the archive only once the record's
+"files" map names it, and every file it names is part of it, on disk or not: a named file that is gone is reported
+missing, never skipped. Files on disk that it does not name are orphans of an interrupted `switchyard archive` and
+never read. The record is one row of a Delta table beside the day folders (`_record`), replaced by compare-and-swap
+on the table's version (state_handoff/io/delta_cas.py) and fenced by the archive's lease
+(state_handoff/io/fencing.py): a run commits only on the record it planned from, and only while it holds the lease.
+`_archive.json` is a copy of it written after each commit, for people and tools; an archive committed before the
+table existed is read from that file until its next commit.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,15 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
+import pyarrow as pa
+
+from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
-from state_handoff.io import storage
+from state_handoff.io import delta_cas, fencing, storage
 
 ARCHIVE_META = "_archive.json"
+RECORD = "_record"  # Spark's readers skip names with a leading underscore
+RECORD_SCHEMA = pa.schema([("record", pa.string()), ("committed_at", pa.timestamp("us", tz="UTC"))])
 REQUIRED_COLUMNS = ("kafka_partition", "kafka_offset", "value")
 _DAY_DIR = re.compile(r"^event_date=(\d{4}-\d{2}-\d{2})$")
 
@@ -62,7 +72,7 @@ def read_listing(root: str) -> ArchiveListing:
 def _recorded_day(root: str, name: str) -> date:
     match = _DAY_DIR.match(name.split("/", 1)[0]) if "/" in name else None
     if match is None:
-        raise UserError(f"the archive record {storage.join(root, ARCHIVE_META)} names {name}, which is not in a "
+        raise UserError(f"the archive record {record_uri(root)} names {name}, which is not in a "
                         "day folder (event_date=YYYY-MM-DD): rewrite the archive with `switchyard archive`")
     return date.fromisoformat(match.group(1))
 
@@ -79,7 +89,8 @@ def committed_files(meta: dict) -> set[str] | None:
 
 def orphan_files(root: str) -> list[str]:
     """Parquet files on disk that no metadata commits: written by an archive run that died before its commit."""
-    committed = committed_files(archive_meta(root)) if storage.exists(_meta_path(root)) else set()
+    meta = read_record(root)[1]
+    committed = committed_files(meta) if meta is not None else set()
     if committed is None:
         return []
     return [f.path for f in files_on_disk(root) if storage.relative(f.path, root) not in committed]
@@ -154,12 +165,51 @@ def file_ranges(root: str, paths: list[str]) -> dict[str, dict[str, list[int]]]:
             for path in paths}
 
 
-def write_archive_meta(root: str, meta: dict) -> None:
-    """Which topic, cut and files the archive holds; Spark's readers skip files named with a leading underscore.
+def record_uri(root: str) -> str:
+    """The Delta table holding the archive at `root`'s record."""
+    return storage.join(root, RECORD)
 
-    This write commits an archive run, so it is atomic (state_handoff/io/storage.py: a rename locally, one PUT on an
-    object store)."""
+
+def read_record(root: str) -> tuple[int, dict | None]:
+    """The archive's record (None when nothing was ever committed) and the version of its table it was read at,
+    which `commit_record` expects; an archive committed before the table existed reads as version 0."""
+    from deltalake import DeltaTable
+
+    uri = record_uri(root)
+    if storage.exists(storage.join(uri, "_delta_log")):
+        table = DeltaTable(uri, storage_options=storage.delta_options(uri))
+        rows = delta_cas.read(table, ["record"]).column("record").to_pylist()
+        if rows:
+            return table.version(), json.loads(rows[-1])
+        version = table.version()
+    else:
+        version = 0
+    try:
+        return version, json.loads(storage.read_text(_meta_path(root)))
+    except FileNotFoundError:
+        return version, None
+
+
+def commit_record(root: str, meta: dict, expected: int) -> bool:
+    """Commit `meta` as the archive's record if its table is still at version `expected` (what `read_record` said);
+    False when another commit came first. LeaseLost when this process's archive lease is lost or fenced out."""
+    uri = record_uri(root)
+    table = delta_cas.open_or_create(uri, RECORD_SCHEMA, name="archive_record",
+                                     description="the archive's commit record: one row, replaced by compare-and-swap")
+    if table.version() != expected:
+        return False
+    rows = pa.Table.from_pylist([{"record": json.dumps(meta), "committed_at": utc_now()}], RECORD_SCHEMA)
+    if not delta_cas.commit_next(table, rows, mode="overwrite", properties=fencing.properties(table, [])):
+        return False
     storage.write_text_atomic(_meta_path(root), json.dumps(meta))
+    return True
+
+
+def write_archive_meta(root: str, meta: dict) -> None:
+    """Commit `meta` as the archive's record whatever it was (an archive made outside `switchyard archive`: the
+    benchmarks' synthetic archives, tests)."""
+    while not commit_record(root, meta, read_record(root)[0]):
+        pass
 
 
 def _meta_path(root: str) -> str:
@@ -167,8 +217,7 @@ def _meta_path(root: str) -> str:
 
 
 def archive_meta(root: str) -> dict:
-    path = _meta_path(root)
-    try:
-        return json.loads(storage.read_text(path))
-    except FileNotFoundError:
-        raise UserError(f"no archive metadata at {path}: run `switchyard archive` first") from None
+    meta = read_record(root)[1]
+    if meta is None:
+        raise UserError(f"no archive metadata at {root}: run `switchyard archive` first")
+    return meta

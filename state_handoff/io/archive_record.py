@@ -52,7 +52,7 @@ def check_record(root: str, meta: dict) -> None:
     files = meta.get("files")
     if files is None:
         return
-    where = f"the archive record {storage.join(root, '_archive.json')}"
+    where = f"the archive record {storage.join(root, '_record')}"
     fix = "restore the record from a backup, or archive the topic again into a fresh --warehouse"
     first, cut = _by_partition(meta.get("first")), _by_partition(meta.get("cut"))
     runs = [(_by_partition(r["from"]), _by_partition(r["to"]), _by_partition(r["records"]))

@@ -3,7 +3,8 @@
 A lease only advises: a holder frozen by SIGSTOP or a paused VM still believes it holds the pipeline when it wakes,
 and would write on. So each acquisition of the pipeline's lease has an epoch (the lease table's version of the
 commit that took it: a later acquisition always has a larger one), and before it yields the pipeline its holder
-commits that epoch into every table the stream path writes through delta-rs (FENCED): a Delta app transaction
+commits that epoch into every table it guards (the pipeline's lease: the tables the stream path writes through
+delta-rs, FENCED; the archive's lease: the archive's record): a Delta app transaction
 (`txn` action) under the id FENCE_ID, in a commit that changes no data. After that every commit the holder makes to
 those tables carries the same transaction. A commit by an older epoch is refused twice over:
 - before it is tried, when the table's fence is newer than the writer's epoch, or the writer's own monotonic clock
@@ -40,7 +41,7 @@ ATTEMPTS = 20
 
 T = TypeVar("T")
 
-_held: dict[str, "Lease"] = {}  # the pipeline leases this process holds, by their pipeline's root
+_held: dict[str, "Lease"] = {}  # by each table path it guards, the leases this process holds
 _lock = threading.Lock()
 
 
@@ -48,40 +49,35 @@ def _location(uri: str) -> str:
     return uri.removeprefix("file://").rstrip("/")
 
 
-def register(lease: "Lease") -> None:
-    """From now on this process's commits to the lease's pipeline tables carry its epoch (pipeline leases only: the
-    archive's own lease guards no table of FENCED)."""
-    if lease.tables.lease_table == "leases":
-        with _lock:
-            _held[_location(lease.tables.root)] = lease
+def register(lease: "Lease", paths: list[str]) -> None:
+    """From now on this process's commits to the tables at `paths` (those the lease guards) carry its epoch."""
+    with _lock:
+        for path in paths:
+            _held[_location(path)] = lease
 
 
 def unregister(lease: "Lease") -> None:
     with _lock:
-        if _held.get(_location(lease.tables.root)) is lease:
-            del _held[_location(lease.tables.root)]
+        for path in [p for p, held in _held.items() if held is lease]:
+            del _held[path]
 
 
 def holder(table_uri: str) -> "Lease | None":
     """The lease this process holds over the table at `table_uri`, if any."""
     location = _location(table_uri)
     with _lock:
-        for root, lease in _held.items():
-            if location.startswith(root + "/"):
-                return lease
-    return None
+        return _held.get(location)
 
 
-def raise_fence(lease: "Lease") -> None:
-    """Commit the lease's epoch into each table of FENCED that exists: from this commit on, no older holder commits
-    there. LeaseLost when a newer holder's fence is already in."""
+def raise_fence(lease: "Lease", paths: list[str]) -> None:
+    """Commit the lease's epoch into each of the tables at `paths` that exists: from this commit on, no older holder
+    commits there. LeaseLost when a newer holder's fence is already in."""
     from deltalake import DeltaTable, write_deltalake
     from deltalake.exceptions import TableNotFoundError
 
     import pyarrow as pa
 
-    for name in FENCED:
-        path = lease.tables.path(name)
+    for path in paths:
         if not storage.exists(storage.join(path, "_delta_log")):
             continue
         try:

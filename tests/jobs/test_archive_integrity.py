@@ -21,7 +21,7 @@ from jobs.rebase import open_request, rebase_pipeline
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
 from state_handoff.handoff import current_handoff, run_handoff
-from state_handoff.io.archive_files import ARCHIVE_META, list_archive
+from state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
@@ -57,13 +57,12 @@ def tables(archived, tmp_path):
 
 
 def _meta(tables: Tables) -> dict:
-    with open(os.path.join(tables.archive, ARCHIVE_META)) as fh:
-        return json.load(fh)
+    return archive_meta(tables.archive)
 
 
 def _write_meta(tables: Tables, meta: dict) -> None:
-    with open(os.path.join(tables.archive, ARCHIVE_META), "w") as fh:
-        json.dump(meta, fh)
+    """A record edited by hand (or by another tool), committed as the archive's record."""
+    write_archive_meta(tables.archive, meta)
 
 
 def _held(tables: Tables, path: str) -> str:

@@ -198,3 +198,31 @@ def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bo
         after = commits[epochs.index(taker_epoch):]
         assert all(epoch == taker_epoch for _, epoch in after), (name, after)
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
+
+
+def test_a_batch_another_driver_planned_in_the_checkpoint_is_run_not_fatal(spark, bootstrap, topic_name, tmp_path):
+    """A stream that lost the lease and woke may plan its next batch in the shared checkpoint before it learns it
+    lost (a race the frozen-stream test meets only under load). Here that other driver's plan is written into the
+    events checkpoint's offset log by hand while the stream idles: the stream's next plan meets it
+    (CONCURRENT_STREAM_LOG_UPDATE), it starts its queries again from the checkpoint, runs the planned batch, and
+    ends equal to the oracle."""
+    from state_handoff.stream_layout import StreamPaths
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    offsets = Path(StreamPaths.of(tables, handoff.handoff_id).events_checkpoint) / "offsets"
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log)
+    try:
+        produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
+        wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
+        planned = max(int(f.name) for f in offsets.iterdir() if f.name.isdigit())
+        (offsets / str(planned + 1)).write_text((offsets / str(planned)).read_text())  # the other driver's plan
+        produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
+        wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
+    finally:
+        stop_stream(proc, log)
+    assert "starting the queries again from the checkpoint" in log.read_text()
+    assert_matches_oracle(spark, bootstrap, topic_name, tables)

@@ -95,8 +95,8 @@ def _take_over(tables: Tables, frozen: subprocess.Popen) -> tuple[lease.Lease, f
         time.sleep(0.1)
     taker = lease.acquire(tables, lease.REBASE)
     waited = time.monotonic() - began
-    fencing.raise_fence(taker)
-    fencing.register(taker)
+    fencing.raise_fence(taker, lease.guarded_tables(tables))
+    fencing.register(taker, lease.guarded_tables(tables))
     return taker, waited
 
 
@@ -162,7 +162,7 @@ def test_the_handoff_log_refuses_an_entry_from_a_fenced_out_holder(tables, monke
         while lease.owner(tables) is not None:
             time.sleep(0.1)
         taker = lease.acquire(tables, lease.HANDOFF)  # once the old lease has expired and stayed unrenewed
-        fencing.raise_fence(taker)
+        fencing.raise_fence(taker, lease.guarded_tables(tables))
         assert fencing.holder(tables.handoffs) is old  # this process still believes in the old lease
         with pytest.raises(lease.LeaseLost, match="fenced out"):
             handoff_log.append(None, tables, "h1", Status.FAILED)
@@ -174,3 +174,29 @@ def test_a_process_holding_no_lease_writes_unfenced(tables):
     assert fencing.holder(tables.late) is None
     assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [7]}), "tool", 1)
     assert all(fencing.FENCE_ID not in c["txns"] for c in _commits(tables.late))
+
+
+def test_the_archive_record_commits_by_compare_and_swap_and_under_the_archive_lease(tables, monkeypatch):
+    """Two writers plan from one record: the second commit, on the version it read, is refused and changes nothing;
+    a holder of the archive's lease fenced out by a newer holder commits no record."""
+    from state_handoff.io.archive_files import archive_meta, commit_record, read_record, write_archive_meta
+
+    root = tables.archive
+    write_archive_meta(root, {"topic": "t", "runs": 1})
+    version, _ = read_record(root)
+    assert commit_record(root, {"topic": "t", "runs": 2}, version)
+    assert not commit_record(root, {"topic": "t", "runs": 3}, version)  # planned from the record before
+    assert archive_meta(root) == {"topic": "t", "runs": 2}
+    with open(os.path.join(root, "_archive.json")) as fh:  # the copy for people follows the record
+        assert json.load(fh) == {"topic": "t", "runs": 2}
+
+    monkeypatch.setattr(lease, "FRESH_PART", 100.0)  # its own clock fails to notice: the fence still holds
+    archive = tables.archive_writer()
+    with lease.hold(archive, lease.ARCHIVE, heartbeat_seconds=60):
+        while lease.owner(archive) is not None:
+            time.sleep(0.1)
+        taker = lease.acquire(archive, lease.ARCHIVE)
+        fencing.raise_fence(taker, lease.guarded_tables(archive))
+        with pytest.raises(lease.LeaseLost, match="fenced out"):
+            commit_record(root, {"topic": "t", "runs": 4}, read_record(root)[0])
+    assert archive_meta(root) == {"topic": "t", "runs": 2}
