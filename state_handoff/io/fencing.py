@@ -25,15 +25,25 @@ forward, so a resent one changes nothing).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import Any, Callable, Protocol, TypeVar
 
 from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError
 
 from state_handoff.io import storage
 
-if TYPE_CHECKING:
-    from state_handoff.lease import Lease
+
+
+class Lease(Protocol):
+    """What fencing asks of a held lease (state_handoff/lease.py's Lease)."""
+
+    epoch: int
+    tables: Any  # the Tables it holds
+    row: Any  # its lease row: `command` names the holder
+
+    def check_fresh(self) -> None: ...
+
+    def lose(self, reason: str) -> Exception: ...
 
 FENCE_ID = "switchyard-lease-epoch"
 FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late")
@@ -41,7 +51,7 @@ ATTEMPTS = 20
 
 T = TypeVar("T")
 
-_held: dict[str, "Lease"] = {}  # by each table path it guards, the leases this process holds
+_held: dict[str, Lease] = {}  # by each table path it guards, the leases this process holds
 _lock = threading.Lock()
 
 
@@ -49,27 +59,27 @@ def _location(uri: str) -> str:
     return uri.removeprefix("file://").rstrip("/")
 
 
-def register(lease: "Lease", paths: list[str]) -> None:
+def register(lease: Lease, paths: list[str]) -> None:
     """From now on this process's commits to the tables at `paths` (those the lease guards) carry its epoch."""
     with _lock:
         for path in paths:
             _held[_location(path)] = lease
 
 
-def unregister(lease: "Lease") -> None:
+def unregister(lease: Lease) -> None:
     with _lock:
         for path in [p for p, held in _held.items() if held is lease]:
             del _held[path]
 
 
-def holder(table_uri: str) -> "Lease | None":
+def holder(table_uri: str) -> Lease | None:
     """The lease this process holds over the table at `table_uri`, if any."""
     location = _location(table_uri)
     with _lock:
         return _held.get(location)
 
 
-def raise_fence(lease: "Lease", paths: list[str]) -> None:
+def raise_fence(lease: Lease, paths: list[str]) -> None:
     """Commit the lease's epoch into each of the tables at `paths` that exists: from this commit on, no older holder
     commits there. LeaseLost when a newer holder's fence is already in."""
     from deltalake import DeltaTable, write_deltalake
@@ -93,7 +103,7 @@ def raise_fence(lease: "Lease", paths: list[str]) -> None:
             commit(table, [], fence, lease)
 
 
-def properties(table, txns: list[Transaction], lease: "Lease | None" = None, **options) -> CommitProperties:
+def properties(table, txns: list[Transaction], lease: Lease | None = None, **options) -> CommitProperties:
     """Commit properties with the app transactions `txns` (and delta-rs's `options`) and, when this process holds the
     table's pipeline, the fence at the holder's epoch, also named in the commit's info (FENCE_ID there: the audit
     trail of who committed, kept even by delta-rs's optimize, which drops app transactions). Checked against the
@@ -111,7 +121,7 @@ def properties(table, txns: list[Transaction], lease: "Lease | None" = None, **o
                             custom_metadata={FENCE_ID: str(lease.epoch)}, **options)
 
 
-def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T], lease: "Lease | None" = None) -> T:
+def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T], lease: Lease | None = None) -> T:
     """`write(properties)`: one delta-rs commit to the deltalake DeltaTable `table` with the app transactions `txns`,
     fenced when this process holds the table's pipeline. A commit that meets another of the same epoch is tried again
     on the newer snapshot; one that meets a newer fence ends in LeaseLost."""
