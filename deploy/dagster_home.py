@@ -25,12 +25,14 @@ def default_home() -> Path:
 
 
 def prepare(home: Path) -> Path:
-    """The project's instance configuration in `home`, and its storage created by this process alone (an
-    existing one is only opened); idempotent."""
+    """The project's instance configuration in `home` unless the home has a `dagster.yaml` of its own (a team's
+    instance settings are theirs), and its storage created by this process alone (an existing one is only opened);
+    idempotent."""
     import dagster as dg
 
     home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(INSTANCE_YAML, home / "dagster.yaml")
+    if not (home / "dagster.yaml").exists():
+        shutil.copy(INSTANCE_YAML, home / "dagster.yaml")
     os.environ["DAGSTER_HOME"] = str(home)  # the configuration's storage lives there
     with dg.DagsterInstance.from_config(str(home)):
         pass

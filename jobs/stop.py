@@ -1,11 +1,12 @@
-"""Stopping a live stream from outside its process: SIGTERM to the lease's owner, then wait for its STOPPED."""
+"""Stopping a live stream from anywhere: a STOP_REQUESTED entry in the pipeline's handoff log, which the stream
+reads wherever it runs (no pid, no host, no signal), then a wait for its STOPPED."""
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
+import uuid
 
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
@@ -13,23 +14,22 @@ from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
 
 
-def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):
+def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_by: str = "switchyard stop"):
     """Ask the pipeline's running stream to stop cleanly (it drains and logs STOPPED) and wait for it; returns the
     STOPPED entry, or None when the process ended without one (it failed: see the handoff log)."""
     owner = lease.owner(tables)
     if owner is None or owner.command != lease.STREAM:
         raise UserError(f"pipeline {tables.pipeline} has no running stream"
                         + (f" (it is owned by `{owner.command}`)" if owner else "") + ": nothing to stop")
-    if owner.owner_host != socket.gethostname():
-        raise UserError(f"the stream of pipeline {tables.pipeline} runs on host {owner.owner_host} (pid "
-                        f"{owner.owner_pid}): stop it there (SIGTERM)")
-    seen = len(handoff_log.entries(None, tables))
-    os.kill(owner.owner_pid, signal.SIGTERM)
-    out(f"stop {tables.pipeline}: SIGTERM sent to the stream (pid {owner.owner_pid}); waiting for it to drain")
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)  # a stream always runs the latest
+    request_id = uuid.uuid4().hex[:12]
+    asked = handoff_log.append(None, tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
+        "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})
+    out(f"stop {tables.pipeline}: asked the stream ({owner.describe(asked.at)}) to stop; waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         gone = lease.owner(tables) is None  # before the log: STOPPED is written before the lease is let go
-        since = handoff_log.entries(None, tables)[seen:]
+        since = [e for e in handoff_log.entries(None, tables) if e.seq > asked.seq]
         stopped = [e for e in since if e.status == Status.STOPPED]
         if stopped:
             return stopped[-1]
@@ -40,5 +40,14 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print):
                     f"{handoff_log.details(failed[-1]).get('reason')}")
             return None
         time.sleep(1.0)
-    raise UserError(f"the stream of pipeline {tables.pipeline} (pid {owner.owner_pid}) did not stop within "
-                    f"{timeout_s:.0f}s: see `switchyard status`, or kill it")
+    raise UserError(f"the stream of pipeline {tables.pipeline} ({owner.describe(asked.at)}) did not stop within "
+                    f"{timeout_s:.0f}s: see `switchyard status`, or stop its process")
+
+
+def stop_requested(entries: list, handoff_id: str, after_seq: int) -> dict | None:
+    """The details of a STOP_REQUESTED for `handoff_id` logged after `after_seq` (the asking stream's own
+    STREAM_STARTED: a request a stream that has since ended never answered does not stop the next one)."""
+    for entry in entries:
+        if entry.seq > after_seq and entry.handoff_id == handoff_id and entry.status == Status.STOP_REQUESTED:
+            return handoff_log.details(entry)
+    return None

@@ -55,13 +55,14 @@ def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, spark:
 
 @dg.op
 def stop_the_stream(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
-    """Stop the pipeline's running stream cleanly (SIGTERM: it drains its queries and logs STOPPED)."""
+    """Stop the pipeline's running stream cleanly, wherever it runs (a STOP_REQUESTED in its handoff log: it drains
+    its queries and logs STOPPED)."""
     from jobs.stop import stop_stream
 
     tables = warehouse.tables()
     seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
     with user_errors_as_failures():
-        stopped = stop_stream(tables, out=context.log.info)
+        stopped = stop_stream(tables, out=context.log.info, requested_by="dagster stop_stream")
     _observe_since(context, tables, seq)
     if stopped is None:
         raise dg.Failure(description="the stream ended without STOPPED: it failed on the way out (see the "

@@ -4,6 +4,8 @@ the phase a pipeline is in.
 Every entry names a handoff id, and each id goes its own way through the statuses (a rebase ends one id's way and
 starts another's). A REBASE_REQUESTED is a request, not a step: it may come at any time once the handoff is
 committed (a `rebase` from the command line, while the stream is live or not) and leaves the handoff where it was.
+So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job), once a stream of the handoff started: the
+stream obeys it wherever it runs, and answers it with STOPPED.
 
     new handoff id
       │        │
@@ -61,6 +63,7 @@ class Status(StrEnum):
     REBASE_REQUESTED = "REBASE_REQUESTED"
     PAUSED = "PAUSED"
     RECONCILIATION_FAILED = "RECONCILIATION_FAILED"
+    STOP_REQUESTED = "STOP_REQUESTED"
 
 
 S = Status
@@ -68,7 +71,7 @@ S = Status
 RUNNING = frozenset({S.STREAM_STARTED, S.SWITCHED, S.CAUGHT_UP, S.FALLING_BEHIND})
 REBASING = frozenset({S.REBASE_REQUESTED, S.PAUSED})
 # A request leaves its handoff where it was.
-REQUESTS = frozenset({S.REBASE_REQUESTED})
+REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED})
 _RESTART = frozenset({S.STREAM_STARTED, S.PAUSED, S.FAILED})  # what a stream (or rebase) may do next, once it ran
 
 # The latest status of a handoff (None: the id has no entry yet) -> the statuses that may follow it.
@@ -92,6 +95,7 @@ REQUIRES: dict[Status, Status] = {
     S.PAUSED: S.HANDOFF_COMMITTED,
     S.RECONCILIATION_FAILED: S.PAUSED,
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
+    S.STOP_REQUESTED: S.STREAM_STARTED,
     S.CAUGHT_UP: S.SWITCHED,
     S.FALLING_BEHIND: S.SWITCHED,
 }
@@ -158,6 +162,7 @@ class Phase(StrEnum):
     GONE = "stopped (the stream process is gone without a clean stop)"
     FAILED = "failed"
     REBASE_REQUESTED = "rebase requested"
+    STOP_REQUESTED = "stop requested"
     REBASING = "rebasing"
     RECONCILIATION_FAILED = "reconciliation failed (nothing replaced; the stream streams on)"
 
@@ -176,13 +181,14 @@ PHASES: dict[Status | None, Phase] = {
     S.REBASE_REQUESTED: Phase.REBASE_REQUESTED,
     S.PAUSED: Phase.REBASING,
     S.RECONCILIATION_FAILED: Phase.RECONCILIATION_FAILED,
+    S.STOP_REQUESTED: Phase.STOP_REQUESTED,
 }
 LIVE = frozenset({Phase.STREAMING, Phase.CAUGHT_UP, Phase.FALLING_BEHIND})
 
 
 def gone(latest: str | None, stream_alive: bool) -> bool:
     """The latest status says a stream runs, but no stream process holds the pipeline: it died without a stop."""
-    return latest in RUNNING and not stream_alive
+    return (latest in RUNNING or latest == S.STOP_REQUESTED) and not stream_alive
 
 
 def phase(latest: str | None, stream_alive: bool) -> Phase:

@@ -64,9 +64,9 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
     Kafka tail was folded in."""
     closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
     for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
-        fencing.check(tables.handoffs)  # Spark's commits carry no fence: the lease is checked just before each
         (window_partials_from_tiles(pipeline, tiles.where(part))
-         .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path))
+         .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .options(**fencing.spark_options(path)).save(path))
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
@@ -110,9 +110,9 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
             if at_cut.before_replace is not None:
                 at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
-        fencing.check(tables.handoffs)
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
-         .write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(tables.state))
+         .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+         .options(**fencing.spark_options(tables.state)).save(tables.state))
         state_version = _delta_version(tables.state)
         times.end("state")
         watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))

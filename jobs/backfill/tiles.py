@@ -68,10 +68,9 @@ def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
         raise
 
 
-def _replace_days(df: DataFrame, tables: Tables, path: str, first: date, last: date, condition: str = "") -> None:
-    fencing.check(tables.handoffs)  # Spark's commit carries no fence: the lease is checked just before it
+def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: str = "") -> None:
     where = f"event_date >= '{first}' AND event_date <= '{last}'" + (f" AND {condition}" if condition else "")
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", where)
+    (df.write.format("delta").mode("overwrite").option("replaceWhere", where).options(**fencing.spark_options(path))
      .partitionBy("event_date").save(path))
 
 
@@ -99,12 +98,12 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
         parsed = cached_for_two_passes(pipeline, parse_events(pipeline, read_archive(spark, tables, in_range)))
         try:
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
-            _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy), tables,
+            _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
                           tables.tiles, first, last)
             times.end("parse_and_tiles")
             out("[3/5] dead-lettering malformed records")
             dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
-            _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables, tables.dead_letter, first, last,
+            _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
                           "phase = 'backfill'")
             times.end("dead_letters")
         finally:

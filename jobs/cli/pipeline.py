@@ -3,7 +3,10 @@ calls one job. Jobs are imported when their command runs, so `--help` starts no 
 
 from __future__ import annotations
 
+import os
+
 from state_handoff.errors import UserError
+from state_handoff.io import storage
 from state_handoff.tables import Tables
 
 
@@ -11,6 +14,16 @@ def _spark(app: str):
     from deploy.spark import build_spark
 
     return build_spark(f"switchyard-{app}")
+
+
+PIPELINE_ENV = "SWITCHYARD_PIPELINE"
+
+
+def pipeline_option(parser) -> None:
+    """--pipeline, defaulting to SWITCHYARD_PIPELINE (required when that is unset)."""
+    default = os.environ.get(PIPELINE_ENV) or None
+    parser.add_argument("--pipeline", default=default, required=default is None,
+                        help=f"the pipeline's name (env {PIPELINE_ENV}" + (f", now {default})" if default else ")"))
 
 
 def _pipeline_and_tables(args):
@@ -127,6 +140,10 @@ def run_status_command(args) -> int:
     from state_handoff.status import format_status, pipeline_status
 
     pipeline, tables = _pipeline_and_tables(args)
+    if not any(storage.exists(path) for path in (storage.join(tables.handoffs, "_delta_log"),
+                                                 storage.join(tables.leases, "_delta_log"), tables.archive)):
+        raise UserError(f"pipeline {pipeline.name} has nothing in warehouse {tables.warehouse} (no {tables.root}): "
+                        "check --warehouse and --pipeline, or start it with `switchyard archive`")
     status = pipeline_status(tables, args.bootstrap)
     print(json.dumps(status, indent=2, default=str) if args.json else format_status(status))
     return 0
@@ -146,7 +163,7 @@ def run_stop_command(args) -> int:
 
 def add_pipeline_commands(commands, common) -> None:
     archive = commands.add_parser("archive", help="archive a topic up to a cut into Parquet day folders")
-    archive.add_argument("--pipeline", required=True)
+    pipeline_option(archive)
     archive.add_argument("--topic", required=True)
     cut = archive.add_mutually_exclusive_group(required=True)
     cut.add_argument("--fraction", type=float, help="archive this share of each partition (0..1)")
@@ -155,7 +172,7 @@ def add_pipeline_commands(commands, common) -> None:
     archive.set_defaults(handler=run_archive_command)
 
     backfill = commands.add_parser("backfill", help="sort-based aggregation of archived days into Delta state")
-    backfill.add_argument("--pipeline", required=True)
+    pipeline_option(backfill)
     backfill.add_argument("--from", dest="from_day", metavar="DATE", help="first day (default: first archived)")
     backfill.add_argument("--to", dest="to_day", metavar="DATE", help="last day, inclusive (default: last archived)")
     backfill.add_argument("--skip-bad-files", action="store_true",
@@ -174,7 +191,7 @@ def add_pipeline_commands(commands, common) -> None:
     backfill.set_defaults(handler=run_backfill_command)
 
     rebase = commands.add_parser("rebase", help="stream -> backlog -> stream at a cut (the live stream, or offline)")
-    rebase.add_argument("--pipeline", required=True)
+    pipeline_option(rebase)
     rebase.add_argument("--from", dest="from_day", metavar="DATE", help="also re-tile archived days from DATE")
     rebase.add_argument("--to", dest="to_day", metavar="DATE", help="... to DATE, inclusive")
     rebase.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
@@ -195,7 +212,7 @@ def add_pipeline_commands(commands, common) -> None:
                "(same event_id, or for records without one the same Kafka key and raw value, with a Kafka "
                "timestamp up to the newest archived one). It assumes the archive holds every record before T; "
                "a new record reusing an archived event_id inside that overlap is skipped too.")
-    handoff.add_argument("--pipeline", required=True)
+    pipeline_option(handoff)
     handoff.add_argument("--boundary", choices=["offsets", "time"], default=None,
                          help="where the stream starts: after the archived offsets (default) or at a time T")
     handoff.add_argument("--restart-from-retained", action="store_true",
@@ -209,7 +226,7 @@ def add_pipeline_commands(commands, common) -> None:
     handoff.set_defaults(handler=run_handoff_command)
 
     stream = commands.add_parser("stream", help="Structured Streaming from the handoff, seeded once from the state")
-    stream.add_argument("--pipeline", required=True)
+    pipeline_option(stream)
     stop = stream.add_mutually_exclusive_group()
     stop.add_argument("--until-caught-up", action="store_true", help="stop cleanly once CAUGHT_UP")
     stop.add_argument("--for", dest="for_seconds", type=float, metavar="SECONDS", help="stop cleanly after SECONDS")
@@ -234,14 +251,14 @@ def add_pipeline_commands(commands, common) -> None:
     stream.set_defaults(handler=run_stream_command)
 
     stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
-    stop.add_argument("--pipeline", required=True)
+    pipeline_option(stop)
     stop.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                       help="how long to wait for STOPPED (default 300)")
     common(stop)
     stop.set_defaults(handler=run_stop_command)
 
     status = commands.add_parser("status", help="phase, handoff, offsets, watermarks, lag, rates, counts")
-    status.add_argument("--pipeline", required=True)
+    pipeline_option(status)
     status.add_argument("--json", action="store_true")
     common(status)
     status.set_defaults(handler=run_status_command)

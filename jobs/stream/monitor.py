@@ -9,6 +9,7 @@ import time
 
 from jobs import rebase
 from jobs.sinks import EventsSink
+from jobs.stop import stop_requested
 from jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
 from state_handoff import handoff_log, lease as leases, lifecycle
@@ -154,10 +155,17 @@ class Monitor:
         return rebase.open_request(self.sup.tables) or {"request_id": request_id}
 
     def _read_request(self) -> dict | None:
+        """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
+        sup = self.sup
         try:
-            return rebase.open_request(self.sup.tables)
+            stop = stop_requested(handoff_log.entries(None, sup.tables), self.handoff.handoff_id, sup.started_seq)
+            if stop is not None and not sup.stop_signal:
+                sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "
+                                       f"host {stop.get('host')})")
+                return None
+            return rebase.open_request(sup.tables)
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll
-            self.sup.out(f"could not read the handoff log: {first_line(err)}")
+            sup.out(f"could not read the handoff log: {first_line(err)}")
             return None
 
     def _raise_if_a_query_failed(self) -> None:

@@ -1,29 +1,33 @@
 """Fencing: once a pipeline's lease has a newer holder, a commit by an older one is refused inside the commit itself.
 
 A lease only advises: a holder frozen by SIGSTOP or a paused VM still believes it holds the pipeline when it wakes,
-and would write on. So each acquisition of the pipeline's lease has an epoch (the lease table's version of the
-commit that took it: a later acquisition always has a larger one), and before it yields the pipeline its holder
-commits that epoch into every table it guards (the pipeline's lease: the tables the stream path writes through
-delta-rs, FENCED; the archive's lease: the archive's record): a Delta app transaction
-(`txn` action) under the id FENCE_ID, in a commit that changes no data. After that every commit the holder makes to
-those tables carries the same transaction. A commit by an older epoch is refused twice over:
-- before it is tried, when the table's fence is newer than the writer's epoch, or the writer's own monotonic clock
-  says its lease may have lapsed (Lease.check_fresh): LeaseLost;
+and would write on. So each acquisition of a lease has an epoch (the lease table's version of the commit that took
+it: a later acquisition always has a larger one), and before it yields the pipeline its holder commits that epoch
+into every table it guards (the pipeline's lease: the tables the stream and the backfill write, FENCED; the
+archive's lease: the archive's record): a Delta app transaction (`txn` action) under the id FENCE_ID, in a commit
+that changes no data. After that every commit the holder makes to those tables carries the same transaction, at a
+version that encodes its epoch (`version`: epoch << 20, plus a count of Spark's writes). A commit by an older epoch
+is refused twice over:
+- before it is tried: through delta-rs, when the table's fence is newer than the writer's epoch, or the writer's own
+  monotonic clock says its lease may have lapsed (Lease.check_fresh): LeaseLost; through Spark (`spark_options`),
+  by Delta's idempotent writes, which skip a write whose app transaction version is not above the table's;
 - inside the commit, when a newer fence lands after the writer read the table: the two commits set the same app id,
-  which Delta's conflict check refuses as a concurrent transaction (delta-rs raises CommitFailedError and writes
-  nothing). The writer reads the table again, finds the newer fence, and stops with LeaseLost.
+  which Delta's conflict check refuses as a concurrent transaction (delta-rs raises CommitFailedError, Spark
+  ConcurrentTransactionException, and neither writes anything). Through delta-rs the writer reads the table
+  again, finds the newer fence, and stops with LeaseLost.
 Two commits of one holder to one table may meet in the same way (the stream's queries are threads); they are tried
 again on the newer snapshot, which their own app ids keep idempotent.
 
-What this does not fence inside the commit: delta-rs's compaction (its commits drop app transactions; it changes no
-data, and is checked before it starts and names its epoch in the commit's info), Spark's own Delta writes (the
-backfill's and the rebase's tables: checked before they start, by `check`) and the keyed query's updates, sent by
-Spark's Kafka sink (an update is a key's whole state with its version, and the state MERGE only moves a key
-forward, so a resent one changes nothing).
+What this does not fence inside the commit: delta-rs's compaction (its commits keep no app transaction; it changes
+no data, is checked before it starts and names its epoch in the commit's info), the query checkpoints (a woken
+stream may plan a batch there: jobs/stream/supervisor.py runs it) and the keyed query's updates, sent by Spark's
+Kafka sink: they are the checkpoint's batches, the same either driver would send (an update is a key's whole
+state with its version, and the state MERGE only moves a key forward).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from typing import Any, Callable, Protocol, TypeVar
 
@@ -46,13 +50,25 @@ class Lease(Protocol):
     def lose(self, reason: str) -> Exception: ...
 
 FENCE_ID = "switchyard-lease-epoch"
-FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late")
+FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles")
+EPOCH_SHIFT = 20  # a fence's version: the epoch above, Spark's writes of the epoch counted below
 ATTEMPTS = 20
 
 T = TypeVar("T")
 
 _held: dict[str, Lease] = {}  # by each table path it guards, the leases this process holds
 _lock = threading.Lock()
+_spark_writes = itertools.count(1)  # this process's fenced Spark writes: each above the one before
+
+
+def fence_version(epoch: int) -> int:
+    """The app transaction version of `epoch`'s fence."""
+    return epoch << EPOCH_SHIFT
+
+
+def fenced_epoch(version: int | None) -> int | None:
+    """The epoch of a fence's app transaction version."""
+    return None if version is None else version >> EPOCH_SHIFT
 
 
 def _location(uri: str) -> str:
@@ -99,7 +115,7 @@ def raise_fence(lease: Lease, paths: list[str]) -> None:
         def fence(properties: CommitProperties, table=table, empty=empty) -> None:
             write_deltalake(table, empty, mode="append", commit_properties=properties)
 
-        if (table.transaction_version(FENCE_ID) or -1) < lease.epoch:
+        if (table.transaction_version(FENCE_ID) or -1) < fence_version(lease.epoch):
             commit(table, [], fence, lease)
 
 
@@ -112,13 +128,38 @@ def properties(table, txns: list[Transaction], lease: Lease | None = None, **opt
     lease = lease or holder(table.table_uri)
     if lease is None:
         return CommitProperties(app_transactions=list(txns) or None, **options)
+    _check(table, lease)
+    return CommitProperties(app_transactions=[*txns, Transaction(FENCE_ID, fence_version(lease.epoch))],
+                            custom_metadata={FENCE_ID: str(lease.epoch)}, **options)
+
+
+def _check(table, lease: Lease) -> None:
     lease.check_fresh()
-    fenced_at = table.transaction_version(FENCE_ID)
+    fenced_at = fenced_epoch(table.transaction_version(FENCE_ID))
     if fenced_at is not None and fenced_at > lease.epoch:
         raise lease.lose(f"pipeline {lease.tables.pipeline}: `{lease.row.command}` (epoch {lease.epoch}) was fenced "
                          f"out of {table.table_uri} by a newer holder of the lease (epoch {fenced_at})")
-    return CommitProperties(app_transactions=[*txns, Transaction(FENCE_ID, lease.epoch)],
-                            custom_metadata={FENCE_ID: str(lease.epoch)}, **options)
+
+
+def spark_options(path: str) -> dict[str, str]:
+    """Options for Spark's Delta writer to the table at `path` that fence its commit when this process holds the
+    table's pipeline: Delta's idempotent write (txnAppId, txnVersion) under FENCE_ID, at a version above every
+    earlier one of this epoch and below every later epoch's fence. Checked first, as a delta-rs commit is (LeaseLost);
+    a newer fence after that skips the write, or fails its commit when it lands during it."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    lease = holder(path)
+    if lease is None:
+        return {}
+    try:
+        _check(DeltaTable(path, storage_options=storage.delta_options(path)), lease)
+    except TableNotFoundError:
+        lease.check_fresh()
+    count = next(_spark_writes)
+    if count >= 1 << EPOCH_SHIFT:
+        raise RuntimeError("more fenced Spark writes in one process than a fence version can count")
+    return {"txnAppId": FENCE_ID, "txnVersion": str(fence_version(lease.epoch) + count)}
 
 
 def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T], lease: Lease | None = None) -> T:
@@ -134,20 +175,3 @@ def commit(table, txns: list[Transaction], write: Callable[[CommitProperties], T
                 raise
             table.update_incremental()
     raise AssertionError("unreachable")
-
-
-def check(handoffs: str) -> None:
-    """Before a write this module cannot fence inside its commit (Spark's): LeaseLost when this process's lease of
-    the pipeline whose handoff log is at `handoffs` is lost, may have lapsed, or was fenced out of that log."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    lease = holder(handoffs)
-    if lease is None:
-        return
-    try:
-        table = DeltaTable(handoffs, storage_options=storage.delta_options(handoffs))
-    except TableNotFoundError:
-        lease.check_fresh()
-        return
-    properties(table, [], lease)

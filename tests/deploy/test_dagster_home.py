@@ -32,3 +32,13 @@ def test_a_prepared_home_opens_in_several_processes_at_once(tmp_path):
 
     assert prepare(home) == home  # again: idempotent, the storage kept
     assert {db: _heads(home / db) for db in stamped} == stamped
+
+
+def test_an_existing_dagster_yaml_is_left_alone(tmp_path):
+    home = tmp_path / "team_home"
+    home.mkdir()
+    own = "telemetry:\n  enabled: false\n"  # a team's own instance settings
+    (home / "dagster.yaml").write_text(own)
+    prepare(home)
+    assert (home / "dagster.yaml").read_text() == own
+    assert (home / "history" / "runs.db").exists()  # the storage is still made ready

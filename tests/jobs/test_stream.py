@@ -147,7 +147,8 @@ def _fence_history(path: str) -> list[tuple[str, int | None]]:
         fence = next((a["txn"]["version"] for a in actions if "txn" in a and a["txn"]["appId"] == fencing.FENCE_ID),
                      None)
         named = info.get(fencing.FENCE_ID)
-        commits.append((info.get("operation"), fence if fence is not None else (int(named) if named else None)))
+        commits.append((info.get("operation"),
+                        fencing.fenced_epoch(fence) if fence is not None else (int(named) if named else None)))
     return commits
 
 
@@ -226,3 +227,30 @@ def test_a_batch_another_driver_planned_in_the_checkpoint_is_run_not_fatal(spark
         stop_stream(proc, log)
     assert "starting the queries again from the checkpoint" in log.read_text()
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
+
+
+def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark, bootstrap, topic_name, tmp_path):
+    """`switchyard stop` needs no pid, host or signal: run as if on another host, it appends STOP_REQUESTED and the
+    stream, in its own process group, drains, logs STOPPED naming the request, and exits 0."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", events=600)
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log)
+    try:
+        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log, what="SWITCHED")
+        elsewhere = ("import socket, sys\nsocket.gethostname = lambda: 'another-host'\n"
+                     "from jobs.cli.parser import main\n"
+                     f"sys.exit(main(['stop', '--pipeline', 'demo', '--warehouse', {tables.warehouse!r}]))\n")
+        stop = subprocess.run([sys.executable, "-c", elsewhere], capture_output=True, text=True, cwd=ROOT,
+                              timeout=300)
+        assert stop.returncode == 0, stop.stdout + stop.stderr + log.read_text()[-3000:]
+        assert "STOPPED at" in stop.stdout
+        assert proc.wait(timeout=120) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    entries = handoff_log.entries(None, tables)
+    asked = next(e for e in entries if e.status == Status.STOP_REQUESTED)
+    assert handoff_log.details(asked)["host"] == "another-host"
+    assert entries[-1].status == Status.STOPPED and entries[-1].seq > asked.seq
+    assert "STOP_REQUESTED by switchyard stop" in handoff_log.details(entries[-1])["reason"]

@@ -136,8 +136,9 @@ def test_a_frozen_owner_is_fenced_out_of_every_commit_after_the_takeover(tables)
 
     commits = _commits(tables.late)
     after = [c for c in commits if c["version"] >= fenced_at]
-    assert after and after[0]["txns"] == {fencing.FENCE_ID: taker.epoch} and after[0]["adds"] == 0
-    assert all(c["txns"].get(fencing.FENCE_ID) == taker.epoch for c in after), after  # nothing of the old epoch
+    fence = fencing.fence_version(taker.epoch)
+    assert after and after[0]["txns"] == {fencing.FENCE_ID: fence} and after[0]["adds"] == 0
+    assert all(c["txns"].get(fencing.FENCE_ID) == fence for c in after), after  # nothing of the old epoch
     rows = sorted(DeltaTable(tables.late).to_pyarrow_table().column("n").to_pylist())
     assert rows == [1, 100, 101]  # the frozen owner's first row; its prepared and later ones never landed
 
@@ -200,3 +201,28 @@ def test_the_archive_record_commits_by_compare_and_swap_and_under_the_archive_le
         with pytest.raises(lease.LeaseLost, match="fenced out"):
             commit_record(root, {"topic": "t", "runs": 4}, read_record(root)[0])
     assert archive_meta(root) == {"topic": "t", "runs": 2}
+
+
+def test_sparks_delta_writes_are_fenced_too(spark, tables, monkeypatch):
+    """The backfill's tables are written by Spark: its writes carry the fence as Delta's idempotent write, so once a
+    newer holder has fenced a table, an older holder's Spark write there lands nothing."""
+    from pyspark.sql import functions as F
+
+    monkeypatch.setattr(lease, "FRESH_PART", 100.0)  # its own clock fails to notice: the fence still holds
+    path = tables.state
+    spark.range(3).withColumn("v", F.lit("first")).write.format("delta").save(path)
+    with lease.hold(tables, lease.BACKFILL, heartbeat_seconds=60):
+        (spark.range(4).withColumn("v", F.lit("holder")).write.format("delta").mode("overwrite")
+         .options(**fencing.spark_options(path)).save(path))
+        assert sorted(r.v for r in spark.read.format("delta").load(path).collect()) == ["holder"] * 4
+        while lease.owner(tables) is not None:
+            time.sleep(0.1)
+        taker = lease.acquire(tables, lease.REBASE)
+        fencing.raise_fence(taker, lease.guarded_tables(tables))
+        with pytest.raises(lease.LeaseLost, match="fenced out"):  # checked before the write
+            fencing.spark_options(path)
+        stale = {"txnAppId": fencing.FENCE_ID, "txnVersion": str(fencing.fence_version(taker.epoch - 1) + 99)}
+        (spark.range(5).withColumn("v", F.lit("stale")).write.format("delta").mode("overwrite")
+         .options(**stale).save(path))  # a write whose check came before the fence: Delta skips it
+    assert sorted(r.v for r in spark.read.format("delta").load(path).collect()) == ["holder"] * 4
+    taker.release()
