@@ -81,8 +81,13 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
     status["offsets_behind"] = progress.get("offsets_behind")
     status["lag_error"] = progress.get("lag_error")
     status["progress_updated"] = progress.get("updated")
-    if bootstrap and progress and not status["stream_running"]:
-        status["offsets_behind"] = _behind_now(bootstrap, tables, handoff_id, per_partition, status["start_offsets"])
+    if not status["stream_running"]:
+        # the cache holds the running stream's last look; a clean stop drained every update into `state` before
+        # it logged STOPPED, and after any other end nobody knows
+        status["state_updates_behind"] = 0 if status["latest_status"] == Status.STOPPED else None
+        if bootstrap and progress:
+            status["offsets_behind"] = _behind_now(bootstrap, tables, handoff_id, per_partition,
+                                                   status["start_offsets"])
 
 
 def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
@@ -108,11 +113,16 @@ def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: 
 
 
 def _for_people(value) -> str:
-    """Per-partition figures as `p0:2110, p1:1980 (total 4090)`; everything else as it is."""
+    """Per-partition figures as `p0:2110, p1:1980 (total 4090)`; a rate or a duration to one decimal (34.1, not
+    34.136546184738954); everything else as it is."""
     if isinstance(value, dict) and value and all(isinstance(v, (int, float)) for v in value.values()):
-        parts = ", ".join(f"p{p}:{v}" for p, v in sorted(value.items(), key=lambda item: int(item[0])))
-        return f"{parts} (total {sum(value.values())})" if len(value) > 1 else parts
-    return str(value)
+        parts = ", ".join(f"p{p}:{_figure(v)}" for p, v in sorted(value.items(), key=lambda item: int(item[0])))
+        return f"{parts} (total {_figure(sum(value.values()))})" if len(value) > 1 else parts
+    return _figure(value)
+
+
+def _figure(value) -> str:
+    return f"{value:,.1f}" if isinstance(value, float) else str(value)
 
 
 def format_status(status: dict) -> str:

@@ -86,6 +86,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
         assert any(h.get("operation") == "OPTIMIZE" for h in DeltaTable(path).history()), f"{path} not compacted"
     status = pipeline_status(tables, bootstrap)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}
+    assert status["state_updates_behind"] == 0  # the stop drained every update into `state`
     # each query's last batches, kept at the stop for where the time went
     recent = json.loads(storage.read_text(stream_dir(tables, handoff.handoff_id) / "recent_progress.json"))
     assert set(recent) == {"demo-keyed", "demo-events", "demo-state"}
