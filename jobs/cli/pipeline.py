@@ -10,10 +10,15 @@ from state_handoff.io import storage
 from state_handoff.tables import Tables
 
 
-def _spark(app: str):
+def _spark(app: str, progress: bool = True):
+    """The command's SparkSession; for a batch command, with its progress printed every few seconds."""
     from deploy.spark import build_spark
+    from jobs.progress import report_progress
 
-    return build_spark(f"switchyard-{app}")
+    spark = build_spark(f"switchyard-{app}")
+    if progress:
+        report_progress(spark, lambda line: print(line, flush=True), app)
+    return spark
 
 
 PIPELINE_ENV = "SWITCHYARD_PIPELINE"
@@ -129,7 +134,7 @@ def run_stream_command(args) -> int:
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     with lease.hold(tables, lease.STREAM) as held:
-        result = run_stream(_spark("stream"), pipeline, tables, args.bootstrap, settings, lease=held)
+        result = run_stream(_spark("stream", progress=False), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
 

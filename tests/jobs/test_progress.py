@@ -1,0 +1,29 @@
+"""A long batch command shows its progress: tasks done of the total in Spark's running stages, and the time left."""
+
+from __future__ import annotations
+
+import time
+from collections import namedtuple
+
+from jobs.progress import progress_line, report_progress
+
+Stage = namedtuple("Stage", "stageId numTasks numCompletedTasks")
+
+
+def test_the_time_left_is_the_pace_so_far():
+    line = progress_line("backfill", [Stage(3, 10, 4)], {3: 100.0}, now=108.0)  # 4 tasks in 8 s: 6 more, 12 s
+    assert line == "backfill: 4 of 10 tasks done in 1 running Spark stage(s), about 12s left in this stage"
+    assert progress_line("backfill", [Stage(3, 2000, 0)], {3: 100.0}, now=100.0) == \
+        "backfill: 0 of 2,000 tasks done in 1 running Spark stage(s)"
+    assert progress_line("backfill", [], {}, now=0.0) is None
+
+
+def test_progress_is_printed_while_spark_works(spark):
+    lines: list[str] = []
+    stop = report_progress(spark, lines.append, "test", every=0.3)
+    try:
+        spark.sparkContext.parallelize(range(6), 6).map(lambda x: (time.sleep(1.5), x)[1]).count()
+    finally:
+        stop.set()
+    assert any(" of 6 tasks done in 1 running Spark stage(s)" in line for line in lines), lines
+    assert any("left in this stage" in line for line in lines), lines
