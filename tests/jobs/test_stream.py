@@ -157,7 +157,7 @@ def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bo
     """A live stream frozen by SIGSTOP (its JVM too) loses the pipeline to a second `switchyard stream` once its
     lease has expired and stayed unrenewed; woken, it stops on the lost lease, and no table the stream writes holds
     a commit of its epoch after the taker's fence. The taker's tables match the oracle."""
-    env = {**TIDY_EVERY_2, lease.ENV: "6"}
+    env = {**TIDY_EVERY_2, lease.ENV: "10"}  # renewed every 1.7 s: a loaded machine still renews in time
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     frozen_log, taker_log = tmp_path / "frozen.log", tmp_path / "taker.log"
