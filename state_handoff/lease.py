@@ -1,20 +1,21 @@
 """One owner per pipeline at a time: a lease kept in the warehouse, in the Delta table `leases`, through delta-rs.
 
 The table holds one row, the latest lease: who (host, boot, pid and the process's start, command), since when, its
-last heartbeat and when it expires, whether it was released, and its epoch (the version of the commit that took it). Every change is one commit that overwrites that row, made by compare-and-
-swap on the table version (state_handoff/io/delta_cas.py): a writer decides on version v and commits at exactly
-v + 1, so two acquirers can never both see the pipeline free and both take it. The row's `seq` is the version
-of the commit that wrote it.
+last heartbeat and when it expires, whether it was released, and its epoch (the version of the commit that took it).
+Every change is one commit that overwrites that row, made by compare-and-swap on the table version
+(state_handoff/io/delta_cas.py): a writer decides on version v and commits at exactly v + 1, so two acquirers can
+never both see the pipeline free and both take it. The row's `seq` is the version of the commit that wrote it.
 
-A lease is held while it is not released and not expired (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every sixth
-of that). On the owner's own boot of its host, an owner whose process is gone (no such pid, or a pid now used by a
-process that started at another time) frees it at once. Elsewhere nobody trusts another host's clock: a row whose
-expiry has passed is taken only once its version has stayed unchanged for a whole lease on the taker's own clock.
-The owner in turn stops writing once its own monotonic clock (counting suspended time) says a lease has nearly
-passed since it last began a renewal that succeeded (`Lease.check_fresh`), and whatever it still tries to commit is
-refused by the fence the next owner raised (state_handoff/fencing.py). Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs
-writes a checkpoint every CHECKPOINT_INTERVAL commits and then drops log files older than the retention
-(two expiries), and the committer of every CHECKPOINT_INTERVAL-th version vacuums the replaced row files.
+A lease is held while it is not released and not expired (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every
+sixth of that). On the owner's own boot of its host (and in its pid namespace), an owner whose process is gone (no
+such pid, or a pid now used by a process that started at another time) frees it at once. Elsewhere nobody trusts
+another host's clock: a row whose expiry has passed is taken only once its version has stayed unchanged for a whole
+lease on the taker's own clock. The owner in turn stops writing once its own monotonic clock (counting suspended
+time) says a lease has nearly passed since it last began a renewal that succeeded (`Lease.check_fresh`), and
+whatever it still tries to commit is refused by the fence the next owner raised (state_handoff/io/fencing.py).
+Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs writes a checkpoint
+every CHECKPOINT_INTERVAL commits and then drops log files older than the retention (two expiries), and the
+committer of every CHECKPOINT_INTERVAL-th version vacuums the replaced row files.
 """
 
 from __future__ import annotations
@@ -93,12 +94,17 @@ def lease_seconds() -> float:
 
 
 def _boot_id() -> str | None:
-    """This host's current boot (Linux): a pid names a process only within one boot of one host."""
+    """This host's current boot and this process's pid namespace (Linux): a pid names a process only within one
+    boot of one host, and within one pid namespace (containers on one host share its boot, not their pids)."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip()
+            boot = fh.read().strip()
     except OSError:
         return None
+    try:
+        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
+    except OSError:
+        return boot
 
 
 def _stat(pid: int) -> list[str] | None:

@@ -36,6 +36,12 @@ from deltalake.exceptions import CommitFailedError
 
 from state_handoff.io import storage
 
+FENCE_ID = "switchyard-lease-epoch"
+FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles")
+EPOCH_SHIFT = 20  # a fence's version: the epoch above, Spark's writes of the epoch counted below
+ATTEMPTS = 20
+
+T = TypeVar("T")
 
 
 class Lease(Protocol):
@@ -49,12 +55,6 @@ class Lease(Protocol):
 
     def lose(self, reason: str) -> Exception: ...
 
-FENCE_ID = "switchyard-lease-epoch"
-FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles")
-EPOCH_SHIFT = 20  # a fence's version: the epoch above, Spark's writes of the epoch counted below
-ATTEMPTS = 20
-
-T = TypeVar("T")
 
 _held: dict[str, Lease] = {}  # by each table path it guards, the leases this process holds
 _lock = threading.Lock()
