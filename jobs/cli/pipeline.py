@@ -154,6 +154,16 @@ def run_status_command(args) -> int:
     return 0
 
 
+def run_config_command(args) -> int:
+    from state_handoff.settings import effective
+
+    rows = effective()
+    width = max(len(setting.name) for setting, _, _ in rows)
+    for setting, value, source in rows:
+        print(f"{setting.name:<{width}}  " + ("(unset)" if value is None else f"{value}  ({source})"))
+    return 0
+
+
 def run_stop_command(args) -> int:
     from jobs.stop import stop_stream
 
@@ -267,3 +277,7 @@ def add_pipeline_commands(commands, common) -> None:
     status.add_argument("--json", action="store_true")
     common(status)
     status.set_defaults(handler=run_status_command)
+
+    config = commands.add_parser("config", help="every SWITCHYARD_* setting: the value in effect and where it came "
+                                                "from")
+    config.set_defaults(handler=run_config_command)
