@@ -9,6 +9,7 @@ import time
 import uuid
 
 from state_handoff import handoff_log, lease
+from state_handoff.clock import utc_now
 from state_handoff.errors import UserError
 from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
@@ -25,7 +26,7 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
     request_id = uuid.uuid4().hex[:12]
     asked = handoff_log.append(None, tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
         "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})
-    out(f"stop {tables.pipeline}: asked the stream ({owner.describe(asked.at)}) to stop; waiting for it to drain")
+    out(f"stop {tables.pipeline}: asked the stream ({owner.describe(utc_now())}) to stop; waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         gone = lease.owner(tables) is None  # before the log: STOPPED is written before the lease is let go
@@ -40,7 +41,7 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
                     f"{handoff_log.details(failed[-1]).get('reason')}")
             return None
         time.sleep(1.0)
-    raise UserError(f"the stream of pipeline {tables.pipeline} ({owner.describe(asked.at)}) did not stop within "
+    raise UserError(f"the stream of pipeline {tables.pipeline} ({owner.describe(utc_now())}) did not stop within "
                     f"{timeout_s:.0f}s: see `switchyard status`, or stop its process")
 
 

@@ -232,7 +232,7 @@ def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
 
 def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
     """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
-    from state_handoff.io.archive_files import ARCHIVE_META, list_archive
+    from state_handoff.io.archive_files import ARCHIVE_META, list_archive, write_archive_meta
     from state_handoff.handoff import run_handoff
 
     run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,
@@ -269,8 +269,7 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
     assert handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED) is None
 
     # an archive written before ranges were recorded: the range is unknown, and refused just the same
-    with open(meta_path, "w") as fh:
-        json.dump({k: v for k, v in meta.items() if k != "files"}, fh)
+    write_archive_meta(tables.archive, {k: v for k, v in meta.items() if k != "files"})
     run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     with pytest.raises(UserError, match=re.escape(f"archive file {victim} was skipped") + ".*range it holds is unknown"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
