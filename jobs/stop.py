@@ -25,7 +25,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)  # a stream always runs the latest
     request_id = uuid.uuid4().hex[:12]
     asked = handoff_log.append(None, tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
-        "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})
+        "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid(),
+        "lease_id": owner.lease_id})  # the stream it is for: the one holding this lease
     out(f"stop {tables.pipeline}: asked the stream ({owner.describe(utc_now())}) to stop; waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -45,10 +46,10 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
                     f"{timeout_s:.0f}s: see `switchyard status`, or stop its process")
 
 
-def stop_requested(entries: list, handoff_id: str, after_seq: int) -> dict | None:
-    """The details of a STOP_REQUESTED for `handoff_id` logged after `after_seq` (the asking stream's own
-    STREAM_STARTED: a request a stream that has since ended never answered does not stop the next one)."""
+def stop_requested(entries: list, lease_id: str) -> dict | None:
+    """The details of a STOP_REQUESTED for the stream holding lease `lease_id` (one for an earlier stream, which
+    ended without answering it, never stops a later one), or None."""
     for entry in entries:
-        if entry.seq > after_seq and entry.handoff_id == handoff_id and entry.status == Status.STOP_REQUESTED:
+        if entry.status == Status.STOP_REQUESTED and handoff_log.details(entry).get("lease_id") == lease_id:
             return handoff_log.details(entry)
     return None

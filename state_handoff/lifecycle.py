@@ -4,8 +4,8 @@ the phase a pipeline is in.
 Every entry names a handoff id, and each id goes its own way through the statuses (a rebase ends one id's way and
 starts another's). A REBASE_REQUESTED is a request, not a step: it may come at any time once the handoff is
 committed (a `rebase` from the command line, while the stream is live or not) and leaves the handoff where it was.
-So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job), once a stream of the handoff started: the
-stream obeys it wherever it runs, and answers it with STOPPED.
+So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job): it names the lease of the stream it is
+for, which obeys it wherever it runs and answers it with STOPPED.
 
     new handoff id
       │        │
@@ -95,7 +95,7 @@ REQUIRES: dict[Status, Status] = {
     S.PAUSED: S.HANDOFF_COMMITTED,
     S.RECONCILIATION_FAILED: S.PAUSED,
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
-    S.STOP_REQUESTED: S.STREAM_STARTED,
+    S.STOP_REQUESTED: S.HANDOFF_COMMITTED,
     S.CAUGHT_UP: S.SWITCHED,
     S.FALLING_BEHIND: S.SWITCHED,
 }

@@ -158,7 +158,7 @@ class Monitor:
         """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
         sup = self.sup
         try:
-            stop = stop_requested(handoff_log.entries(None, sup.tables), self.handoff.handoff_id, sup.started_seq)
+            stop = stop_requested(handoff_log.entries(None, sup.tables), sup.lease.lease_id)
             if stop is not None and not sup.stop_signal:
                 sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "
                                        f"host {stop.get('host')})")

@@ -97,7 +97,6 @@ class Supervisor:
         self.added_partitions: dict[int, int] = {}  # partitions the topic gained after the running handoff: start
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
         self.checkpoint_races = 0  # queries started again after another driver wrote their checkpoint
-        self.started_seq = -1  # the running handoff's STREAM_STARTED in the log
 
     def _raced_for_the_checkpoint(self, handoff: Handoff, err: StreamFailed) -> bool:
         """Whether a query failed because another driver wrote its checkpoint's log while this stream holds the
@@ -177,13 +176,12 @@ class Supervisor:
         updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
         self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
         step_done("tables_and_topic")
-        started = self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
+        self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
                           "updates_from": updates_from,
                           **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
                              if self.added_partitions else {})})
-        self.started_seq = started.seq  # a stop asked after this is this stream's to obey (jobs/stop.py)
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
         step_done("stream_started_logged")
