@@ -331,12 +331,12 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
     return request_id
 
 
-def open_request(tables: Tables) -> dict | None:
+def open_request(tables: Tables, entries: list | None = None) -> dict | None:
     """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED answered yet, with its PAUSED details when a pause
     began it: what a (re)starting stream must do before it streams. A FAILED answers a request only before its
     pause: from the pause on, the catch-up may have written the events path past the paused stream's checkpoint,
-    so the only way on is the handoff at the recorded cut."""
-    entries = handoff_log.entries(None, tables)
+    so the only way on is the handoff at the recorded cut. `entries`: the log as the caller just read it."""
+    entries = handoff_log.entries(None, tables) if entries is None else entries
     answered, failed, paused = set(), set(), {}
     for e in entries:
         request_id = handoff_log.details(e).get("request_id")

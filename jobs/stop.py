@@ -49,7 +49,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
 def stop_requested(entries: list, lease_id: str) -> dict | None:
     """The details of a STOP_REQUESTED for the stream holding lease `lease_id` (one for an earlier stream, which
     ended without answering it, never stops a later one), or None."""
-    for entry in entries:
-        if entry.status == Status.STOP_REQUESTED and handoff_log.details(entry).get("lease_id") == lease_id:
-            return handoff_log.details(entry)
+    for entry in (e for e in entries if e.status == Status.STOP_REQUESTED):
+        details = handoff_log.details(entry)
+        if details.get("lease_id") == lease_id:
+            return details
     return None

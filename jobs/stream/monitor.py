@@ -158,12 +158,13 @@ class Monitor:
         """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
         sup = self.sup
         try:
-            stop = stop_requested(handoff_log.entries(None, sup.tables), sup.lease.lease_id)
+            entries = handoff_log.entries(None, sup.tables)  # read once for both kinds of request
+            stop = stop_requested(entries, sup.lease.lease_id)
             if stop is not None and not sup.stop_signal:
                 sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "
                                        f"host {stop.get('host')})")
                 return None
-            return rebase.open_request(sup.tables)
+            return rebase.open_request(sup.tables, entries)
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll
             sup.out(f"could not read the handoff log: {first_line(err)}")
             return None

@@ -115,10 +115,9 @@ class Supervisor:
                  "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
         return True
 
-    def log(self, handoff_id: str, status: str, **fields):
-        entry = handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
+    def log(self, handoff_id: str, status: str, **fields) -> None:
+        handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
         self.report.logged(handoff_id, status)
-        return entry
 
     def run(self) -> StreamResult:
         previous = {sig: signal.signal(sig, lambda s, _f: self.stop_signal.append(signal.Signals(s).name))

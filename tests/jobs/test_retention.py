@@ -54,6 +54,17 @@ def _seed_rows(spark, folder) -> list:
     return sorted(tuple(r) for r in spark.read.parquet(str(folder)).collect())
 
 
+def _handed_off(spark, bootstrap, topic, tmp_path, events, keys, partitions, days, seed, fraction):
+    """Generated events, `fraction` of each partition archived, backfilled and handed off: the tables and handoff."""
+    run_generate(bootstrap, topic, events=events, keys=keys, partitions=partitions, days=days, seed=seed,
+                 malformed_rate=0.03, out=QUIET)
+    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=fraction),
+                out=_quiet)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    return tables, run_handoff(spark, PIPELINE, tables, bootstrap)
+
+
 def test_vacuum_keeps_the_live_handoffs_state_version(spark, bootstrap, topic_name, tmp_path, monkeypatch):
     """The stream's MERGEs replace every file of the state version its handoff recorded, and its tidy runs after
     every batch an hour on (retention 0 here): the files of that version stay, so the seed's fallback (the state
@@ -61,13 +72,8 @@ def test_vacuum_keeps_the_live_handoffs_state_version(spark, bootstrap, topic_na
     replaced is deleted, and the table's own retention, not a disabled check, decides what is old."""
     monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
     monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
-    run_generate(bootstrap, topic_name, events=2400, keys=30, partitions=3, days=2, seed=11, malformed_rate=0.03,
-                 out=QUIET)
-    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
-    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.8),
-                out=_quiet)
-    run_backfill(spark, PIPELINE, tables, out=_quiet)
-    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    tables, handoff = _handed_off(spark, bootstrap, topic_name, tmp_path, events=2400, keys=30, partitions=3, days=2,
+                                  seed=11, fraction=0.8)
     seeded = tmp_path / "seed-at-handoff"
     seed_files(spark, PIPELINE, tables, handoff.state_version, str(seeded))
     expected_seed = _seed_rows(spark, seeded)
@@ -108,13 +114,8 @@ def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark,
     and equals the oracle over every record but the lost ones."""
     from kafka import TopicPartition
 
-    run_generate(bootstrap, topic_name, events=600, keys=10, partitions=2, days=1, seed=3, malformed_rate=0.03,
-                 out=QUIET)
-    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
-    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
-                out=_quiet)
-    run_backfill(spark, PIPELINE, tables, out=_quiet)
-    handoff = run_handoff(spark, PIPELINE, tables, bootstrap)
+    tables, handoff = _handed_off(spark, bootstrap, topic_name, tmp_path, events=600, keys=10, partitions=2, days=1,
+                                  seed=3, fraction=0.5)
     records = oracle.read_topic(bootstrap, topic_name)  # every record, before the retention deletes some
     start = handoff.start_offsets
     retained_from = start[1] + 20
