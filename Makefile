@@ -11,10 +11,10 @@ setup:
 	@deploy/setup.sh
 
 kafka-start: setup
-	@$(BIN)/switchyard kafka start --port $(KAFKA_PORT)
+	@$(BIN)/switchyard dev kafka start --port $(KAFKA_PORT)
 
 kafka-stop:
-	@$(BIN)/switchyard kafka stop --port $(KAFKA_PORT)
+	@$(BIN)/switchyard dev kafka stop --port $(KAFKA_PORT)
 
 # The life of a pipeline in a few minutes: backfill, switch, live, a scheduled backfill that rebases it, stop.
 demo: kafka-start

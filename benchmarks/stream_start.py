@@ -6,7 +6,7 @@ the copy, so every trial seeds a new stream from the same handoff. Each trial re
 figures: seconds from the process's start and from the supervisor's start (in process), where the latter went
 (`startup_s`), and the keyed query's first batch as Spark timed it. `--jvm-options` alternates trials with and
 without extra driver JVM options (SWITCHYARD_JVM_OPTIONS), for an A/B on a noisy machine. Needs the broker
-(`switchyard kafka start`). Usage:
+(`switchyard dev kafka start`). Usage:
 
     .venv/bin/python -m benchmarks stream-start --trials 3 [--jvm-options "-XX:TieredStopAtLevel=1"] [--json F]
 """

@@ -3,7 +3,7 @@
 1. History: three days of events ending at today's midnight (UTC) on a fresh topic; 80% archived.
 2. The Dagster run `backfill_then_stream` over the archived days: tiles, state and windows, the Great Expectations
    gates, the handoff, and the stream, which stays live after the run (detached).
-3. Live: `switchyard live` writes events stamped with the current time; the Dagster daemon's `stream_health`
+3. Live: `switchyard dev live` writes events stamped with the current time; the Dagster daemon's `stream_health`
    sensor observes the stream (lag, rates, update latency, watermark delay) and evaluates its health checks.
 4. The nightly archiver's part: the archive grows to midnight. Then yesterday's backfill runs as the schedule
    runs it (`backfill_days`, one partition): with the stream live it rebases it at a cut, reconciled, and the
@@ -73,7 +73,7 @@ class Demo:
 
     def dagster(self, job: str, *args: str) -> None:
         """A run of `job` in the Dagster instance (orchestration/run.py), in a process of its own."""
-        self.run(sys.executable, "-m", "orchestration.run", "--job", job, *args)
+        self.run(sys.executable, "-m", "orchestration.run", "--pipeline", PIPELINE, "--job", job, *args)
 
     # ------------------------------------------------------------ the phases
 
@@ -86,7 +86,7 @@ class Demo:
         first = midnight - timedelta(days=HISTORY_DAYS)
         topic = f"{TOPIC_PREFIX}{int(time.time())}"
         self.say(f"history: 20,000 events over {first.date()}..{(midnight - timedelta(days=1)).date()} on {topic}")
-        self.switchyard("generate", "--topic", topic, "--events", "20000", "--keys", "500", "--partitions", "4",
+        self.switchyard("dev", "generate", "--topic", topic, "--events", "20000", "--keys", "500", "--partitions", "4",
                         "--days", str(HISTORY_DAYS), "--start", first.isoformat(), "--seed", "7",
                         "--malformed-rate", "0.01")
         until_midnight = {p: hi for p, (_, hi) in offset_bounds(self.bootstrap, topic).items()}
@@ -105,8 +105,8 @@ class Demo:
 
     def start_producer(self, topic: str) -> None:
         log = demo_home() / "live.log"
-        self.say(f"live: {self.rate:g} events/s stamped with the current time (switchyard live), log {log}")
-        self.producer = subprocess.Popen([SWITCHYARD, "live", "--topic", topic, "--rate", f"{self.rate:g}"],
+        self.say(f"live: {self.rate:g} events/s stamped with the current time (switchyard dev live), log {log}")
+        self.producer = subprocess.Popen([SWITCHYARD, "dev", "live", "--topic", topic, "--rate", f"{self.rate:g}"],
                                          cwd=PROJECT_ROOT, env=self.env, stdout=open(log, "w"),
                                          stderr=subprocess.STDOUT, start_new_session=True)
         (demo_home() / "live.pid").write_text(str(self.producer.pid))

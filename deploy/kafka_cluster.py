@@ -80,7 +80,8 @@ def at(port: int, brokers: int, home: Path | None = None) -> Cluster:
 def require(port: int, home: Path | None = None) -> Cluster:
     found = existing(port, home)
     if found is None:
-        raise UserError(f"no Kafka cluster at port {port}: start one with `switchyard kafka start --brokers 3 --port {port}`")
+        raise UserError(f"no Kafka cluster at port {port}: start one with "
+                        f"`switchyard dev kafka start --brokers 3 --port {port}`")
     return found
 
 

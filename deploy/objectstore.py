@@ -77,7 +77,7 @@ def _credentials() -> tuple[str, str]:
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
     if not key or not secret:
         raise UserError("the object store accepts the credentials in the environment: set AWS_ACCESS_KEY_ID and "
-                        "AWS_SECRET_ACCESS_KEY before `switchyard objectstore start`")
+                        "AWS_SECRET_ACCESS_KEY before `switchyard dev objectstore start`")
     return key, secret
 
 

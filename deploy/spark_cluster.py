@@ -245,7 +245,7 @@ def status(cluster: Cluster) -> tuple[bool, str]:
     running = [(w, worker_pid(cluster, w)) for w in cluster.workers()]
     running = [(w, p) for w, p in running if p is not None]
     if pid is None:
-        extra = f" ({len(running)} worker(s) without it: run `switchyard spark stop`)" if running else ""
+        extra = f" ({len(running)} worker(s) without it: run `switchyard dev spark stop`)" if running else ""
         return False, f"spark master on {cluster.master_url} is not running{extra}"
     state = master_state(cluster)
     if state is None or state.get("status") != "ALIVE":

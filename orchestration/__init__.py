@@ -1,4 +1,6 @@
-"""Dagster definitions of switchyard: assets, checks, jobs, schedules and sensors over jobs/ and state_handoff/."""
+"""Dagster definitions of switchyard: assets, checks, jobs, schedules and sensors over jobs/ and state_handoff/,
+built per pipeline by `switchyard_definitions` (orchestration/factory.py) or the `SwitchyardComponent`
+(orchestration/component.py)."""
 
 import warnings
 
@@ -6,3 +8,19 @@ import dagster as dg
 
 # Observable source assets and single-run backfill policies are beta in Dagster 1.13: used knowingly.
 warnings.filterwarnings("ignore", category=dg.BetaWarning)
+
+__all__ = ["PipelineDeployment", "SwitchyardComponent", "SwitchyardTranslator", "switchyard_definitions"]
+
+
+def __getattr__(name: str):
+    """The public names, imported on first use (the factory imports Spark and Great Expectations)."""
+    if name == "switchyard_definitions":
+        from orchestration.factory import switchyard_definitions
+        return switchyard_definitions
+    if name in ("PipelineDeployment", "SwitchyardTranslator"):
+        from orchestration import scope
+        return getattr(scope, name)
+    if name == "SwitchyardComponent":
+        from orchestration.component import SwitchyardComponent
+        return SwitchyardComponent
+    raise AttributeError(f"module 'orchestration' has no attribute {name!r}")

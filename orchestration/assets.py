@@ -1,4 +1,5 @@
-"""The pipeline as assets: archive → daily tiles → keyed state and windows (→ handoff → stream)."""
+"""A pipeline as assets: archive → daily tiles → keyed state and windows (→ handoff → stream), built per pipeline
+from its `Scope`."""
 
 import hashlib
 import json
@@ -9,8 +10,9 @@ from pydantic import Field
 
 from jobs.backfill import backfill_tiles, commit_state
 from orchestration.errors import user_errors_as_failures
-from orchestration.partitions import daily, days_of
+from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from orchestration.scope import Scope
 from orchestration.stream_launch import StreamConfig, launch_and_watch
 from state_handoff import handoff_log, lease
 from state_handoff.clock import as_utc
@@ -18,8 +20,6 @@ from state_handoff.handoff import current_handoff, run_handoff
 from state_handoff.io.archive_files import archive_meta, list_archive
 from state_handoff.lifecycle import Status
 
-BACKLOG = "backlog"
-SWITCH = "switch"
 # Each asset that writes holds the pipeline's lease under its own name, as the CLI's commands do: a second actor
 # (a CLI stream, another run) is refused in one line naming the owner, before anything is written.
 TILES_OWNER = "dagster asset tiles"
@@ -34,10 +34,8 @@ def _timestamp(value: datetime | None):
     return dg.MetadataValue.timestamp(as_utc(value)) if value else dg.MetadataValue.null()
 
 
-@dg.observable_source_asset(group_name=BACKLOG)
-def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
-    """The topic's history as Parquet day folders, each record with its Kafka partition and offset."""
-    tables = warehouse.tables()
+
+def _archive(tables) -> dg.ObserveResult:
     with user_errors_as_failures():
         files = list_archive(tables.archive)
         meta = archive_meta(tables.archive)
@@ -65,18 +63,14 @@ class TilesConfig(dg.Config):
         "rebase, the stream keeps serving, and the run fails naming the differing keys."))
 
 
-@dg.asset(partitions_def=daily, backfill_policy=dg.BackfillPolicy.single_run(), deps=["archive"],
-          group_name=BACKLOG, kinds={"spark", "delta"})
-def tiles(context: dg.AssetExecutionContext, config: TilesConfig, spark: SparkResource, kafka: KafkaResource,
-          warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its days."""
+def _tiles(context: dg.AssetExecutionContext, scope: Scope, config: TilesConfig, spark: SparkResource,
+           kafka: KafkaResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
     first, last = days_of(context.partition_time_window)
-    tables = warehouse.tables()
+    tables = scope.tables(warehouse)
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
-        return _rebased(context, spark, kafka, warehouse, str(first), str(last), config.accept_differences)
+        return _rebased(context, scope, spark, kafka, tables, str(first), str(last), config.accept_differences)
     with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
-        run = backfill_tiles(spark.session(), warehouse.spec(), tables, str(first), str(last),
-                             out=context.log.info)
+        run = backfill_tiles(spark.session(), scope.spec, tables, str(first), str(last), out=context.log.info)
     if run.handoff_id is None:
         context.log.info(run.message)
     return dg.MaterializeResult(metadata={
@@ -92,15 +86,14 @@ def tiles(context: dg.AssetExecutionContext, config: TilesConfig, spark: SparkRe
     })
 
 
-def _rebased(context, spark: SparkResource, kafka: KafkaResource, warehouse: WarehouseResource, first: str,
-             last: str, accept_differences: bool) -> dg.MaterializeResult:
+def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, tables, first: str, last: str,
+             accept_differences: bool) -> dg.MaterializeResult:
     """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
     resumes), else in this run; the live tables are never overwritten under a stream."""
     from jobs.rebase import rebase_pipeline
 
-    tables = warehouse.tables()
     with user_errors_as_failures():
-        new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "backfill", "dagster backfill",
+        new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "backfill", "dagster backfill",
                               spark.session, days=(first, last), accept_differences=accept_differences,
                               out=context.log.info)
     committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
@@ -123,38 +116,26 @@ class KeyedStateConfig(dg.Config):
         "(`switchyard backfill --kafka-tail`): the handoff then starts the stream there, with no backlog to stream."))
 
 
-@dg.multi_asset(
-    name="keyed_state",
-    specs=[
-        dg.AssetSpec("state", deps=[tiles], group_name=BACKLOG, kinds={"spark", "delta"},
-                     description="One row per key: the merged aggregates of every tile (the state handed to the stream).",
-                     freshness_policy=STATE_FRESHNESS),
-        dg.AssetSpec("windows", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,
-                     description="Final window results: windows ending at or before the backlog watermark."),
-        dg.AssetSpec("window_state", deps=[tiles], group_name=BACKLOG, kinds={"delta"}, skippable=True,
-                     description="Open windows, carried into the stream as state."),
-    ],
-)
-def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spark: SparkResource,
-                warehouse: WarehouseResource, kafka: KafkaResource):
-    """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
-    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedStateConfig, spark: SparkResource,
+                 warehouse: WarehouseResource, kafka: KafkaResource):
+    session, pipeline, tables = spark.session(), scope.spec, scope.tables(warehouse)
+    windows = ("windows", "window_state") if scope.windowed else ()
     if current_handoff(None, tables) is not None:  # the rebase in `tiles` committed the state at its cut
         latest = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
         context.log.info(f"state committed by the rebase of backfill {latest.handoff_id}; nothing to merge")
-        yield dg.MaterializeResult(asset_key="state", metadata={
+        yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
             "handoff_id": latest.handoff_id, "state_version": latest.state_version,
             "keys": handoff_log.details(latest).get("keys", 0), "rebased": True,
             "path": dg.MetadataValue.path(tables.state)})
-        for name in ("windows", "window_state") if pipeline.windows is not None else ():
-            yield dg.MaterializeResult(asset_key=name, metadata={"rebased": True,
-                                                                 "path": dg.MetadataValue.path(tables.path(name))})
+        for name in windows:
+            yield dg.MaterializeResult(asset_key=scope.key(name),
+                                       metadata={"rebased": True, "path": dg.MetadataValue.path(tables.path(name))})
         return
     with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))
-    yield dg.MaterializeResult(asset_key="state", metadata={
+    yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
         "handoff_id": run.handoff_id,
         "state_version": run.state_version,
         "keys": run.keys,
@@ -165,24 +146,20 @@ def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spa
         "boundary_offsets": dg.MetadataValue.json({str(p): o for p, o in run.boundary.items()}),
         "path": dg.MetadataValue.path(tables.state),
     })
-    if pipeline.windows is None:
-        return
-    for name in ("windows", "window_state"):
+    for name in windows:
         path = tables.path(name)
-        yield dg.MaterializeResult(asset_key=name, metadata={
+        yield dg.MaterializeResult(asset_key=scope.key(name), metadata={
             "dagster/row_count": session.read.format("delta").load(path).count(),
             "backlog_watermark": _timestamp(run.backlog_watermark),
             "path": dg.MetadataValue.path(path),
         })
 
 
-@dg.asset(deps=["state", "windows", "window_state"], group_name=SWITCH, kinds={"delta", "kafka"})
-def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
-            warehouse: WarehouseResource) -> dg.MaterializeResult:
-    """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
-    tables = warehouse.tables()
+def _handoff(context: dg.AssetExecutionContext, scope: Scope, spark: SparkResource, kafka: KafkaResource,
+             warehouse: WarehouseResource) -> dg.MaterializeResult:
+    tables = scope.tables(warehouse)
     with user_errors_as_failures(), lease.hold(tables, HANDOFF_OWNER):
-        switch = run_handoff(spark.session(), warehouse.spec(), tables, kafka.bootstrap)
+        switch = run_handoff(spark.session(), scope.spec, tables, kafka.bootstrap)
     context.log.info(switch.summary(tables.pipeline))
     return dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
@@ -194,12 +171,9 @@ def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: Kafk
     })
 
 
-@dg.asset(deps=[handoff], group_name=SWITCH, kinds={"spark", "kafka"})
-def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
-           warehouse: WarehouseResource):
-    """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition and
-    its figures through Dagster Pipes, observed on this asset, and its death fails the run."""
-    tables = warehouse.tables()
+def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfig, spark: SparkResource,
+            kafka: KafkaResource, warehouse: WarehouseResource):
+    tables = scope.tables(warehouse)
     if config.until_caught_up and config.for_seconds is not None:
         raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)
     with user_errors_as_failures():
@@ -208,8 +182,9 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
     if switch is None:
         raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",
                          allow_retries=False)
-    env = {"SWITCHYARD_SPARK_PROFILE": spark.profile, **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
-    seen = yield from launch_and_watch(context, config, tables, kafka.bootstrap, switch, env)
+    env = {"SWITCHYARD_SPARK_PROFILE": spark.profile,
+           **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
+    seen = yield from launch_and_watch(context, config, tables, kafka.bootstrap, switch, env, scope.key("stream"))
     statuses = [str(e.status) for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     behind = final.get("offsets_behind") or {}
@@ -227,4 +202,53 @@ def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: Spark
     })
 
 
-defs = dg.Definitions(assets=[archive, tiles, keyed_state, handoff, stream])
+def build(scope: Scope) -> dg.Definitions:
+    """The pipeline's assets under its keys, group and tags."""
+    group, key, windows = scope.group, scope.key, ["windows", "window_state"] if scope.windowed else []
+
+    @dg.observable_source_asset(key=key("archive"), group_name=group, tags=scope.tags("archive"))
+    def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
+        """The topic's history as Parquet day folders, each record with its Kafka partition and offset."""
+        return _archive(scope.tables(warehouse))
+
+    @dg.asset(key=key("tiles"), partitions_def=scope.daily, backfill_policy=dg.BackfillPolicy.single_run(),
+              deps=[archive], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("tiles"))
+    def tiles(context: dg.AssetExecutionContext, config: TilesConfig, spark: SparkResource, kafka: KafkaResource,
+              warehouse: WarehouseResource) -> dg.MaterializeResult:
+        """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its
+        days."""
+        return _tiles(context, scope, config, spark, kafka, warehouse)
+
+    window_specs = {
+        "windows": "Final window results: windows ending at or before the backlog watermark.",
+        "window_state": "Open windows, carried into the stream as state.",
+    }
+
+    @dg.multi_asset(name=scope.name("keyed_state"), specs=[
+        dg.AssetSpec(key("state"), deps=[tiles], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("state"),
+                     description="One row per key: the merged aggregates of every tile (the state handed to the "
+                                 "stream).", freshness_policy=STATE_FRESHNESS),
+        *[dg.AssetSpec(key(name), deps=[tiles], group_name=group, kinds={"delta"}, skippable=True,
+                       tags=scope.tags(name), description=window_specs[name]) for name in windows],
+    ])
+    def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spark: SparkResource,
+                    warehouse: WarehouseResource, kafka: KafkaResource):
+        """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
+        yield from _keyed_state(context, scope, config, spark, warehouse, kafka)
+
+    @dg.asset(key=key("handoff"), deps=[key(name) for name in ["state", *windows]], group_name=group,
+              kinds={"delta", "kafka"}, tags=scope.tags("handoff"))
+    def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
+                warehouse: WarehouseResource) -> dg.MaterializeResult:
+        """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
+        return _handoff(context, scope, spark, kafka, warehouse)
+
+    @dg.asset(key=key("stream"), deps=[handoff], group_name=group, kinds={"spark", "kafka"},
+              tags=scope.tags("stream"))
+    def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
+               warehouse: WarehouseResource):
+        """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition
+        and its figures through Dagster Pipes, observed on this asset, and its death fails the run."""
+        yield from _stream(context, scope, config, spark, kafka, warehouse)
+
+    return dg.Definitions(assets=[archive, tiles, keyed_state, handoff, stream])

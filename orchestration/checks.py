@@ -1,4 +1,5 @@
-"""Great Expectations gates on the chain's tables: a failing blocking check stops everything downstream of it."""
+"""Great Expectations gates on a pipeline's tables (a failing blocking check stops everything downstream of it), and
+its stream's health checks."""
 
 import time
 from datetime import datetime
@@ -10,10 +11,10 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import TILE_START
 from jobs.backfill import newest_archived_event_time, read_archive
-from orchestration.assets import tiles
 from orchestration.expectations import check_result, run_suite
 from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from orchestration.scope import Scope
 from orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
 from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
 from state_handoff.handoff import current_handoff
@@ -106,14 +107,11 @@ def _table(spark: SparkSession, path: str) -> DataFrame:
     return spark.read.format("delta").load(path)
 
 
-@dg.asset_check(asset=tiles, blocking=True)
-def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource,
-                    warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    """Tiles of the run's days (every tile when run on its own): keys present, one tile per (key, tile,
-    partition), every count at least 1."""
+def _tiles_are_sound(context: dg.AssetCheckExecutionContext, scope: Scope, spark: SparkResource,
+                     warehouse: WarehouseResource) -> dg.AssetCheckResult:
     from delta.tables import DeltaTable
 
-    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+    session, pipeline, tables = spark.session(), scope.spec, scope.tables(warehouse)
     if not DeltaTable.isDeltaTable(session, tables.tiles):
         return dg.AssetCheckResult(passed=True, description="no tiles yet: the archive has no days in the range")
     run = context.op_execution_context
@@ -124,10 +122,8 @@ def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource
     return check_result(run_suite(tiles_df, "tiles", tile_expectations(pipeline)), days=days)
 
 
-@dg.asset_check(asset="state", blocking=True)
-def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
-    session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
+def _state_is_sound(scope: Scope, spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    session, pipeline, tables = spark.session(), scope.spec, scope.tables(warehouse)
     # once a stream has run, state also holds what it read past the archive (a rebase recomputes up to its cut)
     streamed = current_handoff(None, tables) is not None
     newest = None if streamed else newest_archived_event_time(session, pipeline, tables)
@@ -135,23 +131,9 @@ def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.Ass
     return check_result(outcomes, newest_archived_event_time=str(newest) if newest else "not checked: streamed")
 
 
-def _windows_check(table: str, name: str):
-    @dg.asset_check(asset=table, name=name, blocking=True,
-                    description=f"{table}: one row per (key, window), window_end = window_start + size, counts >= 1.")
-    def windows_are_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-        session, pipeline, tables = spark.session(), warehouse.spec(), warehouse.tables()
-        if pipeline.windows is None:
-            return dg.AssetCheckResult(passed=True, description=f"pipeline {pipeline.name} declares no windows")
-        return check_result(run_suite(_table(session, tables.path(table)), table, window_expectations(pipeline)))
-
-    return windows_are_sound
-
-
-@dg.asset_check(asset="handoff", blocking=True)
-def handoff_is_contiguous(spark: SparkResource, kafka: KafkaResource,
-                          warehouse: WarehouseResource) -> dg.AssetCheckResult:
-    """Every partition starts exactly where the archive ends (no gap, no overlap), at an offset Kafka still retains."""
-    session, tables = spark.session(), warehouse.tables()
+def _handoff_is_contiguous(scope: Scope, spark: SparkResource, kafka: KafkaResource,
+                           warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    session, tables = spark.session(), scope.tables(warehouse)
     switch = current_handoff(session, tables)
     if switch is None:
         return dg.AssetCheckResult(passed=False, description="no committed handoff in the log")
@@ -163,10 +145,9 @@ def handoff_is_contiguous(spark: SparkResource, kafka: KafkaResource,
                                                        "|---|---|---|---|\n" + table))
 
 
-@dg.asset_check(asset="stream")
-def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResource) -> dg.AssetCheckResult:
-    """The stream stopped cleanly or is making progress within its lag threshold (the sensor re-evaluates it)."""
-    progress = read_progress(warehouse.tables())
+def _stream_is_healthy(scope: Scope, warehouse: WarehouseResource,
+                       monitor: StreamMonitorResource) -> dg.AssetCheckResult:
+    progress = read_progress(scope.tables(warehouse))
     if progress is None:
         return dg.AssetCheckResult(passed=False, description="no handoff yet: nothing streams")
     now = time.time()
@@ -175,26 +156,67 @@ def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResour
                                description=verdict or f"stream {progress.status.lower()}")
 
 
-@dg.multi_asset_check(specs=[dg.AssetCheckSpec(name, asset="stream", description=text)
-                             for name, text in CHECKS.items()])
-def stream_checks(warehouse: WarehouseResource, kafka: KafkaResource, monitor: StreamMonitorResource):
-    """The stream at a glance: process alive, caught up, update latency, last reconciliation (the sensor
-    re-evaluates them as the stream goes)."""
-    progress = read_progress(warehouse.tables())
+def _stream_checks(scope: Scope, warehouse: WarehouseResource, kafka: KafkaResource, monitor: StreamMonitorResource):
+    progress = read_progress(scope.tables(warehouse))
     if progress is None:
         for name in CHECKS:
             yield dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
                                       description="no handoff yet: nothing streams")
         return
-    sample_latency(progress, kafka.bootstrap, warehouse.spec())
+    sample_latency(progress, kafka.bootstrap, scope.spec)
     metadata = progress.metadata(time.time())
     for verdict in verdicts(progress, monitor):
         yield dg.AssetCheckResult(check_name=verdict.check_name, passed=verdict.passed, severity=verdict.severity,
                                   description=verdict.description, metadata=metadata)
 
 
-windows_are_sound = _windows_check("windows", "windows_are_sound")
-window_state_is_sound = _windows_check("window_state", "window_state_is_sound")
+def _windows_check(scope: Scope, table: str):
+    @dg.asset_check(asset=scope.key(table), name=f"{table}_are_sound" if table == "windows" else f"{table}_is_sound",
+                    blocking=True,
+                    description=f"{table}: one row per (key, window), window_end = window_start + size, counts >= 1.")
+    def windows_are_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        session, tables = spark.session(), scope.tables(warehouse)
+        return check_result(run_suite(_table(session, tables.path(table)), table, window_expectations(scope.spec)))
 
-defs = dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, windows_are_sound, window_state_is_sound,
-                                    handoff_is_contiguous, stream_is_healthy, stream_checks])
+    return windows_are_sound
+
+
+def build(scope: Scope) -> dg.Definitions:
+    """The pipeline's checks, on its assets' keys."""
+
+    @dg.asset_check(asset=scope.key("tiles"), blocking=True)
+    def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource,
+                        warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        """Tiles of the run's days (every tile when run on its own): keys present, one tile per (key, tile,
+        partition), every count at least 1."""
+        return _tiles_are_sound(context, scope, spark, warehouse)
+
+    @dg.asset_check(asset=scope.key("state"), blocking=True)
+    def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
+        return _state_is_sound(scope, spark, warehouse)
+
+    @dg.asset_check(asset=scope.key("handoff"), blocking=True)
+    def handoff_is_contiguous(spark: SparkResource, kafka: KafkaResource,
+                              warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        """Every partition starts exactly where the archive ends (no gap, no overlap), at an offset Kafka still
+        retains."""
+        return _handoff_is_contiguous(scope, spark, kafka, warehouse)
+
+    @dg.asset_check(asset=scope.key("stream"))
+    def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResource) -> dg.AssetCheckResult:
+        """The stream stopped cleanly or is making progress within its lag threshold (the sensor re-evaluates
+        it)."""
+        return _stream_is_healthy(scope, warehouse, monitor)
+
+    @dg.multi_asset_check(name=scope.name("stream_checks"),
+                          specs=[dg.AssetCheckSpec(name, asset=scope.key("stream"), description=text)
+                                 for name, text in CHECKS.items()])
+    def stream_checks(warehouse: WarehouseResource, kafka: KafkaResource, monitor: StreamMonitorResource):
+        """The stream at a glance: process alive, caught up, update latency, last reconciliation (the sensor
+        re-evaluates them as the stream goes)."""
+        yield from _stream_checks(scope, warehouse, kafka, monitor)
+
+    windows = [_windows_check(scope, table) for table in ("windows", "window_state")] if scope.windowed else []
+    return dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, *windows, handoff_is_contiguous,
+                                        stream_is_healthy, stream_checks])

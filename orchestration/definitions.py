@@ -1,15 +1,13 @@
-"""The switchyard code location: each domain's definitions merged, with the environment's resources."""
+"""The shipped code location: the `demo` pipeline and the `kinds` example side by side, each with its own
+asset group, partitions, schedule, sensor, checks and steering jobs; resources from the SWITCHYARD_* settings."""
 
-import dagster as dg
+import os
 
-from orchestration import assets, checks, jobs, schedules, sensors
-from orchestration.resources import resources_for
+from orchestration.factory import switchyard_definitions
+from orchestration.scope import PipelineDeployment
 
+# The shipped pipelines' calendars start here (SWITCHYARD_FIRST_DAY moves it); the demo archives recent days.
+FIRST_DAY = os.environ.get("SWITCHYARD_FIRST_DAY") or "2025-12-01"
 
-def build_definitions(resources: dict) -> dg.Definitions:
-    # One process per run, so that every step shares the run's one SparkSession (a JVM per step costs minutes).
-    return dg.Definitions.merge(assets.defs, checks.defs, jobs.defs, schedules.defs, sensors.defs,
-                                dg.Definitions(resources=resources, executor=dg.in_process_executor))
-
-
-defs = build_definitions(resources_for())
+defs = switchyard_definitions([PipelineDeployment("demo", first_day=FIRST_DAY),
+                               PipelineDeployment("kinds", first_day=FIRST_DAY)])

@@ -1,34 +1,31 @@
-"""Jobs over the asset graph (the whole chain; the backfill of days alone, what the schedule runs) and the jobs
-that steer a live stream from the UI: rebase it at a cut, stop it."""
+"""A pipeline's jobs over its asset graph (the whole chain; the backfill of days alone, what the schedule runs) and
+the jobs that steer its live stream from the UI: rebase it at a cut, stop it."""
+
+from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from orchestration.errors import user_errors_as_failures
 from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from orchestration.scope import Scope
+
+if TYPE_CHECKING:
+    from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from orchestration.stream_health import is_observed, transition_metadata
 from state_handoff import handoff_log
 
-BACKFILL = ["archive", "tiles", "state", "windows", "window_state"]
 
-backfill_then_stream = dg.define_asset_job(
-    "backfill_then_stream",
-    selection=dg.AssetSelection.assets(*BACKFILL, "handoff", "stream"),
-    description="Observe the archive, backfill the chosen days, commit the state, hand off and stream.",
-)
-
-backfill_days = dg.define_asset_job(
-    "backfill_days",
-    selection=dg.AssetSelection.assets(*BACKFILL),
-    description="Observe the archive, backfill the chosen days into tiles and commit the keyed state and windows.",
-)
-
-
-def _observe_since(context: dg.OpExecutionContext, tables, seq: int) -> None:
-    """Each log entry after `seq` (the rebase's request, pause, handoff at the cut, ...) as an observation of
-    `stream`."""
+def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
+    """Each log entry after `seq` (the rebase's request, pause, handoff at the cut, ...) as an observation of the
+    pipeline's `stream`."""
     for entry in handoff_log.entries(None, tables):
         if entry.seq > seq and is_observed(entry):
-            context.log_event(dg.AssetObservation(asset_key="stream", metadata=transition_metadata(entry, tables)))
+            context.log_event(dg.AssetObservation(asset_key=scope.key("stream"),
+                                                  metadata=transition_metadata(entry, tables)))
+
+
+def _last_seq(tables) -> int:
+    return max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
 
 
 class RebaseConfig(dg.Config):
@@ -37,46 +34,66 @@ class RebaseConfig(dg.Config):
     accept_differences: bool = False
 
 
-@dg.op
-def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, spark: SparkResource,
-                    kafka: KafkaResource, warehouse: WarehouseResource) -> None:
-    """Rebase the pipeline at a cut: the live stream pauses, its state is recomputed sort-based up to the cut,
-    reconciled, handed off there and resumed; with no stream running, this run rebases it."""
+def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
+            kafka: KafkaResource, warehouse: WarehouseResource) -> None:
     from jobs.rebase import rebase_pipeline
 
-    tables = warehouse.tables()
-    seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
+    tables = scope.tables(warehouse)
+    seq = _last_seq(tables)
     with user_errors_as_failures():
-        new = rebase_pipeline(warehouse.spec(), tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
+        new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
                               spark.session, accept_differences=config.accept_differences, out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")
-    _observe_since(context, tables, seq)
+    _observe_since(context, scope, tables, seq)
 
 
-@dg.op
-def stop_the_stream(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
-    """Stop the pipeline's running stream cleanly, wherever it runs (a STOP_REQUESTED in its handoff log: it drains
-    its queries and logs STOPPED)."""
+def _stop(context: dg.OpExecutionContext, scope: Scope, warehouse: WarehouseResource) -> None:
     from jobs.stop import stop_stream
 
-    tables = warehouse.tables()
-    seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
+    tables = scope.tables(warehouse)
+    seq = _last_seq(tables)
     with user_errors_as_failures():
         stopped = stop_stream(tables, out=context.log.info, requested_by="dagster stop_stream")
-    _observe_since(context, tables, seq)
+    _observe_since(context, scope, tables, seq)
     if stopped is None:
         raise dg.Failure(description="the stream ended without STOPPED: it failed on the way out (see the "
                                      "handoff log and the stream's process.log)", allow_retries=False)
 
 
-@dg.job(description="Rebase the live stream at a cut now (stream -> backlog -> stream, reconciled).")
-def rebase_stream():
-    rebase_at_a_cut()
+def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]:
+    """The pipeline's jobs, and its `backfill_days` job (what its schedule runs)."""
+    backlog = [scope.key(name) for name in scope.backlog_assets]
+    backfill_then_stream = dg.define_asset_job(
+        scope.name("backfill_then_stream"),
+        selection=dg.AssetSelection.assets(*backlog, scope.key("handoff"), scope.key("stream")),
+        description=f"Pipeline {scope.pipeline}: observe the archive, backfill the chosen days, commit the state, "
+                    "hand off and stream.")
+    backfill_days = dg.define_asset_job(
+        scope.name("backfill_days"), selection=dg.AssetSelection.assets(*backlog),
+        description=f"Pipeline {scope.pipeline}: observe the archive, backfill the chosen days into tiles and commit "
+                    "the keyed state and windows.")
 
+    @dg.op(name=scope.name("rebase_at_a_cut"))
+    def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, spark: SparkResource,
+                        kafka: KafkaResource, warehouse: WarehouseResource) -> None:
+        """Rebase the pipeline at a cut: the live stream pauses, its state is recomputed sort-based up to the cut,
+        reconciled, handed off there and resumed; with no stream running, this run rebases it."""
+        _rebase(context, scope, config, spark, kafka, warehouse)
 
-@dg.job(description="Stop the live stream cleanly.")
-def stop_stream():
-    stop_the_stream()
+    @dg.op(name=scope.name("stop_the_stream"))
+    def stop_the_stream(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
+        """Stop the pipeline's running stream cleanly, wherever it runs (a STOP_REQUESTED in its handoff log: it
+        drains its queries and logs STOPPED)."""
+        _stop(context, scope, warehouse)
 
+    @dg.job(name=scope.name("rebase_stream"),
+            description=f"Pipeline {scope.pipeline}: rebase the live stream at a cut now (stream -> backlog -> "
+                        "stream, reconciled).")
+    def rebase_stream():
+        rebase_at_a_cut()
 
-defs = dg.Definitions(jobs=[backfill_then_stream, backfill_days, rebase_stream, stop_stream])
+    @dg.job(name=scope.name("stop_stream"), description=f"Pipeline {scope.pipeline}: stop the live stream cleanly.")
+    def stop_stream():
+        stop_the_stream()
+
+    return dg.Definitions(jobs=[backfill_then_stream, backfill_days, rebase_stream, stop_stream]), backfill_days

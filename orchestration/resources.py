@@ -1,16 +1,18 @@
-"""Spark, Kafka and the warehouse as configurable resources, chosen per environment in one place."""
+"""Spark, Kafka and the warehouse as configurable resources, chosen per environment in one place.
+
+Each resource takes the same fields as the SWITCHYARD_* settings it stands for (and AWS_* for the object store's
+keys); give a secret as `dg.EnvVar("NAME")`, so that only its name is in the run's configuration. A field that is
+set becomes the run's setting when the resource is set up: the Kafka clients, Spark and the stream process the
+run starts all read it from there (the stream process inherits the run's environment).
+"""
 
 import os
 
 import dagster as dg
 
-from state_handoff.pipelines import get_pipeline
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_WAREHOUSE = "./warehouse"
-DEFAULT_PIPELINE = "demo"
 
 
 class SparkResource(dg.ConfigurableResource):
@@ -26,23 +28,46 @@ class SparkResource(dg.ConfigurableResource):
                            extra_conf={"spark.master": self.master} if self.master else None)
 
 
+def _apply(settings: dict[str, str | None]) -> None:
+    """The settings given (not None) as this process's, for every client and process of the run."""
+    for name, value in settings.items():
+        if value is not None:
+            os.environ[name] = value
+
+
 class KafkaResource(dg.ConfigurableResource):
-    """The Kafka cluster the pipeline's topic lives on."""
+    """The Kafka cluster the pipelines' topics live on, and how to reach it (SWITCHYARD_KAFKA_* when unset)."""
 
     bootstrap: str = DEFAULT_BOOTSTRAP
+    security_protocol: str | None = None  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None  # a secret: dg.EnvVar("...")
+    ssl_cafile: str | None = None
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        from state_handoff.io import kafka_security
+
+        _apply({"SWITCHYARD_KAFKA_SECURITY_PROTOCOL": self.security_protocol,
+                "SWITCHYARD_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
+                "SWITCHYARD_KAFKA_SASL_USERNAME": self.sasl_username,
+                "SWITCHYARD_KAFKA_SASL_PASSWORD": self.sasl_password,
+                "SWITCHYARD_KAFKA_SSL_CAFILE": self.ssl_cafile})
+        kafka_security.from_env()  # an incomplete or unknown setting fails the run in one line, before any work
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """Where a pipeline's Delta tables and archive live, and which pipeline this deployment runs."""
+    """Where the pipelines' Delta tables and archives live: `<warehouse>/<pipeline>/` each; for an `s3a://`
+    warehouse, the object store's endpoint and keys (SWITCHYARD_S3_ENDPOINT and AWS_* when unset)."""
 
     warehouse: str = DEFAULT_WAREHOUSE
-    pipeline: str = DEFAULT_PIPELINE
+    s3_endpoint: str | None = None
+    aws_access_key_id: str | None = None  # a secret: dg.EnvVar("...")
+    aws_secret_access_key: str | None = None  # a secret: dg.EnvVar("...")
 
-    def spec(self) -> Pipeline:
-        return get_pipeline(self.pipeline)
-
-    def tables(self) -> Tables:
-        return Tables(self.warehouse, self.pipeline)
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        _apply({"SWITCHYARD_S3_ENDPOINT": self.s3_endpoint, "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
+                "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key})
 
 
 class StreamMonitorResource(dg.ConfigurableResource):
@@ -70,7 +95,6 @@ def resources_for(environment: str | None = None) -> dict[str, dg.ConfigurableRe
     return {
         "spark": SparkResource(profile=SPARK_PROFILES[environment], master=_env_or("SWITCHYARD_SPARK_MASTER", None)),
         "kafka": KafkaResource(bootstrap=_env_or("SWITCHYARD_BOOTSTRAP", DEFAULT_BOOTSTRAP)),
-        "warehouse": WarehouseResource(warehouse=_env_or("SWITCHYARD_WAREHOUSE", DEFAULT_WAREHOUSE),
-                                       pipeline=_env_or("SWITCHYARD_PIPELINE", DEFAULT_PIPELINE)),
+        "warehouse": WarehouseResource(warehouse=_env_or("SWITCHYARD_WAREHOUSE", DEFAULT_WAREHOUSE)),
         "monitor": StreamMonitorResource(),
     }

@@ -1,49 +1,59 @@
 """Run a job of the switchyard code location in the Dagster instance at $DAGSTER_HOME (the one `make ui` shows),
 through Dagster's Python API, over a range of daily partitions:
 
-    python -m orchestration.run --job backfill_then_stream --from DAY --to DAY
+    python -m orchestration.run --pipeline demo --job backfill_then_stream --from DAY --to DAY
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from state_handoff.errors import UserError
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
+JOBS = ("backfill_then_stream", "backfill_days", "rebase_stream", "stop_stream")
 
 
-def run_job(job_name: str, first: str | None, last: str | None, config: dict | None = None) -> bool:
-    """Run `job_name` in process, over the days `first`..`last` when given; True when the run succeeded."""
+def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream_config: dict | None = None) -> bool:
+    """Run the pipeline's `job` in process, over the days `first`..`last` when given; True when the run
+    succeeded. `stream_config` configures the job's stream asset."""
     import dagster as dg
 
     from orchestration.definitions import defs
-    from orchestration.partitions import daily
+    from orchestration.scope import PipelineDeployment, Scope
 
+    scope = Scope(PipelineDeployment(pipeline, first_day="1970-01-01"))
     try:
-        job = defs.resolve_job_def(job_name)
+        job_def = defs.resolve_job_def(scope.name(job))
     except dg.DagsterInvariantViolationError:
-        raise UserError(f"no job {job_name} in the switchyard code location") from None
+        raise UserError(f"pipeline {pipeline} has no job {job} in the switchyard code location") from None
     tags = {}
     if first or last:
         first, last = first or last, last or first
-        keys = daily.get_partition_keys()
+        keys = job_def.partitions_def.get_partition_keys()
         missing = [day for day in (first, last) if day not in keys]
         if missing:
             raise UserError(f"day {missing[0]} is not a daily partition (they run {keys[0]}..{keys[-1]}): "
                             "set SWITCHYARD_FIRST_DAY or archive that day first")
         tags = {RANGE_START: first, RANGE_END: last}
-    run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}, **(config or {})}
+    run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    if stream_config:
+        stream_op = defs.resolve_assets_def(scope.key("stream")).op.name
+        run_config["ops"] = {stream_op: {"config": stream_config}}
     with dg.DagsterInstance.get() as instance:
-        result = job.execute_in_process(run_config=run_config, instance=instance, tags=tags, raise_on_error=False)
-    print(f"switchyard: Dagster run {result.run_id} of {job_name}: {'SUCCESS' if result.success else 'FAILURE'}")
+        result = job_def.execute_in_process(run_config=run_config, instance=instance, tags=tags,
+                                            raise_on_error=False)
+    print(f"switchyard: Dagster run {result.run_id} of {job_def.name}: {'SUCCESS' if result.success else 'FAILURE'}")
     return result.success
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--job", required=True)
+    parser.add_argument("--pipeline", default=os.environ.get("SWITCHYARD_PIPELINE") or "demo",
+                        help="the pipeline whose job runs (default: SWITCHYARD_PIPELINE, else demo)")
+    parser.add_argument("--job", required=True, choices=JOBS)
     parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")
     parser.add_argument("--to", dest="last", help="last day of the partition range (YYYY-MM-DD)")
     parser.add_argument("--detach-stream", action="store_true",
@@ -52,9 +62,9 @@ def main(argv=None) -> int:
                         help="the stream's caught-up bar in offsets behind (live input never leaves it at 0)")
     args = parser.parse_args(argv)
     stream = {"caught_up_lag": args.caught_up_lag, **({"until_caught_up": False} if args.detach_stream else {})}
-    config = {"ops": {"stream": {"config": stream}}} if args.detach_stream or args.caught_up_lag else None
     try:
-        return 0 if run_job(args.job, args.first, args.last, config) else 1
+        return 0 if run_job(args.pipeline, args.job, args.first, args.last,
+                            stream if args.detach_stream or args.caught_up_lag else None) else 1
     except UserError as err:
         print(f"switchyard: {err}", file=sys.stderr)
         return 2

@@ -238,15 +238,17 @@ def verdicts(progress: Progress, monitor) -> list[Verdict]:
             _latency(progress, monitor.max_update_latency_s), _reconciled(progress)]
 
 
-def check_evaluation(progress: Progress, verdict: Verdict, now: float) -> dg.AssetCheckEvaluation:
-    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey("stream"), check_name=verdict.check_name,
+def check_evaluation(progress: Progress, verdict: Verdict, now: float,
+                     asset_key: dg.AssetKey) -> dg.AssetCheckEvaluation:
+    return dg.AssetCheckEvaluation(asset_key=asset_key, check_name=verdict.check_name,
                                    passed=verdict.passed, severity=verdict.severity,
                                    metadata=progress.metadata(now), description=verdict.description)
 
 
-def health_evaluation(progress: Progress, verdict: str | None, now: float) -> dg.AssetCheckEvaluation:
+def health_evaluation(progress: Progress, verdict: str | None, now: float,
+                      asset_key: dg.AssetKey) -> dg.AssetCheckEvaluation:
     return dg.AssetCheckEvaluation(
-        asset_key=dg.AssetKey("stream"), check_name=HEALTHY, passed=verdict is None,
+        asset_key=asset_key, check_name=HEALTHY, passed=verdict is None,
         metadata=progress.metadata(now), description=verdict or f"stream {progress.status.lower()}, no stall")
 
 

@@ -75,8 +75,8 @@ class _Reports:
     """What the stream reported through Pipes so far, each message an observation of `stream` as it arrives: a
     transition with `transition_metadata`, its figures under the sensor's stable keys."""
 
-    def __init__(self, context: dg.AssetExecutionContext, tables: Tables, switch: Handoff):
-        self.context, self.tables, self.switch = context, tables, switch
+    def __init__(self, context: dg.AssetExecutionContext, tables: Tables, switch: Handoff, asset_key: dg.AssetKey):
+        self.context, self.tables, self.switch, self.asset_key = context, tables, switch, asset_key
         self.transitions: list = []
         self.kinds: set[str] = set()
         self.relayed = 0
@@ -88,7 +88,7 @@ class _Reports:
             self.kinds.add(message.get("kind"))
             metadata = self._metadata(message)
             if metadata is not None:
-                observations.append(dg.AssetObservation(asset_key="stream", metadata=metadata))
+                observations.append(dg.AssetObservation(asset_key=self.asset_key, metadata=metadata))
         self.relayed = len(messages)
         return observations
 
@@ -127,10 +127,10 @@ def _exit_reason(code: int) -> str:
 
 
 def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, tables: Tables, bootstrap: str,
-                     switch: Handoff, env: dict[str, str],
+                     switch: Handoff, env: dict[str, str], asset_key: dg.AssetKey,
                      poll_seconds: float = 1.0) -> Generator[dg.AssetObservation, None, list]:
     """Start the stream process in a Pipes session and yield what it reports (each entry of the handoff log from
-    now on, its figures) as observations of `stream`, as they arrive.
+    now on, its figures) as observations of the stream asset `asset_key`, as they arrive.
 
     Returns the transitions seen. Waits for the process to end; when detached, only until it is live (it hands
     over then, and the `stream_health` sensor observes it from there). A process that dies fails the run with the
@@ -140,7 +140,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     log = process_log(tables, switch.handoff_id)
     log.parent.mkdir(parents=True, exist_ok=True)
     after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
-    reports = _Reports(context, tables, switch)
+    reports = _Reports(context, tables, switch, asset_key)
     handed_over = False
     with _pipes_session(context, {AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:
         with open(log, "a") as out:

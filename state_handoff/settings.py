@@ -21,8 +21,8 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("SWITCHYARD_PIPELINE", None, "the pipeline `--pipeline` names when not given (the CLI), and the one the "
-            "Dagster code location runs (default `demo` there)"),
+    Setting("SWITCHYARD_PIPELINE", None, "the pipeline `--pipeline` names when not given (the CLI and "
+            "`python -m orchestration.run`, default `demo` there)"),
     Setting("SWITCHYARD_WAREHOUSE", "./warehouse", "the warehouse: a directory or an `s3a://` URL"),
     Setting("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092", "Kafka's bootstrap servers"),
     Setting("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, for every "
@@ -48,7 +48,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables"),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)"),
     Setting("SWITCHYARD_MAX_RECORD_BYTES", "1048576", "records above this size are dead-lettered as `too_large`"),
-    Setting("SWITCHYARD_FIRST_DAY", None, "the first day of the Dagster daily partitions (default: the archive's)"),
+    Setting("SWITCHYARD_FIRST_DAY", None, "the first day of the shipped code location's daily partitions "
+            "(default 2025-12-01)"),
     Setting("SWITCHYARD_FAULT", None, "a crash point to die at, `point[:n]` (tests and drills only)"),
     Setting("SWITCHYARD_HOME", "./.switchyard", "fetched jars, the local servers' data and logs"),
     Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with"),

@@ -1,4 +1,4 @@
-"""Developer commands, apart from the operator's: `switchyard smoke` checks an installation end to end with a
+"""Developer commands, apart from the operator's: `switchyard dev smoke` checks an installation end to end with a
 few thousand events through the real broker, Spark's Kafka source and Delta."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`switchyard generate` and `switchyard live`: the demo pipeline's input, a reproducible backlog and a live feed."""
+"""`switchyard dev generate` and `switchyard dev live`: the demo pipeline's input, a reproducible backlog and a
+live feed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from state_handoff.errors import UserError
 
 
 def add_generate_command(commands, common) -> None:
-    """Register `switchyard generate` on the argparse sub-parsers object `commands`."""
+    """Register `switchyard dev generate` on the argparse sub-parsers object `commands`."""
     parser = commands.add_parser("generate",
                                  help="produce realistic demo events (with malformed ones) to a Kafka topic")
     parser.add_argument("--topic", required=True, help="Kafka topic (created if missing)")
@@ -47,7 +48,7 @@ def run_generate_command(args) -> int:
 
 
 def add_live_command(commands, common) -> None:
-    """Register `switchyard live` on the argparse sub-parsers object `commands`."""
+    """Register `switchyard dev live` on the argparse sub-parsers object `commands`."""
     parser = commands.add_parser("live", help="produce events stamped with the current time at a steady rate")
     parser.add_argument("--topic", required=True, help="an existing Kafka topic")
     parser.add_argument("--rate", type=float, default=20.0, help="events per second (default 20)")

@@ -34,15 +34,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="switchyard", description="Batch-then-stream keyed aggregation: archive and backfill a topic's history "
                                        "in batch, hand off to a stream, and run the stream.",
-        epilog="Benchmarks are not switchyard commands: see `python -m benchmarks --help`.")
+        epilog="Local servers, demo producers and the smoke check: `switchyard dev --help`. Benchmarks: "
+               "`python -m benchmarks --help`.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    services.add_service_commands(commands, common_options)
-    inputs.add_generate_command(commands, common_options)
-    inputs.add_live_command(commands, common_options)
     pipeline.add_pipeline_commands(commands, common_options)
-    developer.add_developer_commands(commands, common_options)
+    dev = commands.add_parser("dev", help="developer tools: local Kafka, Spark and object store, demo event "
+                                          "producers, the smoke check",
+                              description="Developer tools, apart from the commands an operator runs.")
+    dev_commands = dev.add_subparsers(dest="dev_command", required=True, metavar="COMMAND")
+    services.add_service_commands(dev_commands, common_options)
+    inputs.add_generate_command(dev_commands, common_options)
+    inputs.add_live_command(dev_commands, common_options)
+    developer.add_developer_commands(dev_commands, common_options)
     return parser
+
+
+def command_name(args: argparse.Namespace) -> str:
+    """`switchyard stream`, `switchyard dev kafka`: how errors name the command."""
+    return " ".join(["switchyard", args.command, *([args.dev_command] if args.command == "dev" else [])])
 
 
 def run_reporting_errors(name: str, handler: Callable[[], int]) -> int:
@@ -66,4 +76,4 @@ def main(argv: list[str] | None = None) -> int:
         max_record_bytes()
         return args.handler(args)
 
-    return run_reporting_errors(f"switchyard {args.command}", run)
+    return run_reporting_errors(command_name(args), run)

@@ -1,5 +1,5 @@
-"""The pipeline's commands: archive, backfill, handoff, stream, rebase, stop, status; each parses its flags and
-calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark."""
+"""The operator's commands: pipelines, archive, backfill, handoff, stream, rebase, stop, status, config; each parses
+its flags and calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark."""
 
 from __future__ import annotations
 
@@ -164,6 +164,16 @@ def run_config_command(args) -> int:
     return 0
 
 
+def run_pipelines_command(args) -> int:
+    from state_handoff.pipelines import available, get_pipeline
+
+    for name, target in sorted(available().items()):
+        spec = get_pipeline(name)
+        windows = f", windows of {spec.windows.size}" if spec.windows else ""
+        print(f"{name}  (key {spec.key}{windows}; {target})" + (f"\n    {spec.description}" if spec.description else ""))
+    return 0
+
+
 def run_stop_command(args) -> int:
     from jobs.stop import stop_stream
 
@@ -177,6 +187,9 @@ def run_stop_command(args) -> int:
 
 
 def add_pipeline_commands(commands, common) -> None:
+    pipelines = commands.add_parser("pipelines", help="the registered pipelines: name, key, windows, where declared")
+    pipelines.set_defaults(handler=run_pipelines_command)
+
     archive = commands.add_parser("archive", help="archive a topic up to a cut into Parquet day folders")
     pipeline_option(archive)
     archive.add_argument("--topic", required=True)

@@ -1,4 +1,4 @@
-"""`switchyard kafka|spark|objectstore start|stop|status`: the local services a pipeline runs against."""
+"""`switchyard dev kafka|spark|objectstore start|stop|status`: the local services a pipeline runs against."""
 
 from __future__ import annotations
 

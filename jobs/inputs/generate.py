@@ -1,4 +1,4 @@
-"""Realistic, reproducible demo events for the `demo` pipeline, produced to Kafka (`switchyard generate`).
+"""Realistic, reproducible demo events for the `demo` pipeline, produced to Kafka (`switchyard dev generate`).
 
 The events follow the demo contract of DESIGN.md: JSON values
 `{"event_id", "key", "event_time", "amount", "kind"}` with the Kafka key = `key` (UTF-8). On top of the

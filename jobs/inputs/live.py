@@ -1,4 +1,4 @@
-"""The live producer (`switchyard live`): events stamped with the current time at a steady rate, until stopped
+"""The live producer (`switchyard dev live`): events stamped with the current time at a steady rate, until stopped
 (SIGTERM or Ctrl-C) or for a set time: the input of a live pipeline, for the demo and for watching the stream.
 
 The records have `generate`'s shape and key space (`key-000000`.. Zipf-skewed, the same kinds), so they land

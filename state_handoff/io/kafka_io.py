@@ -23,8 +23,8 @@ def _client_kwargs(bootstrap: str) -> dict:
 def _unreachable(bootstrap: str, error: Exception) -> UserError:
     """A client that cannot connect: no broker there, or one that refuses these security settings."""
     return UserError(f"cannot connect to Kafka at {bootstrap} as a {kafka_security.from_env().describe()} client "
-                     f"({type(error).__name__}): start a broker with `switchyard kafka start`, or check --bootstrap "
-                     "and the SWITCHYARD_KAFKA_* settings")
+                     f"({type(error).__name__}): start a broker with `switchyard dev kafka start`, or check "
+                     "--bootstrap and the SWITCHYARD_KAFKA_* settings")
 
 
 @contextmanager

@@ -8,7 +8,8 @@ from importlib.metadata import entry_points
 from state_handoff.errors import UserError
 from state_handoff.spec import Pipeline
 
-_BUILT_IN = {"demo": "state_handoff.pipelines.demo:PIPELINE"}
+_BUILT_IN = {"demo": "state_handoff.pipelines.demo:PIPELINE",
+             "kinds": "state_handoff.pipelines.kinds:PIPELINE"}
 
 
 def _load(target: str) -> Pipeline:

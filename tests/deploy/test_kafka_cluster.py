@@ -71,7 +71,7 @@ def test_created_topics_have_three_replicas_and_two_in_sync(kafka_cluster3, topi
 
 
 def test_cli_reports_every_node(kafka_cluster3):
-    result = cli("kafka", "status", "--port", str(kafka_cluster3.port), env=kafka_cluster3.env())
+    result = cli("dev", "kafka", "status", "--port", str(kafka_cluster3.port), env=kafka_cluster3.env())
     assert result.returncode == 0, result
     for k in range(3):
         assert f"kafka node {k} on 127.0.0.1:{kafka_cluster3.port + 2 * k} is up" in result.stdout, result.stdout
@@ -83,7 +83,7 @@ def test_clients_ride_out_a_node_down_and_the_node_rejoins(kafka_cluster3, topic
     before = _records(300, "before")
     assert produce(bootstrap, topic_name, before) == 300
 
-    down = cli("kafka", "stop", "--node", "1", "--port", port, env=env)
+    down = cli("dev", "kafka", "stop", "--node", "1", "--port", port, env=env)
     assert down.returncode == 0 and "kafka node 1" in down.stdout and "stopped" in down.stdout, down
     try:
         _wait_for_isr(bootstrap, topic_name, [0, 2])
@@ -93,7 +93,7 @@ def test_clients_ride_out_a_node_down_and_the_node_rejoins(kafka_cluster3, topic
         read = read_topic(bootstrap, topic_name)
         assert sorted(r.value for r in read) == sorted(v for _, v in before + during)
     finally:
-        up = cli("kafka", "start", "--node", "1", "--port", port, env=env)
+        up = cli("dev", "kafka", "start", "--node", "1", "--port", port, env=env)
     assert up.returncode == 0 and "kafka node 1" in up.stdout and "started" in up.stdout, up
 
     _wait_for_isr(bootstrap, topic_name, [0, 1, 2])
@@ -107,12 +107,12 @@ def test_client_without_credentials_is_refused(sasl_kafka_cluster3):
     assert time.monotonic() - started < 30
 
     without = {name: "" for name in sasl_kafka_cluster3.security}
-    refused = cli("generate", "--topic", "refused", "--events", "10", "--keys", "2",
+    refused = cli("dev", "generate", "--topic", "refused", "--events", "10", "--keys", "2",
                   env=sasl_kafka_cluster3.env(**without), timeout=60)
     line = _one_line_error(refused)
     assert "as a PLAINTEXT client" in line and "SWITCHYARD_KAFKA_" in line, line
 
-    wrong = cli("generate", "--topic", "refused", "--events", "10", "--keys", "2",
+    wrong = cli("dev", "generate", "--topic", "refused", "--events", "10", "--keys", "2",
                 env=sasl_kafka_cluster3.env(SWITCHYARD_KAFKA_SASL_PASSWORD="not-the-password"), timeout=60)
     assert "SASL_PLAINTEXT/SCRAM-SHA-512 (user switchyard-admin)" in _one_line_error(wrong)
 
@@ -144,6 +144,7 @@ def test_sasl_start_needs_the_settings(tmp_path):
     (home / "jars").symlink_to(PROJECT_ROOT / ".switchyard" / "jars")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_KAFKA_")},
            "SWITCHYARD_HOME": str(home)}
-    result = cli("kafka", "start", "--brokers", "3", "--sasl", "--port", str(free_base_port(6)), env=env, timeout=60)
+    result = cli("dev", "kafka", "start", "--brokers", "3", "--sasl", "--port", str(free_base_port(6)), env=env,
+                 timeout=60)
     line = _one_line_error(result)
     assert "SWITCHYARD_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT" in line and "SWITCHYARD_KAFKA_SASL_PASSWORD" in line

@@ -85,7 +85,7 @@ def test_executors_run_the_shipped_code_not_the_checkout(spark_cluster):
 @pytest.mark.timeout(1800)  # a few minutes on a quiet machine; each step starts a driver and executors
 def test_backlog_on_the_cluster_matches_the_oracle(spark_cluster, bootstrap, spark, topic_name, tmp_path):
     env = spark_cluster.env(SWITCHYARD_BOOTSTRAP=bootstrap, SWITCHYARD_WAREHOUSE=str(tmp_path / "warehouse"))
-    steps = [["generate", "--topic", topic_name, "--events", "1500", "--keys", "30", "--partitions", "2",
+    steps = [["dev", "generate", "--topic", topic_name, "--events", "1500", "--keys", "30", "--partitions", "2",
               "--days", "1", "--seed", "12", "--malformed-rate", "0.04"],
              ["archive", "--pipeline", PIPELINE.name, "--topic", topic_name, "--fraction", "0.8"],
              ["backfill", "--pipeline", PIPELINE.name]]
@@ -112,29 +112,29 @@ def test_start_refuses_a_port_in_use():
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = run_cli(["spark", "start", "--port", str(port)], dict(os.environ), timeout=60)
+        done = run_cli(["dev", "spark", "start", "--port", str(port)], dict(os.environ), timeout=60)
     shutil.rmtree(standalone.Cluster.at(port).home, ignore_errors=True)
     assert done.returncode == 2
-    assert done.stderr.strip() == (f"switchyard spark: error: port {port} on 127.0.0.1 is already in use: "
+    assert done.stderr.strip() == (f"switchyard dev spark: error: port {port} on 127.0.0.1 is already in use: "
                                    "stop what holds it or pick another --port")
 
 
 def test_start_is_idempotent_and_stop_leaves_no_jvm(spark_cluster):
     port = str(spark_cluster.cluster.port)
     env = spark_cluster.env()
-    before = run_cli(["spark", "status", "--port", port], env, timeout=60)
+    before = run_cli(["dev", "spark", "status", "--port", port], env, timeout=60)
     assert before.returncode == 0, before.stdout + before.stderr
     assert before.stdout.count("ALIVE") == 2 and "2 worker(s) running" in before.stdout
 
-    again = run_cli(["spark", "start", "--port", port], env, timeout=60)
+    again = run_cli(["dev", "spark", "start", "--port", port], env, timeout=60)
     assert again.returncode == 0
     assert "already running" in again.stdout and "2 worker(s) already running" in again.stdout
     assert f"master URL: {spark_cluster.master_url}" in again.stdout
 
-    stopped = run_cli(["spark", "stop", "--port", port], env, timeout=120)
+    stopped = run_cli(["dev", "spark", "stop", "--port", port], env, timeout=120)
     assert stopped.returncode == 0, stopped.stderr
     assert "worker-1" in stopped.stdout and "worker-2" in stopped.stdout and "master" in stopped.stdout
     assert processes_of(spark_cluster.cluster, spark_cluster.elsewhere) == []
 
-    after = run_cli(["spark", "status", "--port", port], env, timeout=60)
+    after = run_cli(["dev", "spark", "status", "--port", port], env, timeout=60)
     assert after.returncode == 1 and "is not running" in after.stdout

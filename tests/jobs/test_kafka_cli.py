@@ -1,4 +1,4 @@
-"""`switchyard kafka start|stop|status` and the one-line errors of a bad environment (exit code 2)."""
+"""`switchyard dev kafka start|stop|status` and the one-line errors of a bad environment (exit code 2)."""
 
 from __future__ import annotations
 
@@ -40,20 +40,20 @@ def own_home(tmp_path):
 
 def test_start_twice_status_stop_twice(own_home):
     port = str(free_port_pair())
-    first = cli("kafka", "start", "--port", port, env=own_home)
+    first = cli("dev", "kafka", "start", "--port", port, env=own_home)
     assert first.returncode == 0 and "started" in first.stdout, first
     try:
-        second = cli("kafka", "start", "--port", port, env=own_home)
+        second = cli("dev", "kafka", "start", "--port", port, env=own_home)
         assert second.returncode == 0 and "already running" in second.stdout
-        assert cli("kafka", "status", "--port", port, env=own_home).returncode == 0
+        assert cli("dev", "kafka", "status", "--port", port, env=own_home).returncode == 0
     finally:
-        stopped = cli("kafka", "stop", "--port", port, env=own_home)
+        stopped = cli("dev", "kafka", "stop", "--port", port, env=own_home)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     pid = int(first.stdout.split("pid ")[1].split(")")[0])
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
-    again = cli("kafka", "stop", "--port", port, env=own_home)
+    again = cli("dev", "kafka", "stop", "--port", port, env=own_home)
     assert again.returncode == 0 and "not running" in again.stdout
-    down = cli("kafka", "status", "--port", port, env=own_home)
+    down = cli("dev", "kafka", "status", "--port", port, env=own_home)
     assert down.returncode != 0
 
 
@@ -62,7 +62,7 @@ def test_port_in_use_is_named(own_home):
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
-        result = cli("kafka", "start", "--port", str(port), env=own_home)
+        result = cli("dev", "kafka", "start", "--port", str(port), env=own_home)
     _assert_one_line_error(result, f"port {port}", "in use")
 
 
@@ -71,13 +71,13 @@ def test_broker_that_fails_to_start_points_at_its_log(own_home):
     data = Path(own_home["SWITCHYARD_HOME"]) / "kafka" / str(port) / "data"
     data.mkdir(parents=True)
     (data / "meta.properties").write_text("version=1\ncluster.id=abc\nnode.id=99\n")  # wrong node id
-    result = cli("kafka", "start", "--port", str(port), env=own_home)
+    result = cli("dev", "kafka", "start", "--port", str(port), env=own_home)
     _assert_one_line_error(result, "server.log")
 
 
 def test_java_missing(own_home, tmp_path):
     env = {**own_home, "PATH": str(tmp_path), "JAVA_HOME": str(tmp_path / "nojava")}
-    result = cli("kafka", "start", "--port", str(free_port_pair()), env=env)
+    result = cli("dev", "kafka", "start", "--port", str(free_port_pair()), env=env)
     _assert_one_line_error(result, "java not found", "Java 17")
 
 
@@ -87,7 +87,7 @@ def test_java_too_old(own_home, tmp_path):
     (fake / "java").write_text('#!/bin/sh\necho \'openjdk version "11.0.21" 2023-10-17\' >&2\n')
     (fake / "java").chmod(0o755)
     env = {**own_home, "PATH": f"{fake}:/usr/bin:/bin", "JAVA_HOME": ""}
-    result = cli("kafka", "start", "--port", str(free_port_pair()), env=env)
+    result = cli("dev", "kafka", "start", "--port", str(free_port_pair()), env=env)
     _assert_one_line_error(result, "Java 11", "too old")
 
 

@@ -1,4 +1,4 @@
-"""`switchyard live` (events stamped with the current time, paced) and `generate --start`, on a real broker."""
+"""`switchyard dev live` (events stamped with the current time, paced) and `generate --start`, on a real broker."""
 
 import io
 import os
@@ -53,7 +53,7 @@ def test_paced_keeps_the_pace_and_never_sends_more_than_rate_times_seconds():
 
 def test_live_stops_cleanly_on_sigterm(bootstrap, topic_name):
     create_topic(bootstrap, topic_name, partitions=1)
-    process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "live", "--topic", topic_name, "--rate", "50",
+    process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "dev", "live", "--topic", topic_name, "--rate", "50",
                                 "--bootstrap", bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60

@@ -14,12 +14,12 @@ from pyspark.sql import functions as F
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from orchestration.assets import handoff, keyed_state, tiles
-from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets, state_is_sound
-from orchestration.definitions import build_definitions, defs
+from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets
+from orchestration.definitions import defs
 from orchestration.expectations import run_suite
-from orchestration.partitions import first_day
+from orchestration.factory import switchyard_definitions
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from orchestration.scope import PipelineDeployment, SwitchyardTranslator
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
 from state_handoff.io.archive_files import list_archive
@@ -27,6 +27,7 @@ from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests.support import oracle
+from tests.support.dagster_defs import asset, checks, definitions, scope
 
 PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.backlog"
@@ -68,7 +69,7 @@ def tables(backlog, tmp_path) -> Tables:
 
 def resources(tables: Tables, bootstrap: str) -> dict:
     return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
+            "warehouse": WarehouseResource(warehouse=tables.warehouse),
             "monitor": StreamMonitorResource()}
 
 
@@ -80,13 +81,13 @@ def _materializations(result) -> dict[str, list]:
     found: dict[str, list] = {}
     for event in _events(result, "ASSET_MATERIALIZATION"):
         m = event.event_specific_data.materialization
-        found.setdefault(m.asset_key.to_user_string(), []).append(m)
+        found.setdefault(m.asset_key.path[-1], []).append(m)
     return found
 
 
 def _observations(result, key: str) -> list:
     return [o for o in (e.event_specific_data.asset_observation for e in _events(result, "ASSET_OBSERVATION"))
-            if o.asset_key.to_user_string() == key]
+            if o.asset_key.path[-1] == key]
 
 
 def _check_evaluations(result) -> dict:
@@ -94,53 +95,128 @@ def _check_evaluations(result) -> dict:
             for e in _events(result, "ASSET_CHECK_EVALUATION")}
 
 
-def test_definitions_load_with_the_asset_graph():
+def test_the_code_location_holds_two_pipelines_side_by_side():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
+    demo = {"archive", "tiles", "state", "windows", "window_state", "handoff", "stream"}
     assert {k.to_user_string() for k in defs.resolve_all_asset_keys()} == {
-        "archive", "tiles", "state", "windows", "window_state", "handoff", "stream"}
-    assert {k.name for k in graph.asset_check_keys} == {
-        "tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound", "handoff_is_contiguous",
-        *STREAM_CHECKS}
-    assert graph.get(dg.AssetKey("state")).freshness_policy == dg.FreshnessPolicy.time_window(
-        fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
-    assert {"rebase_stream", "stop_stream"} <= {j.name for j in defs.resolve_all_job_defs()}
-    assert graph.get(dg.AssetKey("handoff")).parent_keys >= {dg.AssetKey("state")}
-    assert graph.get(dg.AssetKey("stream")).parent_keys == {dg.AssetKey("handoff")}
-    chain = defs.resolve_job_def("backfill_then_stream")
-    assert chain.partitions_def.get_first_partition_key() == "2025-12-31"
-    assert defs.resolve_assets_def("tiles").backfill_policy == dg.BackfillPolicy.single_run()
+        f"{p}/{a}" for p in ("demo", "kinds") for a in demo}
+    for pipeline in ("demo", "kinds"):
+        at = scope(pipeline)
+        assert {graph.get(k).group_name for k in graph.get_all_asset_keys() if k.path[0] == pipeline} == {pipeline}
+        assert {k.name for k in graph.asset_check_keys if k.asset_key.path[0] == pipeline} == {
+            "tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
+            "handoff_is_contiguous", *STREAM_CHECKS}
+        assert graph.get(at.key("state")).freshness_policy == dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
+        assert graph.get(at.key("handoff")).parent_keys >= {at.key("state")}
+        assert graph.get(at.key("stream")).parent_keys == {at.key("handoff")}
+        assert graph.get(at.key("tiles")).tags["switchyard/pipeline"] == pipeline
+        chain = defs.resolve_job_def(f"{pipeline}__backfill_then_stream")
+        assert chain.partitions_def.get_first_partition_key() == "2025-12-31"
+        assert {f"{pipeline}__rebase_stream", f"{pipeline}__stop_stream", f"{pipeline}__backfill_days"} <= {
+            j.name for j in defs.resolve_all_job_defs()}
+        assert defs.resolve_assets_def(at.key("tiles")).backfill_policy == dg.BackfillPolicy.single_run()
+        assert defs.resolve_sensor_def(f"{pipeline}__stream_health").default_status == dg.DefaultSensorStatus.RUNNING
     assert set(defs.resolve_implicit_global_asset_job_def().resource_defs) >= {"spark", "kafka", "warehouse"}
 
 
+def test_a_pipeline_without_windows_has_no_window_assets_and_a_translator_renames_everything(monkeypatch):
+    class Team(SwitchyardTranslator):
+        def get_asset_key(self, pipeline, asset):
+            return dg.AssetKey(["analytics", pipeline, asset])
+
+        def get_group_name(self, pipeline):
+            return f"switchyard_{pipeline}"
+
+        def get_tags(self, pipeline, asset):
+            return {"team": "analytics"}
+
+        def get_definition_name(self, pipeline, name):
+            return f"analytics_{pipeline}_{name}"
+
+    from state_handoff.spec import Field, Pipeline, count
+
+    flat = Pipeline(name="flat", key="key", event_time="event_time", event_id="event_id",
+                    fields=(Field("event_id", "string", required=False), Field("key", "string"),
+                            Field("event_time", "timestamp")), aggregations=(count("events"),))
+    monkeypatch.setattr("orchestration.scope.get_pipeline", {"flat": flat}.__getitem__)  # as if registered
+    built = switchyard_definitions([PipelineDeployment("flat", first_day="2026-01-01", backfill_cron="0 3 * * *")],
+                                   translator=Team())
+    keys = {k.to_user_string() for k in built.resolve_all_asset_keys()}
+    assert keys == {f"analytics/flat/{a}" for a in ("archive", "tiles", "state", "handoff", "stream")}
+    graph = built.resolve_asset_graph()
+    assert {graph.get(k).group_name for k in graph.get_all_asset_keys()} == {"switchyard_flat"}
+    assert graph.get(dg.AssetKey(["analytics", "flat", "state"])).tags["team"] == "analytics"
+    assert "windows_are_sound" not in {k.name for k in graph.asset_check_keys}
+    assert built.resolve_schedule_def("analytics_flat_backfill_newest_day").cron_schedule == "0 3 * * *"
+    days = built.resolve_job_def("analytics_flat_backfill_days").partitions_def
+    assert days.get_first_partition_key() == "2026-01-01"
+
+
+def test_the_factory_refuses_what_cannot_be_deployed_in_one_line():
+    with pytest.raises(UserError, match="pipeline demo is deployed twice"):
+        switchyard_definitions([PipelineDeployment("demo", "2026-01-01"), PipelineDeployment("demo", "2026-01-02")])
+    with pytest.raises(UserError, match="unknown pipeline 'nope': choose one of demo, kinds"):
+        switchyard_definitions([PipelineDeployment("nope", "2026-01-01")])
+    with pytest.raises(UserError, match="pipeline demo: first_day '1/2/2026' is not a day: give it as YYYY-MM-DD"):
+        PipelineDeployment("demo", "1/2/2026")
+    with pytest.raises(UserError, match="name at least one pipeline"):
+        switchyard_definitions([])
+
+
+def test_a_kafka_secret_given_as_an_env_var_reaches_the_runs_clients(monkeypatch):
+    """A team names its own variable for the SASL password (`dg.EnvVar`): the run's Kafka clients (and the stream
+    process it starts, which inherits the run's environment) use it; nothing but its name is configured."""
+    for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD", "SSL_CAFILE"):
+        monkeypatch.setenv(f"SWITCHYARD_KAFKA_{name}", "")  # restored after the test; empty is unset
+    monkeypatch.setenv("TEAM_KAFKA_PASSWORD", "s3cret-from-the-team")
+    seen = {}
+
+    @dg.asset
+    def probe(kafka: KafkaResource) -> None:
+        from state_handoff.io.kafka_security import from_env
+
+        seen["security"] = from_env()
+
+    kafka = KafkaResource(bootstrap="127.0.0.1:9", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                          sasl_username="team", sasl_password=dg.EnvVar("TEAM_KAFKA_PASSWORD"))
+    assert dg.materialize([probe], resources={"kafka": kafka}).success
+    assert (seen["security"].protocol, seen["security"].username, seen["security"].password) == (
+        "SASL_PLAINTEXT", "team", "s3cret-from-the-team")
+    assert "s3cret" not in repr(kafka._get_non_default_public_field_values()), "the configuration names the variable"
+
+    seen.clear()
+    monkeypatch.setenv("SWITCHYARD_KAFKA_SASL_USERNAME", "")
+    monkeypatch.setenv("SWITCHYARD_KAFKA_SASL_PASSWORD", "")
+    incomplete = KafkaResource(bootstrap="127.0.0.1:9", security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
+    failed = dg.materialize([probe], resources={"kafka": incomplete}, raise_on_error=False)
+    assert not failed.success and seen == {}, "refused before the step ran"
+    init = next(e for e in failed.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE")
+    assert "SWITCHYARD_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs SWITCHYARD_KAFKA_SASL_USERNAME, " \
+           "SWITCHYARD_KAFKA_SASL_PASSWORD in the environment" in str(init.event_specific_data.error)
+
+
 def test_schedule_backfills_the_day_that_just_ended():
-    schedule = defs.resolve_schedule_def("backfill_newest_day")
+    schedule = defs.resolve_schedule_def("demo__backfill_newest_day")
     context = dg.build_schedule_context(scheduled_execution_time=datetime(2026, 1, 5, 0, 30, tzinfo=timezone.utc),
                                        repository_def=defs.get_repository_def())
     requests = schedule.evaluate_tick(context).run_requests
     assert [r.partition_key for r in requests] == ["2026-01-04"]
-    assert schedule.job_name == "backfill_days"
+    assert schedule.job_name == "demo__backfill_days"
+    early = dg.build_schedule_context(scheduled_execution_time=datetime(2025, 12, 31, 0, 30, tzinfo=timezone.utc),
+                                      repository_def=defs.get_repository_def())
+    assert "2025-12-30 is before the first daily partition (2025-12-31)" in schedule.evaluate_tick(early).skip_message
 
 
 def test_dagster_deprecations_from_project_code_fail_the_tests():
     with pytest.raises(DeprecationWarning, match="RunRequest\\(partition_key=...\\)"):
-        defs.resolve_job_def("backfill_days").run_request_for_partition("2026-01-04")
+        defs.resolve_job_def("demo__backfill_days").run_request_for_partition("2026-01-04")
 
 
-def test_partitions_begin_at_the_archives_first_day(backlog):
-    archived = sorted(f.day for f in list_archive(backlog.tables.archive))
-    assert first_day({"SWITCHYARD_WAREHOUSE": backlog.tables.warehouse}) == str(archived[0]) == DAYS[0]
-    assert first_day({"SWITCHYARD_WAREHOUSE": backlog.tables.warehouse, "SWITCHYARD_FIRST_DAY": "2026-01-02"}) \
-        == "2026-01-02"
-    today = datetime.now(timezone.utc).date().isoformat()
-    assert first_day({"SWITCHYARD_WAREHOUSE": "/nonexistent/warehouse"}) == today, "nothing archived: today"
-    with pytest.raises(UserError, match="SWITCHYARD_FIRST_DAY=1/2/2026: give the first daily partition as YYYY-MM-DD"):
-        first_day({"SWITCHYARD_FIRST_DAY": "1/2/2026"})
-
-
-def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, tables, bootstrap):
-    job = build_definitions(resources(tables, bootstrap)).resolve_job_def("backfill_then_stream")
-    result = job.execute_in_process(tags=RANGE)
+def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, tables, bootstrap, instance):
+    job = definitions(resources(tables, bootstrap), "demo", "kinds").resolve_job_def("demo__backfill_then_stream")
+    result = job.execute_in_process(tags=RANGE, instance=instance)
     assert result.success
 
     archive = _observations(result, "archive")[0].metadata
@@ -193,7 +269,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
         k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
 
     # the schedule's backfill of a day once a stream has run: a rebase at a cut, never an overwrite under it
-    rerun = build_definitions(resources(tables, bootstrap)).resolve_job_def("backfill_days") \
+    rerun = definitions(resources(tables, bootstrap)).resolve_job_def("demo__backfill_days") \
         .execute_in_process(partition_key=DAYS[-1])
     assert rerun.success
     rebased = _materializations(rerun)["tiles"][0].metadata
@@ -211,6 +287,58 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
     assert failed == {"expect_column_pair_values_to_be_equal(start_offset, archive_end)": 1}
 
 
+@pytest.fixture(scope="module")
+def instance():
+    """One Dagster instance for the module's runs of both pipelines."""
+    with dg.DagsterInstance.ephemeral() as shared:
+        yield shared
+
+
+def test_the_second_pipeline_runs_its_own_chain_beside_demo(spark, backlog, bootstrap, tmp_path, instance):
+    """`kinds` (another key, a mean, quarter-hour windows) over the same topic, from the same code location and
+    instance as demo: its backfill, handoff, stream and checks, matching the oracle record for record."""
+    kinds = get_pipeline("kinds")
+    tables = Tables(str(tmp_path / "warehouse"), kinds.name)
+    run_archive(spark, kinds, tables, bootstrap, TOPIC, backlog.cut, out=_quiet)
+    demo_tables = Tables(tables.warehouse, PIPELINE.name)
+    built = definitions(resources(tables, bootstrap), "demo", "kinds")
+    result = built.resolve_job_def("kinds__backfill_then_stream").execute_in_process(tags=RANGE, instance=instance)
+    assert result.success
+    assert not os.path.exists(demo_tables.handoffs), "nothing of demo's is touched"
+
+    done = _materializations(result)
+    assert {m.asset_key.path[0] for ms in done.values() for m in ms} == {"kinds"}
+    tiles = done["tiles"][0].metadata
+    assert tiles["records_read"].value == sum(hi - lo for lo, hi in backlog.cut.values())
+    assert tiles["well_formed"].value + tiles["dead_lettered"].value == tiles["records_read"].value
+    checks = _check_evaluations(result)
+    assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
+                           "handoff_is_contiguous", *STREAM_CHECKS}
+    assert all(c.passed for c in checks.values()), {n: c.description for n, c in checks.items()}
+    assert instance.get_latest_materialization_event(dg.AssetKey(["kinds", "stream"])) is not None
+
+    records = oracle.read_topic(bootstrap, TOPIC)
+    expected, malformed = oracle.by_kind(records)
+    state = {r.kind: r for r in spark.read.format("delta").load(tables.state).collect()}
+    assert set(state) == set(expected) and len(expected) >= 5
+    for kind, want in expected.items():
+        got = state[kind]
+        assert (got.events, got.amount_max, got.last_seen) == (want.events, want.amount_max, want.last_seen), kind
+        # a mean is kept as its mergeable parts, sum and count
+        assert got.amount_mean__count == want.events, kind
+        assert got.amount_mean__sum / got.amount_mean__count == pytest.approx(want.amount_mean, rel=1e-9), kind
+    # every record aggregated or dead-lettered; every aggregated one in a window or late
+    dead = spark.read.format("delta").load(tables.dead_letter).count()
+    assert sum(w.events for w in expected.values()) + malformed == len(records)
+    assert dead == malformed, "the backlog's and the stream's dead letters together"
+    windowed = sum(spark.read.format("delta").load(tables.path(t)).agg(F.sum("events")).first()[0] or 0
+                   for t in ("windows", "window_state"))
+    late = spark.read.format("delta").load(tables.late).count()
+    assert windowed + late == sum(w.events for w in expected.values())
+    ends = {r.window_end - r.window_start for r in spark.read.format("delta").load(tables.windows).collect()}
+    assert ends == {timedelta(minutes=15)}
+
+
 def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     run_backfill(spark, PIPELINE, tables, out=_quiet)
     bad_tile = (spark.read.format("delta").load(tables.tiles).limit(1)
@@ -218,8 +346,9 @@ def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
                 .withColumn("amount_max", F.lit(1.0)))
     bad_tile.write.format("delta").mode("append").partitionBy("event_date").save(tables.tiles)
 
-    result = dg.materialize([keyed_state, state_is_sound, handoff], resources=resources(tables, bootstrap),
-                            raise_on_error=False)
+    built = definitions(resources(tables, bootstrap))
+    result = dg.materialize([asset(built, "state"), checks(built, "state_is_sound"), asset(built, "handoff")],
+                            resources=resources(tables, bootstrap), raise_on_error=False)
     assert not result.success
     check = _check_evaluations(result)["state_is_sound"]
     assert not check.passed
@@ -235,8 +364,9 @@ def test_backfill_assets_are_refused_while_another_actor_owns_the_pipeline(spark
     run_backfill(spark, PIPELINE, tables, out=_quiet)
     written = (tables.tiles, tables.state, tables.windows, tables.window_state, tables.handoffs)
     before = {path: sorted(DeltaTable(path).file_uris()) for path in written}
+    built = definitions(resources(tables, bootstrap))
     with lease.hold(tables, lease.STREAM):
-        for assets, partition in (([tiles], DAYS[1]), ([keyed_state], None)):
+        for assets, partition in (([asset(built, "tiles")], DAYS[1]), ([asset(built, "state")], None)):
             result = dg.materialize(assets, partition_key=partition, resources=resources(tables, bootstrap),
                                     raise_on_error=False)
             assert not result.success, assets

@@ -11,9 +11,6 @@ import dagster as dg
 import pytest
 
 from jobs.backfill import run_backfill
-from orchestration.assets import stream
-from orchestration.checks import stream_checks
-from orchestration.definitions import build_definitions
 from orchestration.stream_launch import process_log
 from state_handoff import handoff_log, lease
 from state_handoff.handoff import run_handoff
@@ -21,12 +18,14 @@ from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
+from tests.support.dagster_defs import asset, checks, definitions, op_name
 from tests.support.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.support.streams import LaunchedStream, wait_until
 
 TOPIC = "orchestration.live"
-DETACHED = {"ops": {"stream": {"config": {"until_caught_up": False}}}}
-FOR_A_WHILE = {"ops": {"stream": {"config": {"until_caught_up": False, "for_seconds": 900.0}}}}
+STREAM_OP = "demo__stream"
+DETACHED = {"ops": {STREAM_OP: {"config": {"until_caught_up": False}}}}
+FOR_A_WHILE = {"ops": {STREAM_OP: {"config": {"until_caught_up": False, "for_seconds": 900.0}}}}
 
 
 def _quiet(*_):
@@ -71,12 +70,14 @@ def handed_off(spark, bootstrap, tmp_path) -> Tables:
 @pytest.mark.timeout(2400)  # two stream starts, a rebase and a stop: minutes each on a loaded two-core machine
 def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     tables = handed_off
-    defs = build_definitions(resources(tables, bootstrap))
+    defs = definitions(resources(tables, bootstrap))
+    stream, stream_checks = asset(defs, "stream"), checks(defs, "stream_checks")
+    assert op_name(defs, "stream") == STREAM_OP
     # detached: the run returns once the stream is SWITCHED; the stream outlives it, and the sensor observes it
     launched = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=DETACHED)
     assert launched.success
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
-    assert launched.asset_materializations_for_node("stream")[0].metadata["still_running"].value is True
+    assert launched.asset_materializations_for_node(STREAM_OP)[0].metadata["still_running"].value is True
     started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
     process = LaunchedStream(handoff_log.details(started)["pid"])
     log = process_log(tables, started.handoff_id)
@@ -102,7 +103,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
                 "stream_is_healthy"} <= set(verdicts)
         assert all(v.passed for v in verdicts.values()), {n: v.description for n, v in verdicts.items()}
 
-        rebased = defs.resolve_job_def("rebase_stream").execute_in_process()
+        rebased = defs.resolve_job_def("demo__rebase_stream").execute_in_process()
         assert rebased.success
         steps = {o["phase"]: o for o in _observations(rebased)}
         assert {"REBASE_REQUESTED", "PAUSED", "HANDOFF_COMMITTED"} <= set(steps)
@@ -116,7 +117,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         assert reconciled.passed and "reconciled" in reconciled.description
 
         seq = _last_seq(tables)
-        stopped = defs.resolve_job_def("stop_stream").execute_in_process(raise_on_error=False)
+        stopped = defs.resolve_job_def("demo__stop_stream").execute_in_process(raise_on_error=False)
         assert stopped.success and _status_after(tables, seq, Status.STOPPED) is not None, \
             f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(None, tables) if e.seq > seq]}\n" \
             f"{log.read_text()[-3000:]}"
@@ -127,7 +128,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
                  if e.event_type_value == "ASSET_CHECK_EVALUATION"}["stream_process_alive"]
         assert alive.passed and alive.description.startswith("stopped cleanly")
 
-        refused = defs.resolve_job_def("stop_stream").execute_in_process(raise_on_error=False)
+        refused = defs.resolve_job_def("demo__stop_stream").execute_in_process(raise_on_error=False)
         assert not refused.success, "nothing to stop"
 
         # restarted through Dagster (it resumes its checkpoint) and killed: the run fails with the last log lines

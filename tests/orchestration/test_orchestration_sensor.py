@@ -7,11 +7,12 @@ import dagster as dg
 import pytest
 
 from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
-from orchestration.sensors import stream_health
+from orchestration import sensors
 from state_handoff import handoff_log, lease
 from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import stream_dir, write_json_atomically
 from state_handoff.tables import Tables
+from tests.support.dagster_defs import scope
 
 HANDOFF_ID = "h0rch3strat1"
 
@@ -22,11 +23,10 @@ def tables(tmp_path) -> Tables:
 
 
 def _tick(tables: Tables, cursor: str | None = None):
-    context = dg.build_sensor_context(cursor=cursor, resources={
-        "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
-        "kafka": KafkaResource(bootstrap="127.0.0.1:9"),  # never asked: the log names no topic to sample
-        "monitor": StreamMonitorResource(stall_seconds=60, max_offsets_behind=100)})
-    return stream_health(context)
+    return sensors.evaluate(dg.build_sensor_context(cursor=cursor), scope(tables.pipeline),
+                            warehouse=WarehouseResource(warehouse=tables.warehouse),
+                            kafka=KafkaResource(bootstrap="127.0.0.1:9"),  # never asked: the log names no topic
+                            monitor=StreamMonitorResource(stall_seconds=60, max_offsets_behind=100))
 
 
 def _progress(tables: Tables, batch_id: int, behind: dict[str, int], updated: float | None = None) -> None:
@@ -66,7 +66,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
         first = _tick(tables)
         (observation,), evaluations = _split(first)
         assert _phases(first) == ["STREAM_STARTED", "SWITCHED"]
-        assert observation.asset_key == dg.AssetKey("stream")
+        assert observation.asset_key == dg.AssetKey(["demo", "stream"])
         figures = {k: v.value for k, v in observation.metadata.items()}
         assert figures["offsets_behind"] == 5 and figures["input_rate"] == 120.5
         assert figures["processed_rate"] == 240.0 and figures["phase"] == "SWITCHED"

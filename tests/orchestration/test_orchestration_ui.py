@@ -75,8 +75,7 @@ def ui(warehouse, bootstrap, tmp_path, monkeypatch):
     stopped with its process group (webserver, daemon, their code servers and the runs they launched)."""
     assert os.access(CHROMIUM, os.X_OK), "Debian's chromium is missing: run deploy/setup.sh (make setup)"
     port, home, log = _free_port(), tmp_path / "dagster_home", tmp_path / "ui.log"
-    env = {**{k: v for k, v in os.environ.items() if k != "SWITCHYARD_FIRST_DAY"},  # partitions from the archive
-           "DAGSTER_HOME": str(home), "DAGSTER_PORT": str(port), "SWITCHYARD_ENV": "test",
+    env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_PORT": str(port), "SWITCHYARD_ENV": "test",
            "SWITCHYARD_WAREHOUSE": warehouse.warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap}
     process = subprocess.Popen([str(ROOT / "deploy" / "dagster_ui.sh")], cwd=ROOT, env=env, stdout=open(log, "w"),
                                stderr=subprocess.STDOUT, start_new_session=True)
@@ -131,10 +130,10 @@ def _wait_for_backfill(instance: dg.DagsterInstance, log: Path, timeout: float =
 
 
 def _checks_summary(page: Page, base: str):
-    """The stream node's asset-checks row in the `switch` group's graph ("n / 5 Passed", its icon)."""
-    page.goto(f"{base}/locations/switchyard/asset-groups/switch")
+    """The stream node's asset-checks row in the `demo` group's graph ("n / 5 Passed", its icon)."""
+    page.goto(f"{base}/locations/switchyard/asset-groups/demo")
     expect(page.get_by_text("handoff", exact=True).first).to_be_visible()
-    return page.locator('a[href="/assets/stream?view=checks"]')
+    return page.locator('a[href="/assets/demo/stream?view=checks"]')
 
 
 def _check_row(page: Page, name: str):
@@ -160,17 +159,26 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
     days = sorted({str(f.day) for f in list_archive(warehouse.archive)})
     assert days == ["2026-01-01", "2026-01-02"], f"the test archive should span two days, not {days}"
 
-    # the asset graph: the switch group, the stream with its five checks, none evaluated yet
+    # one code location, two pipelines: each its own group of the same seven assets
+    page.goto(f"{base}/asset-groups")
+    for group in ("demo", "kinds"):
+        expect(page.get_by_text(group, exact=True).first).to_be_visible()
+    _shot(page, "00-two-pipelines")
+    page.goto(f"{base}/locations/switchyard/asset-groups/kinds")
+    for name in ("archive", "tiles", "state", "windows", "window_state", "handoff", "stream"):
+        expect(page.get_by_text(name, exact=True).first).to_be_visible()
+
+    # the demo group's graph: the stream with its five checks, none evaluated yet
     checks = _checks_summary(page, base)
     expect(page.get_by_text("stream", exact=True).first).to_be_visible()
     expect(checks).to_have_text("0 / 5 Passed")
     _shot(page, "01-asset-graph")
 
     # a ranged backfill of both days from the partitions dialog; the daemon launches its run
-    page.goto(f"{base}/assets/tiles")
+    page.goto(f"{base}/assets/demo/tiles")
     page.locator("button").filter(has_text=re.compile("^Materialize")).first.click()
     dialog = page.get_by_role("dialog")
-    expect(dialog.get_by_text("Launch runs to materialize tiles")).to_be_visible()
+    expect(dialog.get_by_text(re.compile("^Launch runs to materialize (demo/)?tiles$"))).to_be_visible()
     # the dialog opens on the last 90 days: the archive's days are older
     narrowed, all_time = dialog.get_by_text("Show all partitions"), dialog.locator("button", has_text="All time")
     expect(narrowed.or_(all_time)).to_be_visible()
@@ -194,7 +202,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
     page.goto(f"{base}/runs/b/{backfill.backfill_id}")
     expect(page.get_by_text(f"{days[0]}...{days[1]}", exact=True)).to_be_visible()
     expect(page.get_by_text("Succeeded", exact=True).first).to_be_visible()
-    expect(page.get_by_role("link", name="tiles")).to_be_visible()
+    expect(page.get_by_role("link", name=re.compile("^(demo/)?tiles$")).first).to_be_visible()
     expect(page.get_by_text("100% completed", exact=True)).to_be_visible()
     _shot(page, "03-backfill-completed")
 
@@ -216,7 +224,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
             _record(instance, result)
             cursor = result.cursor
 
-        page.goto(f"{base}/assets/stream?view=overview")
+        page.goto(f"{base}/assets/demo/stream?view=overview")
         page.get_by_role("button", name="Plots").click()
         for series in ("offsets_behind", "input_rate", "processed_rate", "update_latency_p99_s"):
             chart = page.locator(f"xpath=//span[text()='{series}']/ancestor::div[.//canvas][1]//canvas")
@@ -224,7 +232,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
         page.get_by_text("Metadata", exact=True).evaluate("heading => heading.scrollIntoView({block: 'start'})")
         _shot(page, "04-stream-plots")
 
-        page.goto(f"{base}/assets/stream?view=checks")
+        page.goto(f"{base}/assets/demo/stream?view=checks")
         for name in STREAM_CHECKS:
             expect(_check_row(page, name)).to_contain_text("Succeeded")
 
@@ -236,7 +244,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
             os.kill(process.pid, signal.SIGKILL)
             process.wait(timeout=60)
 
-    page.goto(f"{base}/assets/stream?view=checks")
+    page.goto(f"{base}/assets/demo/stream?view=checks")
     _until(page, lambda: expect(_check_row(page, "stream_process_alive")).to_contain_text("Failed", timeout=5_000))
     expect(_check_row(page, "stream_is_healthy")).to_contain_text("Failed")
     _check_row(page, "stream_process_alive").click()

@@ -12,10 +12,11 @@ import dagster as dg
 from jobs.archive import archive_cut, run_archive
 from jobs.inputs.generate import DEFAULT_START, run_generate
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration.sensors import stream_health
+from orchestration import sensors
 from orchestration.stream_health import read_progress
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from tests.support.dagster_defs import scope
 
 PIPELINE = get_pipeline("demo")
 PLOTTED = ("offsets_behind", "update_latency_p50_s", "update_latency_p99_s", "input_rate", "processed_rate",
@@ -40,16 +41,15 @@ def archived_topic(spark, bootstrap: str, topic: str, warehouse: str, *, seed: i
 def resources(tables: Tables, bootstrap: str) -> dict:
     """A test deployment's resources: the test Spark profile, tight lag and latency bounds."""
     return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse, pipeline=tables.pipeline),
+            "warehouse": WarehouseResource(warehouse=tables.warehouse),
             "monitor": StreamMonitorResource(max_offsets_behind=50, max_update_latency_s=120)}
 
 
 def tick(tables: Tables, bootstrap: str, cursor: str | None = None) -> dg.SensorResult:
-    """One evaluation of the stream_health sensor, as the daemon runs it (nothing recorded)."""
+    """One evaluation of the pipeline's stream_health sensor, as the daemon runs it (nothing recorded)."""
     deployment = resources(tables, bootstrap)
-    context = dg.build_sensor_context(cursor=cursor, resources={k: deployment[k] for k in ("warehouse", "kafka",
-                                                                                           "monitor")})
-    return stream_health(context)
+    return sensors.evaluate(dg.build_sensor_context(cursor=cursor), scope(tables.pipeline),
+                            **{k: deployment[k] for k in ("warehouse", "kafka", "monitor")})
 
 
 def live_events(n: int, tag: str) -> list[tuple]:

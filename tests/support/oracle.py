@@ -243,3 +243,60 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
     unread = set(by_position) - seen
     assert not unread, f"the stream's batches never read {sorted(unread)[:5]}..."
     return StreamExpected(state, windows, watermark, late, expected.dead_letter, expected.read, expected.well_formed)
+
+
+@dataclass
+class KindState:
+    """The `kinds` pipeline's aggregations of one event kind."""
+
+    events: int = 0
+    amount_sum: float = 0.0
+    amount_max: float = -math.inf
+    last_seen: datetime | None = None
+
+    @property
+    def amount_mean(self) -> float:
+        return self.amount_sum / self.events
+
+
+def _finite_number(value) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def by_kind(records: list[KafkaRecord]) -> tuple[dict[str, KindState], int]:
+    """The `kinds` pipeline over `records` (keyed by the required string field `kind`): its state per kind, and
+    how many records are malformed for it."""
+    state: dict[str, KindState] = defaultdict(KindState)
+    malformed = 0
+    for r in records:
+        obj = None
+        if r.value is not None and len(r.value) <= max_record_bytes():
+            try:
+                obj = json.loads(r.value.decode("utf-8", errors="replace"))
+            except ValueError:
+                obj = None
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if kind is not None and not isinstance(kind, str):
+            kind = json.dumps(kind)
+        when, amount = (obj.get("event_time"), obj.get("amount")) if isinstance(obj, dict) else (None, None)
+        good_time = isinstance(when, str) and ISO.match(when)
+        if good_time:
+            try:
+                when = datetime.fromisoformat(when).astimezone(timezone.utc).replace(tzinfo=None)
+            except ValueError:
+                good_time = False
+        good_amount = _finite_number(amount)
+        if not kind or not good_time or not good_amount:
+            malformed += 1
+            continue
+        s = state[kind]
+        s.events += 1
+        s.amount_sum += float(amount)
+        s.amount_max = max(s.amount_max, float(amount))
+        s.last_seen = when if s.last_seen is None else max(s.last_seen, when)
+    return dict(state), malformed

@@ -59,7 +59,7 @@ def processes_of(cluster: standalone.Cluster, *folders: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory):
-    """Master + 2 workers (1 core, 1g each). The home is where `switchyard spark --port P` looks for it."""
+    """Master + 2 workers (1 core, 1g each). The home is where `switchyard dev spark --port P` looks for it."""
     cluster = standalone.Cluster.at(free_port())
     elsewhere = tmp_path_factory.mktemp("worker-2-work")
     try:
