@@ -11,6 +11,7 @@ from deploy import spark_cds
 from deploy.jars import spark_extra_jars
 from deploy.java import check_java
 from deploy.shipped_code import ship_project_code
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -54,19 +55,19 @@ PROFILE_JVM_OPTIONS = {
 
 
 def spark_master() -> str:
-    return os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")
+    return settings.get("SWITCHYARD_SPARK_MASTER")
 
 
 def driver_addresses() -> tuple[str, str]:
     """(host executors reach the driver at, address it binds to): loopback unless the environment says otherwise."""
-    host = os.environ.get("SWITCHYARD_DRIVER_HOST", "127.0.0.1")
-    return host, os.environ.get("SWITCHYARD_DRIVER_BIND_ADDRESS", host)
+    host = settings.get("SWITCHYARD_DRIVER_HOST")
+    return host, settings.get("SWITCHYARD_DRIVER_BIND_ADDRESS") or host
 
 
 def _shuffle_partitions() -> dict:
     """SWITCHYARD_SHUFFLE_PARTITIONS overrides the profile's shuffle partitions (batch jobs and the stream's
     stateless shuffles; the stream's state-store partitions are SWITCHYARD_STATE_PARTITIONS)."""
-    value = os.environ.get("SWITCHYARD_SHUFFLE_PARTITIONS")
+    value = settings.get("SWITCHYARD_SHUFFLE_PARTITIONS")
     if value is None:
         return {}
     if not value.isdigit() or int(value) < 1:
@@ -111,10 +112,10 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
     os.environ["TZ"] = "UTC"
     time.tzset()
-    profile = profile or os.environ.get("SWITCHYARD_SPARK_PROFILE", "default")
+    profile = profile or settings.get("SWITCHYARD_SPARK_PROFILE")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
     jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}",
-                                         PROFILE_JVM_OPTIONS.get(profile), os.environ.get("SWITCHYARD_JVM_OPTIONS")]))
+                                         PROFILE_JVM_OPTIONS.get(profile), settings.get("SWITCHYARD_JVM_OPTIONS")]))
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -126,7 +127,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # other jars
         "spark.driver.extraJavaOptions": " ".join(filter(None, [jvm_options, spark_cds.driver_options()])),
         "spark.executor.extraJavaOptions": jvm_options,
-        "spark.driver.memory": os.environ.get("SWITCHYARD_DRIVER_MEMORY", "2g"),
+        "spark.driver.memory": settings.get("SWITCHYARD_DRIVER_MEMORY"),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.stateStore.providerClass":

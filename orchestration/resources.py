@@ -10,6 +10,8 @@ import os
 
 import dagster as dg
 
+from state_handoff import settings
+
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_WAREHOUSE = "./warehouse"
@@ -89,7 +91,7 @@ SPARK_PROFILES = {"local": "default", "test": "test"}
 
 def resources_for(environment: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources of an environment (SWITCHYARD_ENV: local, the default, or test)."""
-    environment = environment or os.environ.get("SWITCHYARD_ENV", "local")
+    environment = environment or settings.get("SWITCHYARD_ENV")
     if environment not in SPARK_PROFILES:
         raise ValueError(f"SWITCHYARD_ENV must be one of {', '.join(SPARK_PROFILES)}, not {environment!r}")
     return {

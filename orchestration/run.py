@@ -7,9 +7,9 @@ through Dagster's Python API, over a range of daily partitions:
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
@@ -51,7 +51,7 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--pipeline", default=os.environ.get("SWITCHYARD_PIPELINE") or "demo",
+    parser.add_argument("--pipeline", default=settings.get("SWITCHYARD_PIPELINE") or "demo",
                         help="the pipeline whose job runs (default: SWITCHYARD_PIPELINE, else demo)")
     parser.add_argument("--job", required=True, choices=JOBS)
     parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")

@@ -1,9 +1,10 @@
 """Every `SWITCHYARD_*` setting in one table: its name, default, what it sets and whether it is a secret.
 
-The modules that use a setting read and check it where it is used (their errors name the setting); this table is
-where a user finds them all, what `switchyard config` prints with the value in effect and where it came from, and
-what docs/cli.md's settings table is made from. A test keeps it whole: a `SWITCHYARD_*` name read anywhere in the
-code and missing here fails it.
+`get(name)` is how a module reads one: the environment's value, else the default declared here, so that each
+default is written once. The modules check a value where they use it (their errors name the setting). This table
+is also where a user finds them all, what `switchyard config` prints with the value in effect and where it came
+from, and what docs/cli.md's settings table is made from. A test keeps it whole: a `SWITCHYARD_*` name read
+anywhere in the code and missing here fails it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables"),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)"),
     Setting("SWITCHYARD_MAX_RECORD_BYTES", "1048576", "records above this size are dead-lettered as `too_large`"),
-    Setting("SWITCHYARD_FIRST_DAY", None, "the first day of the shipped code location's daily partitions "
-            "(default 2025-12-01)"),
+    Setting("SWITCHYARD_FIRST_DAY", "2025-12-01", "the first day of the shipped code location's daily partitions"),
     Setting("SWITCHYARD_FAULT", None, "a crash point to die at, `point[:n]` (tests and drills only)"),
     Setting("SWITCHYARD_HOME", "./.switchyard", "fetched jars, the local servers' data and logs"),
     Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with"),
@@ -57,6 +57,12 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
+
+
+def get(name: str, env: dict[str, str] | None = None) -> str | None:
+    """The setting's value in effect: the environment's when set there, else its declared default."""
+    env = os.environ if env is None else env
+    return env[name] if name in env else BY_NAME[name].default
 
 
 def effective(env: dict[str, str] | None = None) -> list[tuple[Setting, str | None, str]]:

@@ -62,6 +62,12 @@ class TumblingWindows:
             raise ValueError(f"window size {self.size} must be positive and divide one day")
 
 
+#: Columns every record carries beside its fields (the raw Kafka record, its archive day, the parser's verdict). A
+#: field of one of these names would replace the column: its raw bytes, for `value`, lost from the archive and the
+#: dead letters.
+RECORD_COLUMNS = ("value", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "event_date", "error")
+
+
 @dataclass(frozen=True)
 class Field:
     """A field of the JSON event value. `required` fields make a record malformed when absent or invalid."""
@@ -85,6 +91,10 @@ class Pipeline:
 
     def __post_init__(self):
         names = {f.name for f in self.fields}
+        for f in self.fields:
+            if f.name in RECORD_COLUMNS or f.name.startswith("__"):
+                raise ValueError(f"pipeline {self.name}: a field cannot be named {f.name!r}, a column every record "
+                                 f"carries ({', '.join(RECORD_COLUMNS)}, and names starting with __): rename it")
         for needed in (self.key, self.event_time, self.event_id):
             if needed not in names:
                 raise ValueError(f"pipeline {self.name}: field {needed!r} is not declared")

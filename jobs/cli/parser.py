@@ -4,22 +4,21 @@ one line on stderr and an exit code instead of a traceback."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from jobs.cli import developer, inputs, pipeline, services
-from state_handoff import faults
+from state_handoff import faults, settings
 from state_handoff.errors import Failed, UserError
 from state_handoff.record_limits import max_record_bytes
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
     """--warehouse and --bootstrap, each defaulting to its environment setting."""
-    parser.add_argument("--warehouse", default=os.environ.get("SWITCHYARD_WAREHOUSE", "./warehouse"),
+    parser.add_argument("--warehouse", default=settings.get("SWITCHYARD_WAREHOUSE"),
                         help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
-    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"),
+    parser.add_argument("--bootstrap", default=settings.get("SWITCHYARD_BOOTSTRAP"),
                         help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
 
 

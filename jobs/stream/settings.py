@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
+from state_handoff import settings as switchyard_settings
 from state_handoff.errors import Failed, UserError
 
 COMMAND = "switchyard stream"
-DEFAULT_STATE_PARTITIONS = 2  # what a 2-core machine runs well; raise it on a cluster
 
 
 @dataclass
@@ -35,7 +34,7 @@ class StreamSettings:
 
     def __post_init__(self):
         value = self.state_partitions if self.state_partitions is not None else \
-            os.environ.get("SWITCHYARD_STATE_PARTITIONS", str(DEFAULT_STATE_PARTITIONS))
+            switchyard_settings.get("SWITCHYARD_STATE_PARTITIONS")
         if not str(value).isdigit() or int(value) < 1:
             raise UserError(f"state partitions (--state-partitions or SWITCHYARD_STATE_PARTITIONS) must be a whole "
                             f"number of at least 1, not {value!r}")

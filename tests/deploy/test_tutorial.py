@@ -100,7 +100,7 @@ def test_the_tutorial_runs_from_a_scratch_project(scratch, bootstrap):
     expected: dict[str, list[float]] = defaultdict(list)
     for r in records:
         order = json.loads(r.value)
-        expected[order["customer_id"]].append(order["value"])
+        expected[order["customer_id"]].append(order["total"])
     state = _state(str(warehouse / "orders" / "state"))
     assert set(state) == set(expected)
     for customer, values in expected.items():

@@ -22,12 +22,11 @@ from orchestration.resources import KafkaResource, SparkResource, StreamMonitorR
 from orchestration.scope import PipelineDeployment, SwitchyardTranslator
 from state_handoff import handoff_log, lease
 from state_handoff.errors import UserError
-from state_handoff.io.archive_files import list_archive
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests.support import oracle
-from tests.support.dagster_defs import asset, checks, definitions, scope
+from tests.support.dagster_defs import asset, checks_def, definitions, scope
 
 PIPELINE = get_pipeline("demo")
 TOPIC = "orchestration.backlog"
@@ -347,7 +346,7 @@ def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     bad_tile.write.format("delta").mode("append").partitionBy("event_date").save(tables.tiles)
 
     built = definitions(resources(tables, bootstrap))
-    result = dg.materialize([asset(built, "state"), checks(built, "state_is_sound"), asset(built, "handoff")],
+    result = dg.materialize([asset(built, "state"), checks_def(built, "state_is_sound"), asset(built, "handoff")],
                             resources=resources(tables, bootstrap), raise_on_error=False)
     assert not result.success
     check = _check_evaluations(result)["state_is_sound"]

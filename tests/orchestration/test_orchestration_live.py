@@ -18,7 +18,7 @@ from state_handoff.io.kafka_io import produce
 from state_handoff.lifecycle import Status
 from state_handoff.stream_layout import read_json, stream_dir
 from state_handoff.tables import Tables
-from tests.support.dagster_defs import asset, checks, definitions, op_name
+from tests.support.dagster_defs import asset, checks_def, definitions, op_name
 from tests.support.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.support.streams import LaunchedStream, wait_until
 
@@ -71,7 +71,7 @@ def handed_off(spark, bootstrap, tmp_path) -> Tables:
 def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     tables = handed_off
     defs = definitions(resources(tables, bootstrap))
-    stream, stream_checks = asset(defs, "stream"), checks(defs, "stream_checks")
+    stream, stream_checks = asset(defs, "stream"), checks_def(defs, "stream_checks")
     assert op_name(defs, "stream") == STREAM_OP
     # detached: the run returns once the stream is SWITCHED; the stream outlives it, and the sensor observes it
     launched = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=DETACHED)

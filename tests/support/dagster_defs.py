@@ -30,7 +30,7 @@ def asset(defs: dg.Definitions, name: str, pipeline: str = "demo") -> dg.AssetsD
     return found[0]
 
 
-def checks(defs: dg.Definitions, name: str, pipeline: str = "demo") -> dg.AssetChecksDefinition:
+def checks_def(defs: dg.Definitions, name: str, pipeline: str = "demo") -> dg.AssetChecksDefinition:
     """The pipeline's checks definition `name` (a check's name, or `stream_checks` for the multi-check), without
     resources."""
     wanted = {name, scope(pipeline).name(name)}
