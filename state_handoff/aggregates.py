@@ -3,7 +3,9 @@
 Every aggregation is a mergeable partial, so day tiles merge into state and state merges with a
 micro-batch through the same expressions. All `last` aggregations share one ordering,
 (event_time, event_id), carried as `last_by_time` / `last_by_event_id`; a tie on that pair goes to
-the greatest values, the way a max over the whole struct breaks it.
+the greatest values, the way a max over the whole struct breaks it. All `first` aggregations share its mirror,
+`first_by_time` / `first_by_event_id` under min: a tie goes to the smallest values, NULL lowest (an event without
+an id comes first among events at the same time).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ from state_handoff.spec import Aggregation, Pipeline
 
 LAST_BY_TIME = "last_by_time"
 LAST_BY_ID = "last_by_event_id"
+FIRST_BY_TIME = "first_by_time"
+FIRST_BY_ID = "first_by_event_id"
 _LAST = "__last"
+_FIRST = "__first"
 WINDOW_PREFIX = "window_"
 
 
@@ -23,7 +28,9 @@ WINDOW_PREFIX = "window_"
 # many partial rows (a groupBy merge) and the fold of a source row into a target row (a MERGE, _FOLD_SQL). They
 # agree because Spark's Sum, Min and Max update by exactly these folds: a NULL-skipping +, least,
 # greatest. The `last` fields combine as one struct (time, id, values...) under max.
-_KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max"}
+_KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max",
+                  "first": "min"}
+_STRUCTS = ("last", "first")  # the kinds that combine inside a struct ordered by (event_time, event_id)
 _OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max}
 
 
@@ -37,18 +44,25 @@ def _ordered(aggs: tuple[Aggregation, ...], keyed: bool) -> bool:
 
 
 def _combined(aggs: tuple[Aggregation, ...]) -> list[tuple[str, str]]:
-    """(partial column, rule) for every partial outside the `last` struct."""
-    return [(name, _KIND_COMBINES[agg.kind]) for agg in aggs if agg.kind != "last" for name in _partial_names(agg)]
+    """(partial column, rule) for every partial outside the `last` and `first` structs."""
+    return [(name, _KIND_COMBINES[agg.kind]) for agg in aggs if agg.kind not in _STRUCTS
+            for name in _partial_names(agg)]
 
 
 def _ordered_fields(aggs: tuple[Aggregation, ...], keyed: bool) -> list[str]:
-    """The partial columns that combine as one struct, compared field by field in this order."""
+    """The partial columns that combine as one struct under max, compared field by field in this order."""
     lasts = [agg.name for agg in aggs if agg.kind == "last"]
     return [LAST_BY_TIME, LAST_BY_ID, *lasts] if _ordered(aggs, keyed) else []
 
 
+def _first_fields(aggs: tuple[Aggregation, ...]) -> list[str]:
+    """The partial columns that combine as one struct under min, compared field by field in this order."""
+    firsts = [agg.name for agg in aggs if agg.kind == "first"]
+    return [FIRST_BY_TIME, FIRST_BY_ID, *firsts] if firsts else []
+
+
 def partial_columns(aggs: tuple[Aggregation, ...], keyed: bool = False) -> list[str]:
-    return [name for name, _ in _combined(aggs)] + _ordered_fields(aggs, keyed)
+    return [name for name, _ in _combined(aggs)] + _ordered_fields(aggs, keyed) + _first_fields(aggs)
 
 
 def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
@@ -66,22 +80,27 @@ def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
 def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix: str = "",
                        keyed: bool = False) -> list[Column]:
     """Aggregate expressions over parsed events, producing partial columns (named with `prefix`)."""
-    exprs = [e for agg in aggs if agg.kind != "last" for e in _from_events(agg, prefix)]
+    exprs = [e for agg in aggs if agg.kind not in _STRUCTS for e in _from_events(agg, prefix)]
     lasts = [agg for agg in aggs if agg.kind == "last"]
     if _ordered(aggs, keyed):
         order = F.struct(F.col(pipeline.event_time).alias(LAST_BY_TIME), F.col(pipeline.event_id).alias(LAST_BY_ID),
                          *[F.col(a.column).alias(a.name) for a in lasts])
         exprs.append(F.max(order).alias(prefix + _LAST))
+    firsts = [agg for agg in aggs if agg.kind == "first"]
+    if firsts:
+        order = F.struct(F.col(pipeline.event_time).alias(FIRST_BY_TIME), F.col(pipeline.event_id).alias(FIRST_BY_ID),
+                         *[F.col(a.column).alias(a.name) for a in firsts])
+        exprs.append(F.min(order).alias(prefix + _FIRST))
     return exprs
 
 
 def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
     """Aggregate expressions over partial rows, producing the same partial columns."""
     exprs = [_OVER_ROWS[rule](F.col(prefix + name)).alias(prefix + name) for name, rule in _combined(aggs)]
-    ordered = _ordered_fields(aggs, keyed)
-    if ordered:
-        order = F.struct(*[F.col(prefix + name).alias(name) for name in ordered])
-        exprs.append(_OVER_ROWS[_KIND_COMBINES["last"]](order).alias(prefix + _LAST))
+    for kind, fields, struct in (("last", _ordered_fields(aggs, keyed), _LAST), ("first", _first_fields(aggs), _FIRST)):
+        if fields:
+            order = F.struct(*[F.col(prefix + name).alias(name) for name in fields])
+            exprs.append(_OVER_ROWS[_KIND_COMBINES[kind]](order).alias(prefix + struct))
     return exprs
 
 
@@ -98,30 +117,35 @@ def merge_into_sql(aggs: tuple[Aggregation, ...], target: str = "t", source: str
     the greatest values.
 
     The `last` fields move together when the source's (time, id, values...) is the greater, compared field by
-    field with NULL lowest: Spark's greatest over the two structs."""
+    field with NULL lowest: Spark's greatest over the two structs; the `first` fields when it is the lesser."""
     def q(alias: str, name: str) -> str:
         return f'{alias}."{name}"'
 
     sets = {name: _FOLD_SQL[rule].format(t=q(target, name), s=q(source, name)) for name, rule in _combined(aggs)}
-    ordered = _ordered_fields(aggs, keyed)
-    if ordered:
-        def greater(name: str) -> str:
-            s, t = q(source, name), q(target, name)
-            return f"({s} IS NOT NULL AND ({t} IS NULL OR {s} > {t}))"
+    def greater(name: str) -> str:
+        s, t = q(source, name), q(target, name)
+        return f"({s} IS NOT NULL AND ({t} IS NULL OR {s} > {t}))"
 
+    def lesser(name: str) -> str:  # NULL lowest: a NULL source is less than a set target
+        s, t = q(source, name), q(target, name)
+        return f"(({s} IS NULL AND {t} IS NOT NULL) OR ({s} IS NOT NULL AND {t} IS NOT NULL AND {s} < {t}))"
+
+    for fields, beats in ((_ordered_fields(aggs, keyed), greater), (_first_fields(aggs), lesser)):
         wins = " OR ".join("(" + " AND ".join([*(f"({q(target, n)} IS NOT DISTINCT FROM {q(source, n)})"
-                                                 for n in ordered[:i]), greater(name)]) + ")"
-                           for i, name in enumerate(ordered))
-        sets.update({name: f"CASE WHEN {wins} THEN {q(source, name)} ELSE {q(target, name)} END" for name in ordered})
+                                                 for n in fields[:i]), beats(name)]) + ")"
+                           for i, name in enumerate(fields))
+        sets.update({name: f"CASE WHEN {wins} THEN {q(source, name)} ELSE {q(target, name)} END" for name in fields})
     return sets
 
 
 def flatten_last(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
-    """After an aggregation: the partial columns in their canonical order, `last` fields out of their struct."""
+    """After an aggregation: the partial columns in their canonical order, `last` and `first` fields out of their
+    structs."""
+    in_last, in_first = set(_ordered_fields(aggs, keyed)), set(_first_fields(aggs))
     cols = []
     for name in partial_columns(aggs, keyed):
-        is_last = name in (LAST_BY_TIME, LAST_BY_ID) or any(a.kind == "last" and a.name == name for a in aggs)
-        source = F.col(f"{prefix}{_LAST}.{name}") if is_last else F.col(prefix + name)
+        struct = _LAST if name in in_last else _FIRST if name in in_first else None
+        source = F.col(f"{prefix}{struct}.{name}") if struct else F.col(prefix + name)
         cols.append(source.alias(prefix + name))
     return cols
 
@@ -147,9 +171,12 @@ def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: b
         elif agg.kind == "mean":
             cols += [value.alias(f"{agg.name}__sum"),
                      F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long").alias(f"{agg.name}__count")]
-        elif agg.kind != "last":
+        elif agg.kind not in _STRUCTS:
             cols.append(F.col(agg.column).alias(agg.name))
     if _ordered(aggs, keyed):
         cols += [F.col(pipeline.event_time).alias(LAST_BY_TIME), F.col(pipeline.event_id).alias(LAST_BY_ID)]
         cols += [F.col(a.column).alias(a.name) for a in aggs if a.kind == "last"]
+    if _first_fields(aggs):
+        cols += [F.col(pipeline.event_time).alias(FIRST_BY_TIME), F.col(pipeline.event_id).alias(FIRST_BY_ID)]
+        cols += [F.col(a.column).alias(a.name) for a in aggs if a.kind == "first"]
     return cols

@@ -35,37 +35,67 @@ def invalid(field: str) -> str:
     return f"bad_{field}"
 
 
+def _ddl(fields, leaf_type) -> str:
+    """A from_json schema holding each field at its path: nested keys as STRUCTs, leaves as `leaf_type(field)`."""
+    tree: dict = {}
+    for f in fields:
+        node = tree
+        for part in f.json_path[:-1]:
+            node = node.setdefault(part, {})
+        node[f.json_path[-1]] = leaf_type(f)
+
+    def render(node: dict, nested: bool) -> str:
+        sep = ": " if nested else " "
+        return ", ".join(f"`{k}`{sep}" + (f"STRUCT<{render(v, True)}>" if isinstance(v, dict) else v)
+                         for k, v in node.items())
+
+    return render(tree, False)
+
+
+def _at(column: str | Column, path: tuple[str, ...]) -> Column:
+    """The value at `path` inside the struct `column`."""
+    found = F.col(column) if isinstance(column, str) else column
+    for part in path:
+        found = found.getField(part)
+    return found
+
+
 def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Add the pipeline's typed fields and `error` (null when well-formed) to records with a binary `value`.
 
     Strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5" is not);
-    a timestamp must match ISO_TIMESTAMP and be a real instant. A value above `max_record_bytes()` is TOO_LARGE,
-    and not parsed.
+    a timestamp must match ISO_TIMESTAMP and be a real instant. A field is read at its path (`Field.path`); an
+    object on the way that is missing or not an object leaves it missing. A value above `max_record_bytes()` is
+    TOO_LARGE, and not parsed.
     """
     oversized = too_large()
     raw = F.when(~oversized, F.col("value").cast("string"))
     corrupt = {"columnNameOfCorruptRecord": "_corrupt_record"}
     numeric = [f for f in pipeline.fields if f.type not in ("string", "timestamp")]
-    as_text = ", ".join(f"`{f.name}` STRING" for f in pipeline.fields) + ", `_corrupt_record` STRING"
-    as_typed = ", ".join(f"`{f.name}` {'DOUBLE' if f in numeric else 'STRING'}" for f in pipeline.fields)
+    top_level = list(dict.fromkeys(f.json_path[0] for f in pipeline.fields))
+    as_text = ", ".join(f"`{key}` STRING" for key in top_level) + ", `_corrupt_record` STRING"
+    as_typed = _ddl(pipeline.fields, lambda f: "DOUBLE" if f in numeric else "STRING")
     # One parse with the numbers typed answers for every record it accepts: a JSON object whose numbers convert
-    # (a string field takes any JSON value as its text, so only a number or the syntax can fail). A record it
-    # refuses, few in any topic, parses again: as text, to tell a JSON object from anything else, and each number
-    # alone, so a non-number in one field cannot blank the others. A second full parse of every record would double
-    # the costliest part of a scan.
+    # (a string field takes any JSON value as its text, so only a number, an object on a field's path, or the
+    # syntax can fail). A record it refuses, few in any topic, parses again: its top-level keys as text, to tell a
+    # JSON object from anything else, each nested field alone, and each number alone, so a non-number in one field
+    # cannot blank the others. A second full parse of every record would double the costliest part of a scan.
     parsed = records.withColumn("__typed", F.from_json(raw, as_typed + ", `_corrupt_record` STRING", corrupt))
     refused = F.col("__typed._corrupt_record").isNotNull()
     parsed = parsed.withColumns({
         "__json": F.when(refused, F.from_json(raw, as_text, corrupt)),
-        **{f"__number_{f.name}": F.when(refused, F.from_json(raw, f"`{f.name}` DOUBLE")[f.name])
-           .otherwise(F.col(f"__typed.`{f.name}`")) for f in numeric}})
+        **{f"__number_{f.name}": F.when(refused, _at(F.from_json(raw, _ddl([f], lambda _: "DOUBLE")), f.json_path))
+           .otherwise(_at("__typed", f.json_path)) for f in numeric}})
     is_object = (F.when(refused, F.col("__json").isNotNull() & F.col("__json._corrupt_record").isNull())
                  .otherwise(F.col("__typed").isNotNull()) & F.ltrim(raw).startswith("{"))
     typed: dict[str, Column] = {}
     checks: list[tuple[Column, str]] = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE),
                                         (~is_object, NOT_JSON_OBJECT)]
     for f in pipeline.fields:
-        text = F.when(refused, F.col(f"__json.`{f.name}`")).otherwise(F.col(f"__typed.`{f.name}`"))
+        top, *inside = f.json_path
+        again = (F.get_json_object(raw, "$" + "".join(f"['{part}']" for part in f.json_path)) if inside
+                 else F.col("__json").getField(top))
+        text = F.when(refused, again).otherwise(_at("__typed", f.json_path))
         if f.type == "string":
             typed[f.name] = text
             bad = text.isNull() | (text == "")

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-AggregationKind = Literal["count", "sum", "min", "max", "mean", "last"]
-KINDS = ("count", "sum", "min", "max", "mean", "last")
+AggregationKind = Literal["count", "sum", "min", "max", "mean", "first", "last"]
+KINDS = ("count", "sum", "min", "max", "mean", "first", "last")
 
 
 @dataclass(frozen=True)
 class Aggregation:
-    """One output column. `last` takes `column` from the event with the greatest (event_time, event_id)."""
+    """One output column. `last` takes `column` from the event with the greatest (event_time, event_id), `first`
+    from the event with the smallest."""
 
     name: str
     kind: AggregationKind
@@ -45,6 +47,10 @@ def mean(name: str, column: str) -> Aggregation:
     return Aggregation(name, "mean", column)
 
 
+def first(name: str, column: str) -> Aggregation:
+    return Aggregation(name, "first", column)
+
+
 def last(name: str, column: str) -> Aggregation:
     return Aggregation(name, "last", column)
 
@@ -68,13 +74,30 @@ class TumblingWindows:
 RECORD_COLUMNS = ("value", "kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "event_date", "error")
 
 
+_SEGMENT = re.compile(r"^[^.`'\"\[\]]+$")
+
+
 @dataclass(frozen=True)
 class Field:
-    """A field of the JSON event value. `required` fields make a record malformed when absent or invalid."""
+    """A field of the JSON event value. `required` fields make a record malformed when absent or invalid.
+
+    `path` addresses it inside the value, dot-separated from the top (`payload.user.id`); by default the top-level
+    key `name`. An object on the way that is missing, null or not an object leaves the field missing."""
 
     name: str
     type: Literal["string", "timestamp", "number"]
     required: bool = True
+    path: str | None = None
+
+    def __post_init__(self):
+        if not all(_SEGMENT.match(part) for part in self.json_path):
+            raise ValueError(f"field {self.name}: path {self.path!r} must be keys joined by dots, none empty or "
+                             "holding a quote, a backtick or a bracket")
+
+    @property
+    def json_path(self) -> tuple[str, ...]:
+        """The keys from the top of the JSON object down to the field."""
+        return tuple((self.path if self.path is not None else self.name).split("."))
 
 
 @dataclass(frozen=True)
@@ -95,6 +118,12 @@ class Pipeline:
             if f.name in RECORD_COLUMNS or f.name.startswith("__"):
                 raise ValueError(f"pipeline {self.name}: a field cannot be named {f.name!r}, a column every record "
                                  f"carries ({', '.join(RECORD_COLUMNS)}, and names starting with __): rename it")
+        paths = sorted((f.json_path, f.name) for f in self.fields)
+        for (outer, outer_name), (inner, inner_name) in zip(paths, paths[1:]):
+            if inner[:len(outer)] == outer:
+                raise ValueError(f"pipeline {self.name}: fields {outer_name} and {inner_name} address "
+                                 f"{'the same value' if inner == outer else 'a value and one inside it'} "
+                                 f"({'.'.join(outer)}, {'.'.join(inner)}): give each field its own place")
         for needed in (self.key, self.event_time, self.event_id):
             if needed not in names:
                 raise ValueError(f"pipeline {self.name}: field {needed!r} is not declared")

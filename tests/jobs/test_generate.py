@@ -230,12 +230,12 @@ def test_command_line_flags_and_defaults():
     parser = argparse.ArgumentParser()
     commands = parser.add_subparsers(dest="command")
     add_generate_command(commands, lambda p: p.add_argument("--bootstrap", default="b:1"))
-    args = parser.parse_args(["dev", "generate", "--topic", "t", "--events", "5", "--keys", "3"])
+    args = parser.parse_args(["generate", "--topic", "t", "--events", "5", "--keys", "3"])
     assert (args.topic, args.events, args.keys, args.partitions, args.days, args.seed, args.malformed_rate,
             args.bootstrap) == ("t", 5, 3, 4, 7, 42, 0.01, "b:1")
     assert callable(args.handler)
     with pytest.raises(SystemExit):
-        parser.parse_args(["dev", "generate", "--events", "5", "--keys", "3"])
+        parser.parse_args(["generate", "--events", "5", "--keys", "3"])
 
 
 def test_produce_to_real_broker_and_partition_mismatch(bootstrap, topic_name):

@@ -337,6 +337,14 @@ def test_the_second_pipeline_runs_its_own_chain_beside_demo(spark, backlog, boot
     ends = {r.window_end - r.window_start for r in spark.read.format("delta").load(tables.windows).collect()}
     assert ends == {timedelta(minutes=15)}
 
+    # its own schedule's job, once it has streamed: a rebase at a cut of kinds alone, reconciled
+    rerun = built.resolve_job_def("kinds__backfill_days").execute_in_process(partition_key=DAYS[-1],
+                                                                             instance=instance)
+    assert rerun.success
+    rebased = _materializations(rerun)["tiles"][0].metadata
+    assert rebased["rebased"].value is True and rebased["reconciliation_keys_different"].value == 0
+    assert not os.path.exists(demo_tables.handoffs)
+
 
 def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     run_backfill(spark, PIPELINE, tables, out=_quiet)

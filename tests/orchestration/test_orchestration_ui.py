@@ -130,8 +130,9 @@ def _wait_for_backfill(instance: dg.DagsterInstance, log: Path, timeout: float =
 
 
 def _checks_summary(page: Page, base: str):
-    """The stream node's asset-checks row in the `demo` group's graph ("n / 5 Passed", its icon)."""
-    page.goto(f"{base}/locations/switchyard/asset-groups/demo")
+    """The stream node's asset-checks row in its lineage graph (handoff -> stream, few enough nodes to be drawn in
+    full: "n / 5 Passed", its icon)."""
+    page.goto(f"{base}/assets/demo/stream?view=lineage")
     expect(page.get_by_text("handoff", exact=True).first).to_be_visible()
     return page.locator('a[href="/assets/demo/stream?view=checks"]')
 

@@ -22,7 +22,8 @@ from jobs.delta_txn import merge_once
 from state_handoff.aggregates import (event_aggregations, flatten_last, merge_aggregations, merge_into_sql,
                                       partial_columns)
 from state_handoff.parsing import parse_events
-from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, last, maximum, mean, minimum, total)
+from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, first, last, maximum, mean, minimum,
+                                total)
 
 AGGREGATIONS = (
     count("n"),
@@ -32,6 +33,8 @@ AGGREGATIONS = (
     mean("reading_mean", "reading"),
     last("reading_last", "reading"),
     last("label_last", "label"),
+    first("reading_first", "reading"),
+    first("label_first", "label"),
 )
 
 PIPELINE = Pipeline(
@@ -65,6 +68,7 @@ BATCHES = [
         _event("c", 20, None, 1.0, "r"),
         _event("d", 0, "d1"),
         _event("e", 10, "e1"),
+        _event("g", 30, "g1", 1.0, "s"),
     ],
     [
         _event("a", 5, "e1", 7.25, "y"),          # ties a's first event; the greater reading wins, though later
@@ -74,6 +78,7 @@ BATCHES = [
         _event("c", 10, "c1", 2.0),
         _event("e", 12, "e2", 5.0),               # a NULL partial sum on one side, 5 on the other
         _event("f", 150, "f1", 0.5, "only"),      # a window seen once: the MERGE inserts it
+        _event("g", 30, "g1", None, "t"),         # ties g's oldest event: an absent reading ranks lowest, so first
     ],
     [
         _event("a", 5, "e1", None, "z"),          # a tie whose reading is absent loses to any reading
@@ -82,6 +87,7 @@ BATCHES = [
         _event("b", 75, "k", 4.0, "n"),           # equal time, id and reading: the label decides
         _event("d", 59, "d2"),                    # d's readings are all absent: sums NULL, count 0
         _event("e", 11, "e3"),
+        _event("g", 30, None, 5.0),               # at the same time without an id: NULL lowest, the first now
     ],
 ]
 
@@ -146,11 +152,13 @@ def _expected(keyed: bool) -> list[tuple]:
     for grain, events in groups.items():
         readings = [e["reading"] for e in events if e["reading"] is not None]
         total_ = sum(readings) if readings else None
-        newest = max(events, key=lambda e: tuple(_nulls_first(v) for v in (
-            _micros(e["ts"]), e["id"], e["reading"], e["label"])))
+        def order(e):
+            return tuple(_nulls_first(v) for v in (_micros(e["ts"]), e["id"], e["reading"], e["label"]))
+
+        newest, oldest = max(events, key=order), min(events, key=order)
         rows.append((*grain, len(events), total_, min(readings, default=None), max(readings, default=None),
                      total_, len(readings), _micros(newest["ts"]), newest["id"], newest["reading"],
-                     newest["label"]))
+                     newest["label"], _micros(oldest["ts"]), oldest["id"], oldest["reading"], oldest["label"]))
     return sorted(rows)
 
 

@@ -14,7 +14,8 @@ from datetime import datetime
 
 from state_handoff.parsing import parse_events
 from state_handoff.pipelines import get_pipeline
-from tests.support.oracle import classify
+from state_handoff.spec import Field, Pipeline, count, total
+from tests.support.oracle import classify, classify_fields
 
 PIPELINE = get_pipeline("demo")
 TIME = '"event_time":"2026-01-01T10:00:00Z"'
@@ -77,3 +78,48 @@ def test_every_value_parses_as_the_oracle_says(spark):
     assert {rows[i].error for i in range(len(VALUES))} >= {None, "tombstone", "not_json_object", "missing_key",
                                                            "bad_event_time", "bad_amount"}
     assert isinstance(rows[12].event_time, datetime) and rows[12].amount == 1.5
+
+
+NESTED = Pipeline(
+    name="nested", key="user", event_time="at", event_id="id",
+    fields=(Field("id", "string", required=False, path="meta.id"), Field("user", "string", path="payload.user.id"),
+            Field("at", "timestamp", path="meta.at"), Field("amount", "number", path="payload.amount"),
+            Field("kind", "string", required=False, path="type")),
+    aggregations=(count("n"), total("amount_sum", "amount")))
+META = '"meta":{"id":"e1","at":"2026-01-01T10:00:00Z"}'
+NESTED_VALUES = [
+    f'{{{META},"payload":{{"user":{{"id":"u1"}},"amount":2.5}},"type":"buy"}}'.encode(),
+    f'{{"type":"buy","payload":{{"amount":1,"user":{{"id":"u2","extra":[1,2]}}}},{META}}}'.encode(),
+    f'{{{META},"payload":{{"user":{{"id":7}},"amount":1}}}}'.encode(),  # a string field takes any value as text
+    f'{{{META},"payload":{{"user":{{"id":"u1"}},"amount":"2.5"}}}}'.encode(),  # refused: a quoted number
+    f'{{{META},"payload":{{"user":{{"id":"u1"}}}}}}'.encode(),
+    f'{{{META},"payload":{{"user":null,"amount":1}}}}'.encode(),
+    f'{{{META},"payload":{{"user":"u1","amount":1}}}}'.encode(),  # refused: an object on the path is a string
+    f'{{{META},"payload":"flat","type":"buy"}}'.encode(),
+    f'{{{META},"payload":[1,2]}}'.encode(),
+    f'{{{META}}}'.encode(),
+    b'{"meta":{"id":"e1"},"payload":{"user":{"id":"u1"},"amount":1}}',
+    b'{"meta":"2026-01-01T10:00:00Z","payload":{"user":{"id":"u1"},"amount":1}}',
+    f'{{{META},"payload":{{"user":{{"id":"u1"}},"amount":1e999}}}}'.encode(),
+    f'{{{META},"payload":{{"user":{{"id":""}},"amount":1}}}}'.encode(),
+    f'{{{META},"payload":{{"user":{{"id":"u1"}},"amount":1}}'.encode(),  # truncated
+    b'[]', None,
+]
+
+
+def test_fields_at_nested_paths_parse_as_the_oracle_says(spark):
+    records = spark.createDataFrame([(0, i, v) for i, v in enumerate(NESTED_VALUES)],
+                                    "kafka_partition INT, kafka_offset BIGINT, value BINARY")
+    rows = {r.kafka_offset: r for r in parse_events(NESTED, records).collect()}
+    names = [f.name for f in NESTED.fields]
+    mismatches = []
+    for offset, value in enumerate(NESTED_VALUES):
+        reason, event = classify_fields(value, NESTED.fields)
+        row = rows[offset]
+        got = (row.error, None if row.error else {n: row[n] for n in names})
+        if got != (reason, event):
+            mismatches.append((value, got, (reason, event)))
+    assert not mismatches, mismatches
+    assert {rows[i].error for i in rows} >= {None, "missing_user", "bad_amount", "bad_at", "not_json_object",
+                                             "tombstone"}
+    assert rows[2].user == "7" and rows[1].kind == "buy" and rows[0].amount == 2.5

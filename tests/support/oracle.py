@@ -300,3 +300,47 @@ def by_kind(records: list[KafkaRecord]) -> tuple[dict[str, KindState], int]:
         s.amount_max = max(s.amount_max, float(amount))
         s.last_seen = when if s.last_seen is None else max(s.last_seen, when)
     return dict(state), malformed
+
+
+def _at_path(obj, path: tuple[str, ...]):
+    """The JSON value at `path`, None when an object on the way is missing or is not an object."""
+    for part in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def classify_fields(value: bytes | None, fields) -> tuple[str | None, dict | None]:
+    """Any pipeline's parse of one value, field by field at each field's path, in declaration order: (reason,
+    None) for a malformed value, (None, {field: typed value}) for a well-formed one."""
+    if value is None:
+        return "tombstone", None
+    if len(value) > max_record_bytes():
+        return "too_large", None
+    try:
+        obj = json.loads(value.decode("utf-8", errors="replace"))
+    except ValueError:
+        return "not_json_object", None
+    if not isinstance(obj, dict):
+        return "not_json_object", None
+    typed = {}
+    for f in fields:
+        found = _at_path(obj, f.json_path)
+        if f.type == "string":
+            text = found if found is None or isinstance(found, str) else json.dumps(found)
+            typed[f.name], bad, reason = (text or None), not text, f"missing_{f.name}"
+        elif f.type == "timestamp":
+            when = None
+            if isinstance(found, str) and ISO.match(found):
+                try:
+                    when = datetime.fromisoformat(found).astimezone(timezone.utc).replace(tzinfo=None)
+                except ValueError:
+                    when = None
+            typed[f.name], bad, reason = when, when is None, f"bad_{f.name}"
+        else:
+            number = float(found) if _finite_number(found) else None
+            typed[f.name], bad, reason = number, number is None, f"bad_{f.name}"
+        if bad and f.required:
+            return reason, None
+    return None, typed
