@@ -98,14 +98,19 @@ def test_the_tutorial_runs_from_a_scratch_project(scratch, bootstrap):
     records = oracle.read_topic(bootstrap, "orders")
     assert len(records) == 1000
     expected: dict[str, list[float]] = defaultdict(list)
+    firsts: dict[str, tuple] = {}
     for r in records:
         order = json.loads(r.value)
-        expected[order["customer_id"]].append(order["total"])
+        customer = order["customer"]["id"]
+        expected[customer].append(order["total"])
+        firsts[customer] = min(firsts.get(customer, (order["placed_at"], order["order_id"])),
+                               (order["placed_at"], order["order_id"]))
     state = _state(str(warehouse / "orders" / "state"))
     assert set(state) == set(expected)
     for customer, values in expected.items():
         row = state[customer]
         assert row["orders"] == len(values) and math.isclose(row["revenue"], sum(values), rel_tol=1e-9)
+        assert row["first_order"] == firsts[customer][1], customer
         assert row["mean_order__count"] == len(values), "a mean is kept as its mergeable parts, sum and count"
         assert math.isclose(row["mean_order__sum"] / row["mean_order__count"], sum(values) / len(values),
                             rel_tol=1e-9)
