@@ -132,8 +132,8 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     if every_table:
         parsed = cached_for_two_passes(pipeline, parsed)
     events = parsed.where("error IS NULL")
-    state = (events.groupBy(pipeline.key).agg(*event_aggregations(pipeline, pipeline.aggregations, keyed=True))
-             .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
+    state = (events.groupBy(*pipeline.keys).agg(*event_aggregations(pipeline, pipeline.aggregations, keyed=True))
+             .select(*pipeline.keys, *flatten_last(pipeline.aggregations, keyed=True)))
     state.write.format("delta").mode("overwrite").save(tables.state)
     if not every_table:
         return

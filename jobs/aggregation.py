@@ -34,10 +34,10 @@ def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SOR
     Spark's planner; with a `last` aggregation (a max over a struct holding a string) Spark cannot use its
     hash aggregate and plans a partial aggregation before the shuffle plus a sort-based final one.
     """
-    grain = [pipeline.key, TILE_START, "kafka_partition"]
+    grain = [*pipeline.keys, TILE_START, "kafka_partition"]
     events = events.withColumn(TILE_START, tile_start(pipeline))
     if strategy == SORT:
-        events = events.repartition(pipeline.key).sortWithinPartitions(*grain, pipeline.event_time)
+        events = events.repartition(*pipeline.keys).sortWithinPartitions(*grain, pipeline.event_time)
     elif strategy != HASH:
         raise ValueError(f"aggregation strategy must be {SORT} or {HASH}, not {strategy!r}")
     keyed = event_aggregations(pipeline, pipeline.aggregations, keyed=True)
@@ -52,18 +52,18 @@ def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SOR
 
 def state_from_partials(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
     """One row per key: merge any rows carrying keyed partial columns (tiles, old state, a micro-batch)."""
-    return (partials.groupBy(pipeline.key).agg(*merge_aggregations(pipeline.aggregations, keyed=True))
-            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True)))
+    return (partials.groupBy(*pipeline.keys).agg(*merge_aggregations(pipeline.aggregations, keyed=True))
+            .select(*pipeline.keys, *flatten_last(pipeline.aggregations, keyed=True)))
 
 
 def window_partials_from_tiles(pipeline: Pipeline, tiles: DataFrame) -> DataFrame:
     """One row per (key, window): window_start, window_end and the window's partial columns."""
     aggs = pipeline.windows.aggregations
-    renamed = tiles.select(pipeline.key, F.col(TILE_START).alias("window_start"),
+    renamed = tiles.select(*pipeline.keys, F.col(TILE_START).alias("window_start"),
                            *[F.col(WINDOW_PREFIX + c).alias(c) for c in partial_columns(aggs)])
     return window_partials_merged(pipeline, renamed).withColumn(
         "window_end", window_end(pipeline, F.col("window_start"))
-    ).select(pipeline.key, "window_start", "window_end", *partial_columns(aggs))
+    ).select(*pipeline.keys, "window_start", "window_end", *partial_columns(aggs))
 
 
 def window_end(pipeline: Pipeline, start: F.Column) -> F.Column:
@@ -74,8 +74,8 @@ def window_end(pipeline: Pipeline, start: F.Column) -> F.Column:
 def window_partials_merged(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
     """One row per (key, window_start): merge any rows carrying the window's partial columns."""
     aggs = pipeline.windows.aggregations
-    return (partials.groupBy(pipeline.key, "window_start").agg(*merge_aggregations(aggs))
-            .select(pipeline.key, "window_start", *flatten_last(aggs)))
+    return (partials.groupBy(*pipeline.keys, "window_start").agg(*merge_aggregations(aggs))
+            .select(*pipeline.keys, "window_start", *flatten_last(aggs)))
 
 
 def newest_event_time(partials: DataFrame) -> datetime | None:

@@ -9,6 +9,11 @@ from state_handoff.io import fencing
 from state_handoff.checkpoints import checkpoint_incarnation
 
 
+def keys_equal(keys: tuple[str, ...], target: str = "t", source: str = "s") -> str:
+    """A MERGE's predicate matching rows on every key column (a composite key has several)."""
+    return " AND ".join(f'{target}."{k}" = {source}."{k}"' for k in keys)
+
+
 def merge_once(table, source, predicate: str, app_id: str, version: int, updates: dict[str, str] | None = None,
                matched_when: str | None = None) -> bool:
     """A MERGE of a small Arrow table through delta-rs (no JVM: no Spark jobs, plans or generated code), once per

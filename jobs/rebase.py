@@ -146,7 +146,7 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
 
 def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Well-formed records as keyed partials, sort-based, as the backfill's tiles carry them."""
-    columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+    columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
     parsed = parse_events(pipeline, records).where(F.col("error").isNull())
     return tiles_from_events(pipeline, parsed, SORT).select(*columns)
 
@@ -154,7 +154,7 @@ def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
 def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
                       cut: Cut) -> DataFrame:
     """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut."""
-    columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+    columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
     reader = spark.read.format("delta")
     if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
         reader = reader.option("versionAsOf", cut.state_version)

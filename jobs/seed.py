@@ -43,7 +43,7 @@ def seed_files(spark: SparkSession, pipeline: Pipeline, tables: Tables, state_ve
     rows already at hand (the backfill's commit, which just wrote them), not read again."""
     if state is None:
         state = spark.read.format("delta").option("versionAsOf", state_version).load(tables.state)
-    state.select(pipeline.key, *partial_columns(pipeline.aggregations, keyed=True),
+    state.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True),
                  F.lit(0).cast("long").alias(EVENTS_SEEN)).write.mode("overwrite").parquet(str(seed))
 
 

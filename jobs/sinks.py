@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from jobs.aggregation import tile_start, window_end
-from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, merge_once
+from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
 from state_handoff import faults, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
 from state_handoff.checkpoints import batch_end_offsets
@@ -43,8 +43,8 @@ def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, ove
 
 def batch_window_partials(pipeline: Pipeline, on_time: DataFrame) -> DataFrame:
     aggs = pipeline.windows.aggregations
-    return (on_time.groupBy(pipeline.key, "window_start").agg(*event_aggregations(pipeline, aggs))
-            .select(pipeline.key, "window_start", window_end(pipeline, F.col("window_start")).alias("window_end"),
+    return (on_time.groupBy(*pipeline.keys, "window_start").agg(*event_aggregations(pipeline, aggs))
+            .select(*pipeline.keys, "window_start", window_end(pipeline, F.col("window_start")).alias("window_end"),
                     *flatten_last(aggs)))
 
 
@@ -131,7 +131,7 @@ class EventsSink:
                 faults.reach("stream.events.after_dead_letter")
             if any(p["late"] for p in per_partition.values()):
                 late = events.where("__late").select(
-                    "kafka_partition", "kafka_offset", pipeline.key, pipeline.event_time, "window_start",
+                    "kafka_partition", "kafka_offset", *pipeline.keys, pipeline.event_time, "window_start",
                     F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
                 append_arrow_once(self._table(tables.late), late.toArrow(), f"{app}-late", batch_id)
             watermark_after = watermark
@@ -160,9 +160,8 @@ class EventsSink:
                 delta_upkeep.tidy(table)
 
     def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
-        key = self.pipeline.key
         merge_once(self._table(self.tables.window_state), partials.toArrow(),
-                   f't."{key}" = s."{key}" AND t."window_start" = s."window_start"', f"{self.app}-windows-merge", batch_id,
+                   keys_equal((*self.pipeline.keys, "window_start")), f"{self.app}-windows-merge", batch_id,
                    updates=merge_into_sql(self.pipeline.windows.aggregations))
 
     def _finalize_windows(self, watermark: datetime, batch_id: int) -> None:
@@ -218,7 +217,9 @@ def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
                                         ("phase", pa.string()),
                                         ("recorded_at", utc), ("event_date", pa.date32())]), ["event_date"]),
         tables.late: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
-                                 (pipeline.key, pa.string()), (pipeline.event_time, utc), ("window_start", utc),
+                                 *[(f.name, {"number": pa.float64(), "timestamp": utc}.get(f.type, pa.string()))
+                                   for k in pipeline.keys for f in pipeline.fields if f.name == k],
+                                 (pipeline.event_time, utc), ("window_start", utc),
                                  ("watermark", utc), ("value", pa.binary()), ("recorded_at", utc)]), None),
     }
     for path, (schema, partition_by) in wanted.items():

@@ -36,14 +36,24 @@ def _min_not_above_max(aggregations: tuple[Aggregation, ...]) -> list:
             for a in aggregations if a.kind == "max" and a.column in lows]
 
 
+def _keys_present(pipeline: Pipeline) -> list:
+    return [gx.expectations.ExpectColumnValuesToNotBeNull(column=k) for k in pipeline.keys]
+
+
+def _unique(columns: tuple[str, ...]):
+    if len(columns) == 1:
+        return gx.expectations.ExpectColumnValuesToBeUnique(column=columns[0])
+    return gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=list(columns))
+
+
 def state_expectations(pipeline: Pipeline, newest_archived: datetime | None) -> list:
     last_times = [LAST_BY_TIME] + [a.name for a in pipeline.aggregations
                                    if a.kind == "last" and a.column == pipeline.event_time]
     not_after_archive = [] if newest_archived is None else [
         gx.expectations.ExpectColumnValuesToBeBetween(column=c, max_value=newest_archived) for c in last_times]
     return [
-        gx.expectations.ExpectColumnValuesToNotBeNull(column=pipeline.key),
-        gx.expectations.ExpectColumnValuesToBeUnique(column=pipeline.key),
+        *_keys_present(pipeline),
+        _unique(pipeline.keys),
         *_counts_at_least_one(pipeline.aggregations),
         *_min_not_above_max(pipeline.aggregations),
         *not_after_archive,
@@ -54,7 +64,7 @@ def window_expectations(pipeline: Pipeline) -> list:
     size = pipeline.windows.size
     return [
         gx.expectations.ExpectColumnValuesToNotBeNull(column="window_start"),
-        gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=[pipeline.key, "window_start"]),
+        _unique((*pipeline.keys, "window_start")),
         gx.expectations.UnexpectedRowsExpectation(
             unexpected_rows_query=("SELECT * FROM {batch} WHERE window_end IS NULL OR window_end <> "
                                    f"window_start + INTERVAL {int(size.total_seconds())} SECONDS"),
@@ -65,8 +75,8 @@ def window_expectations(pipeline: Pipeline) -> list:
 
 def tile_expectations(pipeline: Pipeline) -> list:
     return [
-        gx.expectations.ExpectColumnValuesToNotBeNull(column=pipeline.key),
-        gx.expectations.ExpectCompoundColumnsToBeUnique(column_list=[pipeline.key, TILE_START, "kafka_partition"]),
+        *_keys_present(pipeline),
+        _unique((*pipeline.keys, TILE_START, "kafka_partition")),
         *_counts_at_least_one(pipeline.aggregations),
         *(_counts_at_least_one(pipeline.windows.aggregations, WINDOW_PREFIX) if pipeline.windows else []),
     ]

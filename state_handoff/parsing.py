@@ -129,7 +129,7 @@ def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
 
     Building the cache costs more than reading it, so it holds no more than the two passes read, and is written
     without columnar compression (deploy/spark.py)."""
-    used = {pipeline.key, pipeline.event_time, pipeline.event_id,
+    used = {*pipeline.keys, pipeline.event_time, pipeline.event_id,
             *(a.column for a in pipeline.all_aggregations if a.column)}
     fields = {f.name for f in pipeline.fields}
     failed = F.col("error").isNotNull()

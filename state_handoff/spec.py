@@ -102,8 +102,10 @@ class Field:
 
 @dataclass(frozen=True)
 class Pipeline:
+    """A pipeline: `key` names the field the state is keyed by, or a tuple of several (a composite key)."""
+
     name: str
-    key: str
+    key: str | tuple[str, ...]
     event_time: str
     event_id: str
     fields: tuple[Field, ...]
@@ -124,12 +126,23 @@ class Pipeline:
                 raise ValueError(f"pipeline {self.name}: fields {outer_name} and {inner_name} address "
                                  f"{'the same value' if inner == outer else 'a value and one inside it'} "
                                  f"({'.'.join(outer)}, {'.'.join(inner)}): give each field its own place")
-        for needed in (self.key, self.event_time, self.event_id):
+        if not self.keys or len(set(self.keys)) != len(self.keys):
+            raise ValueError(f"pipeline {self.name}: key {self.key!r} must name one field, or several different ones")
+        for needed in (*self.keys, self.event_time, self.event_id):
             if needed not in names:
                 raise ValueError(f"pipeline {self.name}: field {needed!r} is not declared")
+        optional = [f.name for f in self.fields if f.name in self.keys and not f.required]
+        if optional:
+            raise ValueError(f"pipeline {self.name}: key field {optional[0]!r} must be required (a record without "
+                             "it has no key)")
         for agg in self.all_aggregations:
             if agg.column and agg.column not in names:
                 raise ValueError(f"pipeline {self.name}: aggregation {agg.name} reads undeclared field {agg.column!r}")
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The fields the state is keyed by: one, or several for a composite key."""
+        return (self.key,) if isinstance(self.key, str) else tuple(self.key)
 
     @property
     def all_aggregations(self) -> tuple[Aggregation, ...]:

@@ -102,7 +102,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         partials = tiles
         if at_cut is not None:
-            columns = [pipeline.key, *partial_columns(pipeline.aggregations, keyed=True)]
+            columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
             partials = tiles.select(*columns).unionByName(at_cut.kafka_partials.select(*columns))
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
         state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)

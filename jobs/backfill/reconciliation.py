@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from functools import reduce
+from operator import and_
+
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -10,10 +13,15 @@ from state_handoff.aggregates import partial_columns
 from state_handoff.spec import Pipeline
 
 
+def _shown_key(keys: list) -> F.Column:
+    """A key as the reconciliation's examples show it: its value, or a composite key's fields as JSON."""
+    return (keys[0] if len(keys) == 1 else F.to_json(F.struct(*keys))).alias("key")
+
+
 def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, examples: int = 5) -> dict:
     """How many keys' recomputed state differs from the streamed state (expected 0), with a few examples.
     Doubles compare to 1e-9 relative: the two phases add the same values in different orders."""
-    key = pipeline.key
+    keys = pipeline.keys
     columns = partial_columns(pipeline.aggregations, keyed=True)
     types = dict(recomputed.dtypes)
     r, s = F.col("r.__present"), F.col("s.__present")
@@ -26,10 +34,10 @@ def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, ex
         else:
             differs = differs | ~a.eqNullSafe(b)
     joined = (recomputed.withColumn("__present", F.lit(True)).alias("r")
-              .join(streamed.select(key, *columns).withColumn("__present", F.lit(True)).alias("s"),
-                    F.col(f"r.`{key}`") == F.col(f"s.`{key}`"), "full_outer")
+              .join(streamed.select(*keys, *columns).withColumn("__present", F.lit(True)).alias("s"),
+                    reduce(and_, [F.col(f"r.`{k}`") == F.col(f"s.`{k}`") for k in keys]), "full_outer")
               .where(differs)
-              .select(F.coalesce(F.col(f"r.`{key}`"), F.col(f"s.`{key}`")).alias("key"),
+              .select(_shown_key([F.coalesce(F.col(f"r.`{k}`"), F.col(f"s.`{k}`")).alias(k) for k in keys]),
                       F.to_json(F.struct(*[F.col(f"r.`{c}`").alias(c) for c in columns])).alias("recomputed"),
                       F.to_json(F.struct(*[F.col(f"s.`{c}`").alias(c) for c in columns])).alias("streamed"))
               .persist(StorageLevel.DISK_ONLY))

@@ -4,6 +4,7 @@ one line on stderr and an exit code instead of a traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -65,6 +66,9 @@ def run_reporting_errors(name: str, handler: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`switchyard pipelines | head -1`): nothing more to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def main(argv: list[str] | None = None) -> int:

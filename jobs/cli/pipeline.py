@@ -170,7 +170,8 @@ def run_pipelines_command(args) -> int:
     for name, target in sorted(available().items()):
         spec = get_pipeline(name)
         windows = f", windows of {spec.windows.size}" if spec.windows else ""
-        print(f"{name}  (key {spec.key}{windows}; {target})" + (f"\n    {spec.description}" if spec.description else ""))
+        keys = ", ".join(spec.keys)
+        print(f"{name}  (key {keys}{windows}; {target})" + (f"\n    {spec.description}" if spec.description else ""))
     return 0
 
 

@@ -25,21 +25,28 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
 def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
     """Well-formed events as keyed partial rows, marked as stream input."""
     return parsed.where(F.col("error").isNull()).select(
-        pipeline.key, *event_as_partial(pipeline, pipeline.aggregations, keyed=True),
+        *pipeline.keys, *event_as_partial(pipeline, pipeline.aggregations, keyed=True),
         F.lit(1).cast("long").alias(EVENTS_SEEN))
 
 
 def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
     """The running keyed state over seed and event partials; EVENTS_SEEN tells seed-only keys apart."""
-    return (partials.groupBy(pipeline.key)
+    return (partials.groupBy(*pipeline.keys)
             .agg(*merge_aggregations(pipeline.aggregations, keyed=True), F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
-            .select(pipeline.key, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
+            .select(*pipeline.keys, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
+
+
+def update_key(pipeline: Pipeline) -> F.Column:
+    """An update record's Kafka key: the key's value, or for a composite key its fields as a JSON object."""
+    if len(pipeline.keys) == 1:
+        return F.col(pipeline.keys[0])
+    return F.to_json(F.struct(*pipeline.keys), JSON_OPTIONS)
 
 
 def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
     """Changed keys as `<pipeline>.updates` records: key, the whole state as JSON, the handoff as a header."""
     return changed.select(
-        F.col(pipeline.key).cast("binary").alias("key"),
+        update_key(pipeline).cast("binary").alias("key"),
         F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
         F.array(F.struct(F.lit(HANDOFF_HEADER).alias("key"), F.lit(handoff_id).cast("binary").alias("value")))
         .alias("headers"))

@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.delta_txn import TxnApp, merge_once
+from jobs.delta_txn import TxnApp, keys_equal, merge_once
 from jobs.seed import UPDATE_VERSION
 from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
 from state_handoff import faults, handoff_log, kept_versions, stream_progress
@@ -37,8 +37,8 @@ def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: 
                                        .alias("s"))
     order = (F.struct(F.col(f"s.{UPDATE_VERSION}"), F.col("offset")) if UPDATE_VERSION in schema.fieldNames()
              else F.col("offset"))
-    return (rows.groupBy(F.col(f"s.`{pipeline.key}`").alias("__key")).agg(F.max_by("s", order).alias("s"))
-            .select("s.*"))
+    keys = [F.col(f"s.`{k}`").alias(f"__key{i}") for i, k in enumerate(pipeline.keys)]
+    return rows.groupBy(*keys).agg(F.max_by("s", order).alias("s")).select("s.*")
 
 
 def forward_only(schema) -> str | None:
@@ -101,8 +101,7 @@ class StateSink:
             return
         if self.table is None:
             self.table = DeltaTable(self.tables.state, storage_options=storage.delta_options(self.tables.state))
-        key = self.pipeline.key
-        merge_once(self.table, newest, f't."{key}" = s."{key}"', str(self.app), batch_id,
+        merge_once(self.table, newest, keys_equal(self.pipeline.keys), str(self.app), batch_id,
                    matched_when=forward_only(self.schema))
         faults.reach("stream.state.after_merge")
         stream_progress.record(self.tables, stream_progress.BatchRow(
