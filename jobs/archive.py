@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from state_handoff.errors import UserError
@@ -115,12 +115,10 @@ def _commit(root: str, version: int, meta: dict, lease: Lease | None) -> None:
                         "archive run without the lease?): nothing committed; run the archive again")
 
 
-def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
-                cut: dict[int, tuple[int, int]], out=print, lease: Lease | None = None) -> str:
-    """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files.
-    `lease`: the pipeline's lease this run holds, checked before it removes orphans and before it commits."""
-    started = time.monotonic()
-    root = tables.archive
+def prepare(pipeline: Pipeline, root: str, topic: str, cut: dict[int, tuple[int, int]], lease: Lease | None,
+            out) -> tuple[int, dict, dict, dict[int, tuple[int, int]]]:
+    """Before an archive run writes: its record checked (the version read, the record, its files' ranges), the
+    files an interrupted run left removed, and per partition the range to write from the previous cut to `cut`."""
     version, previous = _previous(root, topic)
     if previous:
         check_record(root, previous)
@@ -131,10 +129,19 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
         out(f"archive {pipeline.name}: removing {len(orphans)} file{'s' * (len(orphans) != 1)} an interrupted "
             "archive run left uncommitted")
         remove_files(orphans)
-    committed = _committed_ranges(root, previous)
     to_write, trimmed = plan_archive(pipeline.name, _by_partition(previous.get("cut", {})), cut)
     for line in trimmed:
         out(line)
+    return version, previous, _committed_ranges(root, previous), to_write
+
+
+def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
+                cut: dict[int, tuple[int, int]], out=print, lease: Lease | None = None) -> str:
+    """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files.
+    `lease`: the pipeline's lease this run holds, checked before it removes orphans and before it commits."""
+    started = time.monotonic()
+    root = tables.archive
+    version, previous, committed, to_write = prepare(pipeline, root, topic, cut, lease, out)
     reading = {p: r for p, r in to_write.items() if r[1] > r[0]}
     if not reading:
         return (f"archive {pipeline.name}: {topic} is archived up to {_per_partition(_by_partition(previous['cut']))} "
@@ -149,12 +156,30 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
                .load()
                .select(F.col("partition").alias("kafka_partition"), F.col("offset").alias("kafka_offset"),
                        F.col("timestamp").alias("kafka_timestamp"), F.col("key").alias("kafka_key"), "value"))
-    parsed = parse_events(pipeline, records)
+    ends, total = write_and_commit(root, version, previous, committed, to_write, topic,
+                                   archived_dates(pipeline, parse_events(pipeline, records)), lease)
+    seconds = time.monotonic() - started
+    return (f"archive {pipeline.name}: {total} records from {topic} into {root} in {seconds:.1f}s "
+            f"({total / max(seconds, 1e-9):,.0f} records/s); the archive now ends at {_per_partition(ends)}")
+
+
+def archived_dates(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
+    """The archive's columns, each record in the day folder of its event time (or, without one, of its Kafka
+    timestamp)."""
     event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
-    archived = parsed.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "value",
-                             event_date.alias("event_date"))
+    return parsed.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "value",
+                         event_date.alias("event_date"))
+
+
+def write_and_commit(root: str, version: int, previous: dict, committed: dict, to_write: dict[int, tuple[int, int]],
+                     topic: str, archived: DataFrame, lease: Lease | None,
+                     source: dict | None = None) -> tuple[dict[int, int], int]:
+    """Write `archived` (the records of the ranges `to_write`, with their day) as new day folders and commit them in
+    the record: the new cut and first offsets, the files' ranges, the run. Returns the cut and how many records
+    were written."""
+    reading = {p: r for p, r in to_write.items() if r[1] > r[0]}
     before = {f.path for f in files_on_disk(root)}
-    # Spark names appended files uniquely; until the metadata below names them, readers do not see them.
+    # Spark names appended files uniquely; until the record below names them, readers do not see them.
     archived.write.mode("append").partitionBy("event_date").parquet(root)
     written = file_ranges(root, [f.path for f in files_on_disk(root) if f.path not in before])
     total = sum(n for ranges in written.values() for _, _, n in ranges.values())
@@ -163,13 +188,11 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     wrote = file_totals(written)
     run = {"from": {str(p): lo for p, (lo, _) in sorted(reading.items())},
            "to": {str(p): hi for p, (_, hi) in sorted(reading.items())},
-           "records": {str(p): wrote.get(p, 0) for p in sorted(reading)}}
+           "records": {str(p): wrote.get(p, 0) for p in sorted(reading)}, **(source or {})}
     runs = recorded_runs({**previous, "files": committed}) if previous else []
     _commit(root, version, {**previous, "topic": topic,
                              "cut": {str(p): o for p, o in sorted(ends.items())},
                              "first": {str(p): o for p, o in sorted(firsts.items())},
                              "records": previous.get("records", 0) + total, "files": {**committed, **written},
                              "runs": [*runs, run]}, lease)
-    seconds = time.monotonic() - started
-    return (f"archive {pipeline.name}: {total} records from {topic} into {root} in {seconds:.1f}s "
-            f"({total / max(seconds, 1e-9):,.0f} records/s); the archive now ends at {_per_partition(ends)}")
+    return ends, total

@@ -43,6 +43,17 @@ def run_archive_command(args) -> int:
     from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
+    if args.from_connect:
+        from jobs.connect_archive import connect_files, import_connect_archive
+
+        connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
+        with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
+            print(import_connect_archive(_spark("archive"), pipeline, tables, args.from_connect, args.topic,
+                                         lease=held))
+        return 0
+    if not args.topic:
+        raise UserError("name the topic with --topic (or take in a Kafka Connect archive with "
+                        "--from-connect PATH)")
     cut = archive_cut(args.bootstrap, args.topic, args.fraction, args.until_offsets)
     # one writer of the archive at a time (another run would remove this one's files as orphans); the stream, a
     # backfill and a handoff hold the pipeline's lease and read only what the record has committed
@@ -193,10 +204,12 @@ def add_pipeline_commands(commands, common) -> None:
 
     archive = commands.add_parser("archive", help="archive a topic up to a cut into Parquet day folders")
     pipeline_option(archive)
-    archive.add_argument("--topic", required=True)
+    archive.add_argument("--topic", help="the topic (with --from-connect: needed only when the files hold several)")
     cut = archive.add_mutually_exclusive_group(required=True)
     cut.add_argument("--fraction", type=float, help="archive this share of each partition (0..1)")
     cut.add_argument("--until-offsets", help='JSON of partition to exclusive end offset, e.g. {"0": 1200}')
+    cut.add_argument("--from-connect", metavar="PATH", help="take in the files Kafka Connect's S3 sink wrote below "
+                                                            "PATH (<topic>+<partition>+<startOffset>.json|parquet)")
     common(archive)
     archive.set_defaults(handler=run_archive_command)
 

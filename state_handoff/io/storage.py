@@ -135,6 +135,20 @@ def list_dir(uri: str) -> list[str]:
     return sorted(info.base_name for info in infos)
 
 
+def list_files(uri: str) -> list[str]:
+    """Every file below the folder `uri`, at any depth, each named from `uri` on; sorted."""
+    from pyarrow import fs
+
+    filesystem_, path = filesystem(uri)
+    try:
+        infos = filesystem_.get_file_info(fs.FileSelector(path, recursive=True, allow_not_found=True))
+    except NotADirectoryError:
+        return []
+    prefix = path.rstrip("/") + "/"
+    return sorted(join(uri, info.path[len(prefix):]) for info in infos
+                  if info.type == fs.FileType.File and info.path.startswith(prefix))
+
+
 def read_bytes(uri: str) -> bytes:
     """The file's content; FileNotFoundError when there is none."""
     filesystem_, path = filesystem(uri)
