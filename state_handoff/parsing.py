@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from functools import reduce
+
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
-from state_handoff.spec import Pipeline
+from state_handoff.spec import AVRO_TIMESTAMPS, Pipeline
 
 # ISO-8601 with an explicit UTC designator or offset; anything else is malformed, however lenient Spark's cast.
 ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
@@ -63,12 +66,48 @@ def _at(column: str | Column, path: tuple[str, ...]) -> Column:
 def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Add the pipeline's typed fields and `error` (null when well-formed) to records with a binary `value`.
 
-    Strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5" is not);
-    a timestamp must match ISO_TIMESTAMP and be a real instant. A field is read at its path (`Field.path`); an
-    object on the way that is missing or not an object leaves it missing. A value above `max_record_bytes()` is
-    TOO_LARGE, and not parsed.
+    JSON values (the default): strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5"
+    is not); a timestamp must match ISO_TIMESTAMP and be a real instant. Avro values (`Pipeline.avro`): see
+    `_avro_fields`. A field is read at its path (`Field.path`); an object on the way that is missing or not an
+    object leaves it missing. A value above `max_record_bytes()` is TOO_LARGE, and not parsed.
     """
     oversized = too_large()
+    parsed, texts, numbers, times, checks = (_avro_fields if pipeline.avro else _json_fields)(pipeline, records,
+                                                                                            oversized)
+    checks = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE), *checks]
+    typed: dict[str, Column] = {}
+    for f in pipeline.fields:
+        text = texts.get(f.name)
+        if f.type == "string":
+            typed[f.name] = text
+            bad = text.isNull() | (text == "")
+            reason = missing(f.name)
+        elif f.type == "timestamp":
+            typed[f.name] = times[f.name] if f.name in times else \
+                F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text))
+            bad = typed[f.name].isNull()
+            reason = invalid(f.name)
+        else:
+            number = numbers[f.name]
+            typed[f.name] = F.when(~F.isnan(number) & (F.abs(number) != F.lit(float("inf"))), number)
+            bad = typed[f.name].isNull()
+            reason = invalid(f.name)
+        if f.required:
+            checks.append((bad, reason))
+    error = F.lit(None).cast("string")
+    for condition, reason in reversed(checks):
+        error = F.when(condition, F.lit(reason)).otherwise(error)
+    kept = [c for c in records.columns if c not in typed]
+    names = [f.name for f in pipeline.fields] + ["error"]
+    typed_rows = parsed.select(*kept, *[typed[f.name].alias(f.name) for f in pipeline.fields], error.alias("error"))
+    # One parse per record: a generator is a barrier the optimizer cannot push `error IS NULL` through,
+    # whereas over plain projections the filter moves below the parse and evaluates from_json again.
+    return typed_rows.select(*kept, F.inline(F.array(F.struct(*names))))
+
+
+def _json_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
+    """JSON values: (records with the parse's columns, each field's text, each number field's value, the
+    timestamps the decoder typed itself (none for JSON), the checks before the fields')."""
     raw = F.when(~oversized, F.col("value").cast("string"))
     corrupt = {"columnNameOfCorruptRecord": "_corrupt_record"}
     numeric = [f for f in pipeline.fields if f.type not in ("string", "timestamp")]
@@ -88,38 +127,51 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
            .otherwise(_at("__typed", f.json_path)) for f in numeric}})
     is_object = (F.when(refused, F.col("__json").isNotNull() & F.col("__json._corrupt_record").isNull())
                  .otherwise(F.col("__typed").isNotNull()) & F.ltrim(raw).startswith("{"))
-    typed: dict[str, Column] = {}
-    checks: list[tuple[Column, str]] = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE),
-                                        (~is_object, NOT_JSON_OBJECT)]
+    texts = {}
     for f in pipeline.fields:
         top, *inside = f.json_path
         again = (F.get_json_object(raw, "$" + "".join(f"['{part}']" for part in f.json_path)) if inside
                  else F.col("__json").getField(top))
-        text = F.when(refused, again).otherwise(_at("__typed", f.json_path))
-        if f.type == "string":
-            typed[f.name] = text
-            bad = text.isNull() | (text == "")
-            reason = missing(f.name)
-        elif f.type == "timestamp":
-            typed[f.name] = F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text))
-            bad = typed[f.name].isNull()
-            reason = invalid(f.name)
-        else:
-            number = F.col(f"__number_{f.name}")
-            typed[f.name] = F.when(~F.isnan(number) & (F.abs(number) != F.lit(float("inf"))), number)
-            bad = typed[f.name].isNull()
-            reason = invalid(f.name)
-        if f.required:
-            checks.append((bad, reason))
-    error = F.lit(None).cast("string")
-    for condition, reason in reversed(checks):
-        error = F.when(condition, F.lit(reason)).otherwise(error)
-    kept = [c for c in records.columns if c not in typed]
-    names = [f.name for f in pipeline.fields] + ["error"]
-    typed_rows = parsed.select(*kept, *[typed[f.name].alias(f.name) for f in pipeline.fields], error.alias("error"))
-    # One parse per record: a generator is a barrier the optimizer cannot push `error IS NULL` through,
-    # whereas over plain projections the filter moves below the parse and evaluates from_json again.
-    return typed_rows.select(*kept, F.inline(F.array(F.struct(*names))))
+        texts[f.name] = F.when(refused, again).otherwise(_at("__typed", f.json_path))
+    numbers = {f.name: F.col(f"__number_{f.name}") for f in numeric}
+    return parsed, texts, numbers, {}, [(~is_object, NOT_JSON_OBJECT)]
+
+
+NOT_CONFLUENT_AVRO = "not_confluent_avro"
+UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+BAD_AVRO = "bad_avro"
+
+
+def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
+    """Avro values in Confluent's wire format: a value shorter than its 5-byte header or without the zero magic byte
+    is NOT_CONFLUENT_AVRO, one of another schema id UNKNOWN_SCHEMA_ID, one whose body does not decode as a record
+    of the declared writer schema BAD_AVRO. A string field takes any Avro value as its text; a number is a finite
+    int, long, float or double; a timestamp an Avro timestamp, or a string that is an ISO-8601 instant."""
+    from pyspark.sql.avro.functions import from_avro
+
+    avro = pipeline.avro
+    value = F.col("value")
+    framed = (F.octet_length(value) > 5) & (F.hex(F.substring(value, 1, 1)) == "00")
+    schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
+    body = F.when(~oversized & framed & (schema_id == avro.schema_id), F.expr("substring(value, 6)"))
+    parsed = records.withColumn("__avro", from_avro(body, avro.schema_json, {"mode": "PERMISSIVE"}))
+    texts, numbers, times = {}, {}, {}
+    for f in pipeline.fields:
+        found = _at("__avro", f.json_path)
+        kind = avro.type_at(f.json_path)
+        logical = kind.get("logicalType") if isinstance(kind, dict) else None
+        texts[f.name] = found.cast("string")
+        if f.type == "timestamp" and logical in AVRO_TIMESTAMPS:
+            times[f.name] = found
+        if f.type == "number":
+            numbers[f.name] = found.cast("double") if kind in ("int", "long", "float", "double") else \
+                F.lit(None).cast("double")
+    # PERMISSIVE decoding leaves a body that is not a record of the schema null, or a record of nothing but nulls
+    top = [f["name"] for f in json.loads(avro.schema_json)["fields"]]
+    undecoded = F.col("__avro").isNull() | reduce(lambda a, b: a & b,
+                                                  [F.col("__avro").getField(name).isNull() for name in top])
+    checks = [(~framed, NOT_CONFLUENT_AVRO), (schema_id != avro.schema_id, UNKNOWN_SCHEMA_ID), (undecoded, BAD_AVRO)]
+    return parsed, texts, numbers, times, checks
 
 
 def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Literal
 
 AggregationKind = Literal["count", "sum", "min", "max", "mean", "first", "last"]
@@ -100,6 +102,55 @@ class Field:
         return tuple((self.path if self.path is not None else self.name).split("."))
 
 
+AVRO_TIMESTAMPS = ("timestamp-millis", "timestamp-micros")
+
+
+@dataclass(frozen=True)
+class AvroFormat:
+    """Record values in Confluent's wire format: a zero magic byte, the writer schema's registry id (4 bytes,
+    big-endian), then the Avro binary encoding of one record of that schema. `schema` is the writer schema's `.avsc`
+    file, declared beside the pipeline; `schema_id` the id its records carry. A field's `path` names record fields
+    (a union with null reads as its other branch); a `timestamp` field is an Avro `timestamp-millis` or
+    `timestamp-micros` long, or a string read as an ISO-8601 instant."""
+
+    schema: str | Path
+    schema_id: int
+
+    def __post_init__(self):
+        if not 0 <= self.schema_id < 2 ** 31:
+            raise ValueError(f"Avro schema id {self.schema_id} must be between 0 and 2^31 - 1")
+        try:
+            parsed = json.loads(Path(self.schema).read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"Avro schema {self.schema}: cannot read it as JSON ({err})") from None
+        if not isinstance(parsed, dict) or parsed.get("type") != "record":
+            raise ValueError(f"Avro schema {self.schema}: the writer schema must be a record")
+
+    @property
+    def schema_json(self) -> str:
+        return Path(self.schema).read_text()
+
+    def type_at(self, path: tuple[str, ...]):
+        """The Avro type at `path` (a union with null as its other branch), None when the schema has no such
+        field."""
+        node = json.loads(self.schema_json)
+        for part in path:
+            node = _non_null(node)
+            if not isinstance(node, dict) or node.get("type") != "record":
+                return None
+            node = next((f["type"] for f in node["fields"] if f["name"] == part), None)
+            if node is None:
+                return None
+        return _non_null(node)
+
+
+def _non_null(avro_type):
+    if isinstance(avro_type, list):
+        others = [t for t in avro_type if t != "null"]
+        return others[0] if len(others) == 1 else avro_type
+    return avro_type
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """A pipeline: `key` names the field the state is keyed by, or a tuple of several (a composite key)."""
@@ -112,6 +163,7 @@ class Pipeline:
     aggregations: tuple[Aggregation, ...]
     windows: TumblingWindows | None = None
     description: str = ""
+    avro: AvroFormat | None = None  # None: JSON values
     extra: dict = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -138,6 +190,10 @@ class Pipeline:
         for agg in self.all_aggregations:
             if agg.column and agg.column not in names:
                 raise ValueError(f"pipeline {self.name}: aggregation {agg.name} reads undeclared field {agg.column!r}")
+        for f in self.fields if self.avro else ():
+            if self.avro.type_at(f.json_path) is None:
+                raise ValueError(f"pipeline {self.name}: field {f.name} is at {'.'.join(f.json_path)}, which the Avro "
+                                 f"schema {self.avro.schema} does not have")
 
     @property
     def keys(self) -> tuple[str, ...]:

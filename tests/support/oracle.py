@@ -344,3 +344,41 @@ def classify_fields(value: bytes | None, fields) -> tuple[str | None, dict | Non
         if bad and f.required:
             return reason, None
     return None, typed
+
+
+def classify_avro(value: bytes | None, fields, avro) -> tuple[str | None, dict | None]:
+    """Any Avro pipeline's parse of one value in Confluent's wire format, decoded by fastavro (not Spark): (reason,
+    None) for a malformed value, (None, {field: typed value}) for a well-formed one."""
+    import io as _io
+
+    import fastavro
+
+    if value is None:
+        return "tombstone", None
+    if len(value) > max_record_bytes():
+        return "too_large", None
+    if len(value) <= 5 or value[0] != 0:
+        return "not_confluent_avro", None
+    if int.from_bytes(value[1:5], "big") != avro.schema_id:
+        return "unknown_schema_id", None
+    try:
+        record = fastavro.schemaless_reader(_io.BytesIO(value[5:]), fastavro.parse_schema(json.loads(avro.schema_json)))
+    except Exception:  # noqa: BLE001 - any decoding failure is the record's
+        return "bad_avro", None
+    if all(v is None for v in record.values()):  # nothing decoded: a body that only looks like a record
+        return "bad_avro", None
+    typed = {}
+    for f in fields:
+        found = _at_path(record, f.json_path)
+        if f.type == "string":
+            text = None if found is None else str(found)
+            typed[f.name], bad, reason = (text or None), not text, f"missing_{f.name}"
+        elif f.type == "timestamp":
+            when = found.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(found, datetime) else None
+            typed[f.name], bad, reason = when, when is None, f"bad_{f.name}"
+        else:
+            number = float(found) if _finite_number(found) else None
+            typed[f.name], bad, reason = number, number is None, f"bad_{f.name}"
+        if bad and f.required:
+            return reason, None
+    return None, typed
