@@ -27,15 +27,22 @@ WINDOW_PREFIX = "window_"
 # How partials combine, declared once per kind. Each rule has two forms that agree: the aggregate over
 # many partial rows (a groupBy merge) and the fold of a source row into a target row (a MERGE, _FOLD_SQL). They
 # agree because Spark's Sum, Min and Max update by exactly these folds: a NULL-skipping +, least,
-# greatest. The `last` fields combine as one struct (time, id, values...) under max.
+# greatest. The `last` fields combine as one struct (time, id, values...) under max. A variance's partials are
+# (count, sum, M2), M2 the sum of squared deviations from the partial's own mean: count and sum add up, and M2
+# merges by Chan's formula (the "chan" rule, which reads its siblings).
 _KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max",
-                  "first": "min"}
+                  "first": "min", "variance": "sum", "stddev": "sum"}
+_SPREAD = ("variance", "stddev")
 _STRUCTS = ("last", "first")  # the kinds that combine inside a struct ordered by (event_time, event_id)
 _OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max}
 
 
 def _partial_names(agg: Aggregation) -> list[str]:
-    return [f"{agg.name}__sum", f"{agg.name}__count"] if agg.kind == "mean" else [agg.name]
+    if agg.kind == "mean":
+        return [f"{agg.name}__sum", f"{agg.name}__count"]
+    if agg.kind in _SPREAD:
+        return [f"{agg.name}__count", f"{agg.name}__sum", f"{agg.name}__m2"]
+    return [agg.name]
 
 
 def _ordered(aggs: tuple[Aggregation, ...], keyed: bool) -> bool:
@@ -45,8 +52,8 @@ def _ordered(aggs: tuple[Aggregation, ...], keyed: bool) -> bool:
 
 def _combined(aggs: tuple[Aggregation, ...]) -> list[tuple[str, str]]:
     """(partial column, rule) for every partial outside the `last` and `first` structs."""
-    return [(name, _KIND_COMBINES[agg.kind]) for agg in aggs if agg.kind not in _STRUCTS
-            for name in _partial_names(agg)]
+    return [(name, "chan" if name.endswith("__m2") and agg.kind in _SPREAD else _KIND_COMBINES[agg.kind])
+            for agg in aggs if agg.kind not in _STRUCTS for name in _partial_names(agg)]
 
 
 def _ordered_fields(aggs: tuple[Aggregation, ...], keyed: bool) -> list[str]:
@@ -74,7 +81,10 @@ def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
         "min": lambda: [F.min(col).alias(name)],
         "max": lambda: [F.max(col).alias(name)],
         "mean": lambda: [F.sum(col).alias(f"{name}__sum"), F.count(col).alias(f"{name}__count")],
-    }[agg.kind]()
+        # Spark's var_pop updates by Welford's method: M2 = var_pop * count, stable however large the mean
+        "variance": lambda: [F.count(col).alias(f"{name}__count"), F.sum(col).alias(f"{name}__sum"),
+                             (F.var_pop(col) * F.count(col)).alias(f"{name}__m2")],
+    }["variance" if agg.kind in _SPREAD else agg.kind]()
 
 
 def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix: str = "",
@@ -96,12 +106,33 @@ def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix
 
 def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
     """Aggregate expressions over partial rows, producing the same partial columns."""
-    exprs = [_OVER_ROWS[rule](F.col(prefix + name)).alias(prefix + name) for name, rule in _combined(aggs)]
+    exprs = [(_chan_over_rows(prefix, name) if rule == "chan" else _OVER_ROWS[rule](F.col(prefix + name)))
+             .alias(prefix + name) for name, rule in _combined(aggs)]
     for kind, fields, struct in (("last", _ordered_fields(aggs, keyed), _LAST), ("first", _first_fields(aggs), _FIRST)):
         if fields:
             order = F.struct(*[F.col(prefix + name).alias(name) for name in fields])
             exprs.append(_OVER_ROWS[_KIND_COMBINES[kind]](order).alias(prefix + struct))
     return exprs
+
+
+def _chan_over_rows(prefix: str, m2: str) -> Column:
+    """Chan's merge of many partials (n_i, s_i, M2_i): M2 = sum M2_i + sum s_i^2 / n_i - (sum s_i)^2 / sum n_i,
+    null while no value was seen."""
+    base = prefix + m2[: -len("__m2")]
+    n, s = F.col(f"{base}__count"), F.col(f"{base}__sum")
+    between = F.sum(F.when(n > 0, s * s / n)) - F.sum(s) * F.sum(s) / F.sum(n)
+    return F.when(F.sum(n) > 0, F.coalesce(F.sum(F.col(prefix + m2)), F.lit(0.0)) + F.greatest(between, F.lit(0.0)))
+
+
+def _chan_fold_sql(t, s, m2: str) -> str:
+    """Chan's pairwise merge of the source's (n, s, M2) into the target's, as a MERGE sets it."""
+    base = m2[: -len("__m2")]
+    tn, ts, tm = t(f"{base}__count"), t(f"{base}__sum"), t(m2)
+    sn, ss, sm = s(f"{base}__count"), s(f"{base}__sum"), s(m2)
+    delta = f"({ts} / CAST({tn} AS DOUBLE) - {ss} / CAST({sn} AS DOUBLE))"
+    return (f"CASE WHEN {tn} IS NULL OR {tn} = 0 THEN {sm} WHEN {sn} IS NULL OR {sn} = 0 THEN {tm} "
+            f"ELSE {tm} + {sm} + {delta} * {delta} * CAST({tn} AS DOUBLE) * CAST({sn} AS DOUBLE) "
+            f"/ CAST({tn} + {sn} AS DOUBLE) END")
 
 
 _FOLD_SQL = {"sum": "coalesce({t} + {s}, {t}, {s})", "min": "least({t}, {s})", "max": "greatest({t}, {s})"}
@@ -121,7 +152,9 @@ def merge_into_sql(aggs: tuple[Aggregation, ...], target: str = "t", source: str
     def q(alias: str, name: str) -> str:
         return f'{alias}."{name}"'
 
-    sets = {name: _FOLD_SQL[rule].format(t=q(target, name), s=q(source, name)) for name, rule in _combined(aggs)}
+    sets = {name: (_chan_fold_sql(lambda n: q(target, n), lambda n: q(source, n), name) if rule == "chan"
+                   else _FOLD_SQL[rule].format(t=q(target, name), s=q(source, name)))
+            for name, rule in _combined(aggs)}
     def greater(name: str) -> str:
         s, t = q(source, name), q(target, name)
         return f"({s} IS NOT NULL AND ({t} IS NULL OR {s} > {t}))"
@@ -156,6 +189,10 @@ def final_columns(aggs: tuple[Aggregation, ...], prefix: str = "") -> list[Colum
     for agg in aggs:
         if agg.kind == "mean":
             cols.append((F.col(f"{prefix}{agg.name}__sum") / F.col(f"{prefix}{agg.name}__count")).alias(agg.name))
+        elif agg.kind in _SPREAD:
+            n = F.col(f"{prefix}{agg.name}__count")
+            sample = F.when(n > 1, F.col(f"{prefix}{agg.name}__m2") / (n - 1))
+            cols.append((F.sqrt(sample) if agg.kind == "stddev" else sample).alias(agg.name))
         else:
             cols.append(F.col(prefix + agg.name).alias(agg.name))
     return cols
@@ -171,6 +208,10 @@ def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: b
         elif agg.kind == "mean":
             cols += [value.alias(f"{agg.name}__sum"),
                      F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long").alias(f"{agg.name}__count")]
+        elif agg.kind in _SPREAD:
+            cols += [F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long").alias(f"{agg.name}__count"),
+                     value.alias(f"{agg.name}__sum"),
+                     F.when(value.isNotNull(), F.lit(0.0)).alias(f"{agg.name}__m2")]
         elif agg.kind not in _STRUCTS:
             cols.append(F.col(agg.column).alias(agg.name))
     if _ordered(aggs, keyed):

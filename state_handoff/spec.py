@@ -9,8 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-AggregationKind = Literal["count", "sum", "min", "max", "mean", "first", "last"]
-KINDS = ("count", "sum", "min", "max", "mean", "first", "last")
+AggregationKind = Literal["count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last"]
+KINDS = ("count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last")
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,16 @@ def maximum(name: str, column: str) -> Aggregation:
 
 def mean(name: str, column: str) -> Aggregation:
     return Aggregation(name, "mean", column)
+
+
+def variance(name: str, column: str) -> Aggregation:
+    """The sample variance of `column` (null below two values)."""
+    return Aggregation(name, "variance", column)
+
+
+def stddev(name: str, column: str) -> Aggregation:
+    """The sample standard deviation of `column` (null below two values)."""
+    return Aggregation(name, "stddev", column)
 
 
 def first(name: str, column: str) -> Aggregation:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 from collections import defaultdict
 from datetime import timedelta
 
@@ -21,7 +22,7 @@ from jobs.stream import StreamSettings, run_stream
 from state_handoff import handoff_log
 from state_handoff.handoff import run_handoff
 from state_handoff.lifecycle import Status
-from state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, total
+from state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
 from state_handoff.tables import Tables
 from tests.support import oracle
 
@@ -33,7 +34,7 @@ PIPELINE = Pipeline(
     fields=(Field("event_id", "string", required=False), Field("key", "string"), Field("kind", "string"),
             Field("event_time", "timestamp"), Field("amount", "number")),
     aggregations=(count("events"), total("amount_sum", "amount"), first("first_amount", "amount"),
-                  last("last_amount", "amount")),
+                  last("last_amount", "amount"), stddev("amount_sd", "amount")),
     windows=TumblingWindows(size=timedelta(minutes=30), allowed_lateness=timedelta(minutes=10),
                             aggregations=(count("events"),)),
 )
@@ -45,7 +46,8 @@ def _quiet(*_):
 
 
 def _expected(records) -> tuple[dict, int]:
-    """Per (key, kind): count, sum, and the amounts of the first and last events by (event_time, event_id)."""
+    """Per (key, kind): count, sum, the amounts of the first and last events by (event_time, event_id), and the
+    amounts' sample variance (None below two)."""
     groups, malformed = defaultdict(list), 0
     for r in records:
         reason, event = oracle.classify_fields(r.value, PIPELINE.fields)
@@ -57,7 +59,8 @@ def _expected(records) -> tuple[dict, int]:
     def order(e):
         return e["event_time"], (0, "") if e["event_id"] is None else (1, e["event_id"]), e["amount"]
 
-    return {k: (len(es), sum(e["amount"] for e in es), min(es, key=order)["amount"], max(es, key=order)["amount"])
+    return {k: (len(es), sum(e["amount"] for e in es), min(es, key=order)["amount"], max(es, key=order)["amount"],
+                statistics.variance([e["amount"] for e in es]) if len(es) > 1 else None)
             for k, es in groups.items()}, malformed
 
 
@@ -68,10 +71,14 @@ def _state(tables: Tables) -> dict:
 def _matches(tables: Tables, expected: dict) -> None:
     state = _state(tables)
     assert set(state) == set(expected)
-    for k, (n, amount_sum, first_amount, last_amount) in expected.items():
+    for k, (n, amount_sum, first_amount, last_amount, amount_variance) in expected.items():
         row = state[k]
         assert (row["events"], row["first_amount"], row["last_amount"]) == (n, first_amount, last_amount), k
         assert row["amount_sum"] == pytest.approx(amount_sum, rel=1e-9, abs=1e-6), k
+        # the standard deviation's mergeable parts: count, sum and M2 (the squared deviations' sum)
+        assert row["amount_sd__count"] == n
+        if amount_variance is not None:
+            assert row["amount_sd__m2"] / (n - 1) == pytest.approx(amount_variance, rel=1e-9), k
 
 
 @pytest.mark.timeout(1800)

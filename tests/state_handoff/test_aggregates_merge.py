@@ -19,11 +19,11 @@ from pyspark.sql.types import TimestampType
 
 from jobs.aggregation import state_from_partials, tile_start, window_partials_merged
 from jobs.delta_txn import merge_once
-from state_handoff.aggregates import (event_aggregations, flatten_last, merge_aggregations, merge_into_sql,
-                                      partial_columns)
+from state_handoff.aggregates import (event_aggregations, final_columns, flatten_last, merge_aggregations,
+                                      merge_into_sql, partial_columns)
 from state_handoff.parsing import parse_events
 from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, first, last, maximum, mean, minimum,
-                                total)
+                                stddev, total, variance)
 
 AGGREGATIONS = (
     count("n"),
@@ -212,3 +212,75 @@ def test_merge_aggregations_reads_prefixed_partials(spark):
               .select(*WINDOWS, *flatten_last(aggs, "w__"))
               .withColumnsRenamed({"w__" + c: c for c in partial_columns(aggs)}))
     assert _rows(merged, WINDOWS, keyed=False) == _rows(partials, WINDOWS, keyed=False)
+
+
+SPREAD = Pipeline(
+    name="spread", key="key", event_time="ts", event_id="id", fields=PIPELINE.fields,
+    aggregations=(variance("reading_var", "reading"), stddev("reading_sd", "reading")),
+    windows=TumblingWindows(size=timedelta(hours=1), allowed_lateness=timedelta(minutes=10),
+                            aggregations=(variance("reading_var", "reading"),)))
+
+
+def _spread_rows(df: DataFrame, keyed: bool) -> dict:
+    grain = KEYED if keyed else WINDOWS
+    aggs = SPREAD.aggregations if keyed else SPREAD.windows.aggregations
+    names = [f"{a.name}__{p}" for a in aggs for p in ("count", "sum", "m2")]
+    df = df.select(*grain, *names, *final_columns(aggs))
+    if not keyed:
+        df = df.withColumn("window_start", F.unix_micros("window_start"))
+    return {tuple(r[g] for g in grain): r for r in df.collect()}
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["windows", "keyed"])
+def test_variance_merges_alike_by_groupby_by_merge_and_from_events(spark, tmp_path, keyed):
+    """A variance's partials (count, sum, M2) from the events at once, merged over batches by one groupBy (Chan's
+    formula over many rows) and folded batch by batch by MERGE (Chan's pairwise formula) all give Python's
+    statistics over the same readings; fewer than two readings give null, absent readings are skipped."""
+    import statistics
+
+    grain = KEYED if keyed else WINDOWS
+    aggs = SPREAD.aggregations if keyed else SPREAD.windows.aggregations
+
+    def parsed(batch):
+        values = [json.dumps({k: v for k, v in e.items() if v is not None}).encode() for e in batch]
+        records = spark.createDataFrame([(bytearray(v),) for v in values], "value BINARY")
+        return parse_events(SPREAD, records).where("error IS NULL").withColumn("window_start", tile_start(SPREAD))
+
+    def partials(events):
+        return (events.groupBy(*grain).agg(*event_aggregations(SPREAD, aggs, keyed=keyed))
+                .select(*grain, *flatten_last(aggs, keyed=keyed)))
+
+    batches = [partials(parsed(b)) for b in BATCHES]
+    merged = batches[0].unionByName(batches[1]).unionByName(batches[2]).groupBy(*grain).agg(
+        *merge_aggregations(aggs, keyed=keyed)).select(*grain, *flatten_last(aggs, keyed=keyed))
+    folded_path = str(tmp_path / "spread")
+    batches[0].limit(0).write.format("delta").save(folded_path)
+    from deltalake import DeltaTable
+
+    table = DeltaTable(folded_path)
+    matched = " AND ".join(f't."{c}" = s."{c}"' for c in grain)
+    for batch_id, batch in enumerate(batches):
+        assert merge_once(table, batch.toArrow(), matched, "spread", batch_id,
+                          updates=merge_into_sql(aggs, keyed=keyed))
+    folded = spark.read.format("delta").load(folded_path)
+
+    readings = defaultdict(list)
+    for event in (e for batch in BATCHES for e in batch):
+        hour = _micros(event["ts"]) // 3_600_000_000 * 3_600_000_000
+        if event["reading"] is not None:
+            readings[(event["key"],) if keyed else (event["key"], hour)].append(event["reading"])
+        else:
+            readings.setdefault((event["key"],) if keyed else (event["key"], hour), [])
+    for way in (partials(parsed([e for b in BATCHES for e in b])), merged, folded):
+        rows = _spread_rows(way, keyed)
+        assert set(rows) == set(readings)
+        for grain_key, values in readings.items():
+            row = rows[grain_key]
+            assert row["reading_var__count"] == len(values)
+            want = statistics.variance(values) if len(values) > 1 else None
+            assert (row["reading_var"] is None) == (want is None), (grain_key, row)
+            if want is not None:
+                assert row["reading_var"] == pytest.approx(want, rel=1e-12, abs=1e-12), grain_key
+                if keyed:
+                    assert row["reading_sd"] == pytest.approx(want ** 0.5, rel=1e-12, abs=1e-12)
+    assert any(len(v) > 2 for v in readings.values()) and any(len(v) == 1 for v in readings.values())
