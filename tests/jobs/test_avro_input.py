@@ -1,12 +1,16 @@
-"""Avro records in Confluent's wire format, keyed by two fields (one nested in a record): archive, backfill,
-handoff, stream and an offline rebase against plain Python decoding the same bytes with fastavro; every record
-aggregated or dead-lettered with its reason."""
+"""Avro records in Confluent's wire format, keyed by two fields (one nested in a record), declared in a package of
+its own (its `.avsc` beside it, registered by entry point): archive, backfill, handoff, a stream SIGKILLed while
+more records arrive and restarted, and an offline rebase, against plain Python decoding the same bytes with
+fastavro; every record aggregated or dead-lettered with its reason, once."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import random
+import signal
+import time
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
 
@@ -17,14 +21,14 @@ from deltalake import DeltaTable
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.rebase import rebase_pipeline
-from jobs.stream import StreamSettings, run_stream
 from state_handoff import handoff_log
 from state_handoff.handoff import run_handoff
 from state_handoff.io.kafka_io import create_topic, produce
 from state_handoff.lifecycle import Status
-from state_handoff.spec import AvroFormat, Field, Pipeline, TumblingWindows, count, first, last, total
+from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 from tests.support import oracle
+from tests.support.streams import start_stream, wait_until
 
 TOPIC = "avro.orders"
 SCHEMA_ID = 7
@@ -40,17 +44,41 @@ SCHEMA = {
 }
 
 
-def _pipeline(schema_file) -> Pipeline:
-    return Pipeline(
-        name="avro_orders", key=("region", "customer"), event_time="placed_at", event_id="order_id",
-        fields=(Field("order_id", "string", required=False), Field("customer", "string", path="customer.id"),
-                Field("region", "string", path="customer.region"), Field("placed_at", "timestamp"),
-                Field("total", "number")),
-        aggregations=(count("orders"), total("revenue", "total"), first("first_total", "total"),
-                      last("last_total", "total")),
-        windows=TumblingWindows(size=timedelta(hours=6), allowed_lateness=timedelta(minutes=30),
-                                aggregations=(count("orders"),)),
-        avro=AvroFormat(schema=schema_file, schema_id=SCHEMA_ID))
+PIPELINE_MODULE = """
+from datetime import timedelta
+from pathlib import Path
+
+from state_handoff.spec import AvroFormat, Field, Pipeline, TumblingWindows, count, first, last, total
+
+PIPELINE = Pipeline(
+    name="avro_orders", key=("region", "customer"), event_time="placed_at", event_id="order_id",
+    fields=(Field("order_id", "string", required=False), Field("customer", "string", path="customer.id"),
+            Field("region", "string", path="customer.region"), Field("placed_at", "timestamp"),
+            Field("total", "number")),
+    aggregations=(count("orders"), total("revenue", "total"), first("first_total", "total"),
+                  last("last_total", "total")),
+    windows=TumblingWindows(size=timedelta(hours=6), allowed_lateness=timedelta(minutes=30),
+                            aggregations=(count("orders"),)),
+    avro=AvroFormat(schema=Path(__file__).with_name("order.avsc"), schema_id=7))
+"""
+
+
+def _installed(site) -> Pipeline:
+    """The pipeline's package in `site` (a folder on PYTHONPATH), registered under the entry point as an installed
+    package is, and its declaration as this process reads it."""
+    import importlib.util
+
+    site.mkdir()
+    (site / "order.avsc").write_text(json.dumps(SCHEMA))
+    (site / "avro_orders_pipeline.py").write_text(PIPELINE_MODULE)
+    info = site / "avro_orders_pipeline-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: avro-orders-pipeline\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[switchyard.pipelines]\navro_orders = avro_orders_pipeline:PIPELINE\n")
+    spec = importlib.util.spec_from_file_location("avro_orders_pipeline", site / "avro_orders_pipeline.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PIPELINE
 
 
 def _framed(record: dict, schema_id: int = SCHEMA_ID) -> bytes:
@@ -59,11 +87,11 @@ def _framed(record: dict, schema_id: int = SCHEMA_ID) -> bytes:
     return b"\x00" + schema_id.to_bytes(4, "big") + out.getvalue()
 
 
-def _records(n: int) -> list[tuple[bytes, bytes | None]]:
-    """`n` orders over two days, a few of every malformed kind among them."""
-    rng, start = random.Random(5), datetime(2026, 1, 1, tzinfo=timezone.utc)
+def _records(n: int, first: int = 0) -> list[tuple[bytes, bytes | None]]:
+    """Orders `first`.. `first + n` four minutes apart from 2026-01-01, a few of every malformed kind among them."""
+    rng, start = random.Random(5 + first), datetime(2026, 1, 1, tzinfo=timezone.utc)
     sent = []
-    for i in range(n):
+    for i in range(first, first + n):
         order = {"order_id": f"o{i}" if i % 9 else None,
                  "customer": {"id": f"c{rng.randrange(12)}", "region": rng.choice(["eu", "us", "apac"])},
                  "placed_at": start + timedelta(minutes=4 * i + rng.randrange(3)),
@@ -86,21 +114,33 @@ def _quiet(*_):
 
 
 @pytest.mark.timeout(1800)
-def test_avro_records_through_backfill_stream_and_rebase(spark, bootstrap, tmp_path):
-    schema_file = tmp_path / "order.avsc"
-    schema_file.write_text(json.dumps(SCHEMA))
-    pipeline = _pipeline(schema_file)
+def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstrap, tmp_path):
+    site = tmp_path / "site"
+    pipeline = _installed(site)
     create_topic(bootstrap, TOPIC, partitions=2)
     produce(bootstrap, TOPIC, _records(500))
     tables = Tables(str(tmp_path / "warehouse"), pipeline.name)
     run_archive(spark, pipeline, tables, bootstrap, TOPIC, archive_cut(bootstrap, TOPIC, fraction=0.7), out=_quiet)
     run_backfill(spark, pipeline, tables, out=_quiet)
     run_handoff(spark, pipeline, tables, bootstrap)
-    run_stream(spark, pipeline, tables, bootstrap,
-               StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+
+    # `switchyard stream --pipeline avro_orders` finds the package by its entry point; killed while it reads more
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    log = tmp_path / "stream.log"
+    process = start_stream(tables, bootstrap, log, env=env)
+    try:
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, process, log, "CAUGHT_UP",
+                   timeout=600)
+        produce(bootstrap, TOPIC, _records(200, first=500))
+        time.sleep(2)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    again = start_stream(tables, bootstrap, log, "--until-caught-up", env=env)
+    assert again.wait(timeout=900) == 0, log.read_text()[-3000:]
 
     records = oracle.read_topic(bootstrap, TOPIC)
-    assert len(records) == 500
+    assert len(records) == 700
     groups, reasons = defaultdict(list), Counter()
     for r in records:
         reason, event = oracle.classify_avro(r.value, pipeline.fields, pipeline.avro)
