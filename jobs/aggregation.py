@@ -17,13 +17,21 @@ HASH = "hash"
 
 
 def tile_start(pipeline: Pipeline) -> F.Column:
-    """The tile a record belongs to: its window when the pipeline has windows, else its day."""
+    """The tile a record belongs to: its window's pane (the window itself for tumbling windows) when the pipeline
+    has windows, else its day."""
     event_time = F.col(pipeline.event_time)
     if pipeline.windows is None:
         return F.date_trunc("day", event_time)
-    seconds = int(pipeline.windows.size.total_seconds())
+    seconds = int(pipeline.windows.slide.total_seconds())
     epoch = F.unix_seconds(event_time)
     return F.timestamp_seconds(epoch - F.pmod(epoch, F.lit(seconds)))
+
+
+def window_starts(pipeline: Pipeline, pane: F.Column) -> F.Column:
+    """The starts of the windows a pane lies in (one for tumbling windows), latest first."""
+    slide = int(pipeline.windows.slide.total_seconds())
+    return F.transform(F.sequence(F.lit(0), F.lit(pipeline.windows.per_record - 1)),
+                       lambda k: F.timestamp_seconds(F.unix_seconds(pane) - k * F.lit(slide)))
 
 
 def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SORT) -> DataFrame:
@@ -59,8 +67,9 @@ def state_from_partials(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
 def window_partials_from_tiles(pipeline: Pipeline, tiles: DataFrame) -> DataFrame:
     """One row per (key, window): window_start, window_end and the window's partial columns."""
     aggs = pipeline.windows.aggregations
-    renamed = tiles.select(*pipeline.keys, F.col(TILE_START).alias("window_start"),
-                           *[F.col(WINDOW_PREFIX + c).alias(c) for c in partial_columns(aggs)])
+    panes = tiles.select(*pipeline.keys, TILE_START, *[F.col(WINDOW_PREFIX + c).alias(c) for c in partial_columns(aggs)])
+    renamed = panes.select(*pipeline.keys, F.explode(window_starts(pipeline, F.col(TILE_START))).alias("window_start"),
+                           *partial_columns(aggs))
     return window_partials_merged(pipeline, renamed).withColumn(
         "window_end", window_end(pipeline, F.col("window_start"))
     ).select(*pipeline.keys, "window_start", "window_end", *partial_columns(aggs))

@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.aggregation import tile_start, window_end
+from jobs.aggregation import tile_start, window_end, window_starts
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
 from state_handoff import faults, stream_progress
 from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
@@ -106,14 +106,16 @@ class EventsSink:
             well = F.col("error").isNull() & kept
             malformed = F.col("error").isNotNull() & kept
             windows = pipeline.windows is not None
-            events = batch.withColumn("window_start", tile_start(pipeline) if windows else F.lit(None).cast("timestamp"))
-            is_late = F.lit(False)
-            if windows and watermark:
-                is_late = well & (window_end(pipeline, F.col("window_start")) <= F.lit(watermark))
-            events = events.withColumn("__late", is_late)
+            # a record's windows (one for tumbling windows), each late once the watermark has passed its end
+            events = batch.withColumn("__windows", window_starts(pipeline, tile_start(pipeline)) if windows
+                                      else F.array().cast("array<timestamp>"))
+            late_window = (lambda start: window_end(pipeline, start) <= F.lit(watermark)) if windows and watermark \
+                else (lambda start: F.lit(False))
+            events = events.withColumn("__late", F.when(well, F.size(F.filter("__windows", late_window)))
+                                       .otherwise(F.lit(0)))
             stats = events.groupBy("kafka_partition").agg(
                 F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
-                F.count_if(malformed).alias("dead_lettered"), F.count_if(F.col("__late")).alias("late"),
+                F.count_if(malformed).alias("dead_lettered"), F.sum("__late").cast("long").alias("late"),
                 F.count_if(~kept).alias(SKIPPED_OVERLAP),
                 F.max("kafka_offset").alias("last_offset"),
                 F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
@@ -129,15 +131,17 @@ class EventsSink:
                 table = self._table(tables.dead_letter)
                 append_arrow_once(table, conformed(dead.toArrow(), table), f"{app}-dead", batch_id)
                 faults.reach("stream.events.after_dead_letter")
+            memberships = events.where(well).withColumn("window_start", F.explode("__windows"))
+            memberships = memberships.withColumn("__late", late_window(F.col("window_start")))
             if any(p["late"] for p in per_partition.values()):
-                late = events.where("__late").select(
+                late = memberships.where("__late").select(
                     "kafka_partition", "kafka_offset", *pipeline.keys, pipeline.event_time, "window_start",
                     F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
                 append_arrow_once(self._table(tables.late), late.toArrow(), f"{app}-late", batch_id)
             watermark_after = watermark
             if windows:
-                on_time = events.where(well & ~F.col("__late"))
-                if any(p["well_formed"] - p["late"] for p in per_partition.values()):
+                on_time = memberships.where(~F.col("__late"))
+                if any(p["well_formed"] * pipeline.windows.per_record - p["late"] for p in per_partition.values()):
                     self._merge_windows(batch_window_partials(pipeline, on_time), batch_id)
                     faults.reach("stream.events.after_window_merge")
                 if newest is not None:
@@ -188,7 +192,8 @@ def conformed(data, table):
 
 
 def _window_index(pipeline: Pipeline, t: datetime) -> int:
-    return int(t.timestamp() // pipeline.windows.size.total_seconds())
+    """Which of the `every`-long steps `t` is in: windows end at each step's start."""
+    return int(t.timestamp() // pipeline.windows.slide.total_seconds())
 
 
 def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event_date: F.Column | None = None):

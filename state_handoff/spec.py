@@ -79,6 +79,36 @@ class TumblingWindows:
         if self.size <= timedelta(0) or timedelta(days=1) % self.size:
             raise ValueError(f"window size {self.size} must be positive and divide one day")
 
+    @property
+    def slide(self) -> timedelta:
+        """How far apart windows start: a tumbling window's size."""
+        return self.size
+
+    @property
+    def per_record(self) -> int:
+        """How many windows each record falls in."""
+        return self.size // self.slide
+
+
+@dataclass(frozen=True)
+class HoppingWindows(TumblingWindows):
+    """Hopping (sliding) event-time windows per key: each `size` long, one starting at every multiple of `every`,
+    so a record falls in size / every of them. `every` must divide `size` and one day; `size` must be at most a
+    day. Tiles hold one `every`-long pane each, and a window merges its panes."""
+
+    every: timedelta = timedelta(0)
+
+    def __post_init__(self):
+        slide = self.every
+        if slide <= timedelta(0) or timedelta(days=1) % slide or self.size % slide or self.size <= timedelta(0) \
+                or self.size > timedelta(days=1):
+            raise ValueError(f"hopping windows of {self.size} every {slide}: `every` must be positive and divide "
+                             "both the size and one day, and the size be at most a day")
+
+    @property
+    def slide(self) -> timedelta:
+        return self.every
+
 
 #: Columns every record carries beside its fields (the raw Kafka record, its archive day, the parser's verdict). A
 #: field of one of these names would replace the column: its raw bytes, for `value`, lost from the archive and the
@@ -171,7 +201,7 @@ class Pipeline:
     event_id: str
     fields: tuple[Field, ...]
     aggregations: tuple[Aggregation, ...]
-    windows: TumblingWindows | None = None
+    windows: TumblingWindows | HoppingWindows | None = None
     description: str = ""
     avro: AvroFormat | None = None  # None: JSON values
     extra: dict = field(default_factory=dict, compare=False)

@@ -62,11 +62,19 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
     tiles, the open one small, instead of one aggregation kept on disk and read twice. Both run here, in turn: on a
     second thread beside the state's write and the seed they helped a commit alone, but slowed each other once a
     Kafka tail was folded in."""
-    closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
-    for part, path in ((closed, tables.windows), (~closed, tables.window_state)):
-        (window_partials_from_tiles(pipeline, tiles.where(part))
-         .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    if pipeline.windows.per_record == 1:
+        closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
+        parts = [(window_partials_from_tiles(pipeline, tiles.where(part)), path)
+                 for part, path in ((closed, tables.windows), (~closed, tables.window_state))]
+    else:  # a pane lies in several windows, closed and open: the windows are made first, then split
+        windows = window_partials_from_tiles(pipeline, tiles).persist(StorageLevel.DISK_ONLY)
+        closed = F.col("window_end") <= F.lit(watermark)
+        parts = [(windows.where(closed), tables.windows), (windows.where(~closed), tables.window_state)]
+    for partials, path in parts:
+        (partials.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
          .options(**fencing.spark_options(path)).save(path))
+    if pipeline.windows.per_record > 1:
+        windows.unpersist()
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
