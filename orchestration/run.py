@@ -22,11 +22,11 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
     import dagster as dg
 
     from orchestration.definitions import defs
-    from orchestration.scope import PipelineDeployment, Scope
+    from orchestration.scope import SwitchyardTranslator
 
-    scope = Scope(PipelineDeployment(pipeline, first_day="1970-01-01"))
+    names = SwitchyardTranslator()  # the shipped code location's
     try:
-        job_def = defs.resolve_job_def(scope.name(job))
+        job_def = defs.resolve_job_def(names.get_definition_name(pipeline, job))
     except dg.DagsterInvariantViolationError:
         raise UserError(f"pipeline {pipeline} has no job {job} in the switchyard code location") from None
     tags = {}
@@ -40,7 +40,7 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
         tags = {RANGE_START: first, RANGE_END: last}
     run_config = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
     if stream_config:
-        stream_op = defs.resolve_assets_def(scope.key("stream")).op.name
+        stream_op = defs.resolve_assets_def(names.get_asset_key(pipeline, "stream")).op.name
         run_config["ops"] = {stream_op: {"config": stream_config}}
     with dg.DagsterInstance.get() as instance:
         result = job_def.execute_in_process(run_config=run_config, instance=instance, tags=tags,
