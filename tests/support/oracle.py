@@ -62,8 +62,8 @@ class Event:
     amount: float
 
 
-def classify(value: bytes | None) -> tuple[str | None, Event | None]:
-    """(reason, None) for a malformed value, (None, event) for a well-formed one."""
+def json_object(value: bytes | None) -> tuple[str | None, dict | None]:
+    """(reason, None) for a value that is no JSON object (or is not parsed), (None, the object) otherwise."""
     if value is None:
         return "tombstone", None
     if len(value) > max_record_bytes():  # not parsed, well-formed or not
@@ -74,6 +74,14 @@ def classify(value: bytes | None) -> tuple[str | None, Event | None]:
         return "not_json_object", None
     if not isinstance(obj, dict):
         return "not_json_object", None
+    return None, obj
+
+
+def classify(value: bytes | None) -> tuple[str | None, Event | None]:
+    """(reason, None) for a malformed value, (None, event) for a well-formed one."""
+    reason, obj = json_object(value)
+    if reason:
+        return reason, None
     key = obj.get("key")
     if key is not None and not isinstance(key, str):
         key = json.dumps(key)
@@ -271,34 +279,21 @@ def _finite_number(value) -> bool:
 def by_kind(records: list[KafkaRecord]) -> tuple[dict[str, KindState], int]:
     """The `kinds` pipeline over `records` (keyed by the required string field `kind`): its state per kind, and
     how many records are malformed for it."""
+    from state_handoff.pipelines import get_pipeline
+
+    fields = get_pipeline("kinds").fields  # the declaration's fields only: the parsing is this module's own
     state: dict[str, KindState] = defaultdict(KindState)
     malformed = 0
     for r in records:
-        obj = None
-        if r.value is not None and len(r.value) <= max_record_bytes():
-            try:
-                obj = json.loads(r.value.decode("utf-8", errors="replace"))
-            except ValueError:
-                obj = None
-        kind = obj.get("kind") if isinstance(obj, dict) else None
-        if kind is not None and not isinstance(kind, str):
-            kind = json.dumps(kind)
-        when, amount = (obj.get("event_time"), obj.get("amount")) if isinstance(obj, dict) else (None, None)
-        good_time = isinstance(when, str) and ISO.match(when)
-        if good_time:
-            try:
-                when = datetime.fromisoformat(when).astimezone(timezone.utc).replace(tzinfo=None)
-            except ValueError:
-                good_time = False
-        good_amount = _finite_number(amount)
-        if not kind or not good_time or not good_amount:
+        reason, event = classify_fields(r.value, fields)
+        if reason:
             malformed += 1
             continue
-        s = state[kind]
+        s = state[event["kind"]]
         s.events += 1
-        s.amount_sum += float(amount)
-        s.amount_max = max(s.amount_max, float(amount))
-        s.last_seen = when if s.last_seen is None else max(s.last_seen, when)
+        s.amount_sum += event["amount"]
+        s.amount_max = max(s.amount_max, event["amount"])
+        s.last_seen = event["event_time"] if s.last_seen is None else max(s.last_seen, event["event_time"])
     return dict(state), malformed
 
 
@@ -314,16 +309,9 @@ def _at_path(obj, path: tuple[str, ...]):
 def classify_fields(value: bytes | None, fields) -> tuple[str | None, dict | None]:
     """Any pipeline's parse of one value, field by field at each field's path, in declaration order: (reason,
     None) for a malformed value, (None, {field: typed value}) for a well-formed one."""
-    if value is None:
-        return "tombstone", None
-    if len(value) > max_record_bytes():
-        return "too_large", None
-    try:
-        obj = json.loads(value.decode("utf-8", errors="replace"))
-    except ValueError:
-        return "not_json_object", None
-    if not isinstance(obj, dict):
-        return "not_json_object", None
+    reason, obj = json_object(value)
+    if reason:
+        return reason, None
     typed = {}
     for f in fields:
         found = _at_path(obj, f.json_path)
