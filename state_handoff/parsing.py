@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import reduce
 
 from pyspark import StorageLevel
@@ -167,9 +166,8 @@ def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
             numbers[f.name] = found.cast("double") if kind in ("int", "long", "float", "double") else \
                 F.lit(None).cast("double")
     # PERMISSIVE decoding leaves a body that is not a record of the schema null, or a record of nothing but nulls
-    top = [f["name"] for f in json.loads(avro.schema_json)["fields"]]
     undecoded = F.col("__avro").isNull() | reduce(lambda a, b: a & b,
-                                                  [F.col("__avro").getField(name).isNull() for name in top])
+                                                  [F.col("__avro").getField(name).isNull() for name in avro.top_level])
     checks = [(~framed, NOT_CONFLUENT_AVRO), (schema_id != avro.schema_id, UNKNOWN_SCHEMA_ID), (undecoded, BAD_AVRO)]
     return parsed, texts, numbers, times, checks
 

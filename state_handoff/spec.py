@@ -155,25 +155,32 @@ class AvroFormat:
 
     schema: str | Path
     schema_id: int
+    # read once, as the pipeline is declared: the writer schema's text (for from_avro) and its parse
+    schema_json: str = field(init=False, repr=False, compare=False)
+    parsed: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if not 0 <= self.schema_id < 2 ** 31:
             raise ValueError(f"Avro schema id {self.schema_id} must be between 0 and 2^31 - 1")
         try:
-            parsed = json.loads(Path(self.schema).read_text())
+            text = Path(self.schema).read_text()
+            parsed = json.loads(text)
         except (OSError, ValueError) as err:
             raise ValueError(f"Avro schema {self.schema}: cannot read it as JSON ({err})") from None
         if not isinstance(parsed, dict) or parsed.get("type") != "record":
             raise ValueError(f"Avro schema {self.schema}: the writer schema must be a record")
+        object.__setattr__(self, "schema_json", text)
+        object.__setattr__(self, "parsed", parsed)
 
     @property
-    def schema_json(self) -> str:
-        return Path(self.schema).read_text()
+    def top_level(self) -> list[str]:
+        """The names of the record's own fields."""
+        return [f["name"] for f in self.parsed["fields"]]
 
     def type_at(self, path: tuple[str, ...]):
         """The Avro type at `path` (a union with null as its other branch), None when the schema has no such
         field."""
-        node = json.loads(self.schema_json)
+        node = self.parsed
         for part in path:
             node = _non_null(node)
             if not isinstance(node, dict) or node.get("type") != "record":

@@ -306,32 +306,45 @@ def _at_path(obj, path: tuple[str, ...]):
     return obj
 
 
+def _instant(found) -> datetime | None:
+    """A naive UTC instant from a decoded timestamp, or from a string that is an ISO-8601 instant."""
+    if isinstance(found, datetime):
+        return found.astimezone(timezone.utc).replace(tzinfo=None)
+    if isinstance(found, str) and ISO.match(found):
+        try:
+            return datetime.fromisoformat(found).astimezone(timezone.utc).replace(tzinfo=None)
+        except ValueError:
+            return None
+    return None
+
+
+def typed_fields(obj: dict, fields, text_of) -> tuple[str | None, dict | None]:
+    """The fields of a decoded value at their paths, in declaration order (`text_of`: a non-null value as a string
+    field's text): (the first required field's reason, None) when one is missing or invalid, else (None, values)."""
+    typed = {}
+    for f in fields:
+        found = _at_path(obj, f.json_path)
+        if f.type == "string":
+            text = None if found is None else text_of(found)
+            typed[f.name], bad, reason = (text or None), not text, f"missing_{f.name}"
+        elif f.type == "timestamp":
+            typed[f.name] = _instant(found)
+            bad, reason = typed[f.name] is None, f"bad_{f.name}"
+        else:
+            typed[f.name] = float(found) if _finite_number(found) else None
+            bad, reason = typed[f.name] is None, f"bad_{f.name}"
+        if bad and f.required:
+            return reason, None
+    return None, typed
+
+
 def classify_fields(value: bytes | None, fields) -> tuple[str | None, dict | None]:
     """Any pipeline's parse of one value, field by field at each field's path, in declaration order: (reason,
     None) for a malformed value, (None, {field: typed value}) for a well-formed one."""
     reason, obj = json_object(value)
     if reason:
         return reason, None
-    typed = {}
-    for f in fields:
-        found = _at_path(obj, f.json_path)
-        if f.type == "string":
-            text = found if found is None or isinstance(found, str) else json.dumps(found)
-            typed[f.name], bad, reason = (text or None), not text, f"missing_{f.name}"
-        elif f.type == "timestamp":
-            when = None
-            if isinstance(found, str) and ISO.match(found):
-                try:
-                    when = datetime.fromisoformat(found).astimezone(timezone.utc).replace(tzinfo=None)
-                except ValueError:
-                    when = None
-            typed[f.name], bad, reason = when, when is None, f"bad_{f.name}"
-        else:
-            number = float(found) if _finite_number(found) else None
-            typed[f.name], bad, reason = number, number is None, f"bad_{f.name}"
-        if bad and f.required:
-            return reason, None
-    return None, typed
+    return typed_fields(obj, fields, lambda v: v if isinstance(v, str) else json.dumps(v))
 
 
 def classify_avro(value: bytes | None, fields, avro) -> tuple[str | None, dict | None]:
@@ -350,23 +363,9 @@ def classify_avro(value: bytes | None, fields, avro) -> tuple[str | None, dict |
     if int.from_bytes(value[1:5], "big") != avro.schema_id:
         return "unknown_schema_id", None
     try:
-        record = fastavro.schemaless_reader(_io.BytesIO(value[5:]), fastavro.parse_schema(json.loads(avro.schema_json)))
+        record = fastavro.schemaless_reader(_io.BytesIO(value[5:]), fastavro.parse_schema(avro.parsed))
     except Exception:  # noqa: BLE001 - any decoding failure is the record's
         return "bad_avro", None
     if all(v is None for v in record.values()):  # nothing decoded: a body that only looks like a record
         return "bad_avro", None
-    typed = {}
-    for f in fields:
-        found = _at_path(record, f.json_path)
-        if f.type == "string":
-            text = None if found is None else str(found)
-            typed[f.name], bad, reason = (text or None), not text, f"missing_{f.name}"
-        elif f.type == "timestamp":
-            when = found.astimezone(timezone.utc).replace(tzinfo=None) if isinstance(found, datetime) else None
-            typed[f.name], bad, reason = when, when is None, f"bad_{f.name}"
-        else:
-            number = float(found) if _finite_number(found) else None
-            typed[f.name], bad, reason = number, number is None, f"bad_{f.name}"
-        if bad and f.required:
-            return reason, None
-    return None, typed
+    return typed_fields(record, fields, str)
