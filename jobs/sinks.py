@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 from jobs.aggregation import tile_start, window_end, window_starts
 from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
 from state_handoff import faults, stream_progress
-from state_handoff.aggregates import event_aggregations, flatten_last, merge_into_sql
+from state_handoff.aggregates import (event_aggregations, flatten_last, merge_into_sql, sketch_columns,
+                                      union_sketches)
 from state_handoff.checkpoints import batch_end_offsets
 from state_handoff.handoff import Handoff, Overlap, record_identity
 from state_handoff.io import delta_upkeep, storage
@@ -164,8 +165,12 @@ class EventsSink:
                 delta_upkeep.tidy(table)
 
     def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
-        merge_once(self._table(self.tables.window_state), partials.toArrow(),
-                   keys_equal((*self.pipeline.keys, "window_start")), f"{self.app}-windows-merge", batch_id,
+        table, source = self._table(self.tables.window_state), partials.toArrow()
+        keys = [*self.pipeline.keys, "window_start"]
+        sketches = sketch_columns(self.pipeline.windows.aggregations)
+        if sketches:
+            source = union_sketches(source, _rows_by_key(table, source, keys, sketches), keys, sketches)
+        merge_once(table, source, keys_equal(keys), f"{self.app}-windows-merge", batch_id,
                    updates=merge_into_sql(self.pipeline.windows.aggregations))
 
     def _finalize_windows(self, watermark: datetime, batch_id: int) -> None:
@@ -181,6 +186,17 @@ class EventsSink:
         faults.reach("stream.events.after_finalize_append")
         delete_once(open_windows, f"window_end <= arrow_cast('{bound:%Y-%m-%dT%H:%M:%S.%f}Z', "
                     "'Timestamp(Microsecond, Some(\"UTC\"))')", f"{self.app}-windows-close", batch_id)
+
+
+def _rows_by_key(table, source, keys: list[str], columns: list[str]) -> dict:
+    """The rows of delta-rs's `table` in the windows `source` touches, as key tuple -> {column: value}."""
+    import pyarrow.compute as pc
+
+    table.update_incremental()
+    starts = source.column("window_start").unique()
+    found = table.to_pyarrow_dataset().to_table(columns=[*keys, *columns],
+                                                filter=pc.field("window_start").isin(starts))
+    return {tuple(row[k] for k in keys): row for row in found.to_pylist()}
 
 
 def conformed(data, table):

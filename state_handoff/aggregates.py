@@ -29,12 +29,19 @@ WINDOW_PREFIX = "window_"
 # agree because Spark's Sum, Min and Max update by exactly these folds: a NULL-skipping +, least,
 # greatest. The `last` fields combine as one struct (time, id, values...) under max. A variance's partials are
 # (count, sum, M2), M2 the sum of squared deviations from the partial's own mean: count and sum add up, and M2
-# merges by Chan's formula (the "chan" rule, which reads its siblings).
+# merges by Chan's formula (the "chan" rule, which reads its siblings). An approximate distinct count's partial is
+# an HLL sketch (Apache DataSketches' binary form, the same in Spark and the `datasketches` package): sketches
+# combine by union (the "hll" rule), which no SQL of a delta-rs MERGE can do, so a MERGE's source carries the
+# union already (union_sketches).
 _KIND_COMBINES = {"count": "sum", "sum": "sum", "mean": "sum", "min": "min", "max": "max", "last": "max",
-                  "first": "min", "variance": "sum", "stddev": "sum"}
+                  "first": "min", "variance": "sum", "stddev": "sum", "approx_distinct": "hll"}
+HLL_LG_K = 12  # 4096 registers: a relative standard error of 1.04 / 64 = 1.6%
+# An event's value for a sketch, beside its (NULL) sketch in the stream's partial rows: Spark has no scalar that
+# makes a sketch of one value, so the stream's aggregation sketches these values and unions them with the sketches.
+_SKETCH_VALUE = "__value"
 _SPREAD = ("variance", "stddev")
 _STRUCTS = ("last", "first")  # the kinds that combine inside a struct ordered by (event_time, event_id)
-_OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max}
+_OVER_ROWS = {"sum": F.sum, "min": F.min, "max": F.max, "hll": F.hll_union_agg}
 
 
 def _partial_names(agg: Aggregation) -> list[str]:
@@ -84,6 +91,7 @@ def _from_events(agg: Aggregation, prefix: str) -> list[Column]:
         # Spark's var_pop updates by Welford's method: M2 = var_pop * count, stable however large the mean
         "variance": lambda: [F.count(col).alias(f"{name}__count"), F.sum(col).alias(f"{name}__sum"),
                              (F.var_pop(col) * F.count(col)).alias(f"{name}__m2")],
+        "approx_distinct": lambda: [F.hll_sketch_agg(col.cast("string"), HLL_LG_K).alias(name)],
     }["variance" if agg.kind in _SPREAD else agg.kind]()
 
 
@@ -104,10 +112,19 @@ def event_aggregations(pipeline: Pipeline, aggs: tuple[Aggregation, ...], prefix
     return exprs
 
 
-def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False) -> list[Column]:
-    """Aggregate expressions over partial rows, producing the same partial columns."""
-    exprs = [(_chan_over_rows(prefix, name) if rule == "chan" else _OVER_ROWS[rule](F.col(prefix + name)))
-             .alias(prefix + name) for name, rule in _combined(aggs)]
+def merge_aggregations(aggs: tuple[Aggregation, ...], prefix: str = "", keyed: bool = False,
+                       events: bool = False) -> list[Column]:
+    """Aggregate expressions over partial rows, producing the same partial columns; `events`: the rows include
+    events as event_as_partial makes them, whose sketches are still values."""
+    def over_rows(name: str, rule: str) -> Column:
+        if rule == "chan":
+            return _chan_over_rows(prefix, name)
+        merged = _OVER_ROWS[rule](F.col(prefix + name))
+        if rule == "hll" and events:
+            merged = F.hll_union(merged, F.hll_sketch_agg(F.col(prefix + name + _SKETCH_VALUE), HLL_LG_K))
+        return merged
+
+    exprs = [over_rows(name, rule).alias(prefix + name) for name, rule in _combined(aggs)]
     for kind, fields, struct in (("last", _ordered_fields(aggs, keyed), _LAST), ("first", _first_fields(aggs), _FIRST)):
         if fields:
             order = F.struct(*[F.col(prefix + name).alias(name) for name in fields])
@@ -147,12 +164,15 @@ def merge_into_sql(aggs: tuple[Aggregation, ...], target: str = "t", source: str
     where one groupBy over all of them does: NULL + 5 = 5, and a tie on (event_time, event_id) goes to
     the greatest values.
 
+    A sketch is set from the source, which must carry its union with the target's already (union_sketches).
+
     The `last` fields move together when the source's (time, id, values...) is the greater, compared field by
     field with NULL lowest: Spark's greatest over the two structs; the `first` fields when it is the lesser."""
     def q(alias: str, name: str) -> str:
         return f'{alias}."{name}"'
 
     sets = {name: (_chan_fold_sql(lambda n: q(target, n), lambda n: q(source, n), name) if rule == "chan"
+                   else q(source, name) if rule == "hll"  # the source's sketch is the union already
                    else _FOLD_SQL[rule].format(t=q(target, name), s=q(source, name)))
             for name, rule in _combined(aggs)}
     def greater(name: str) -> str:
@@ -189,6 +209,8 @@ def final_columns(aggs: tuple[Aggregation, ...], prefix: str = "") -> list[Colum
     for agg in aggs:
         if agg.kind == "mean":
             cols.append((F.col(f"{prefix}{agg.name}__sum") / F.col(f"{prefix}{agg.name}__count")).alias(agg.name))
+        elif agg.kind == "approx_distinct":
+            cols.append(F.hll_sketch_estimate(F.col(prefix + agg.name)).alias(agg.name))
         elif agg.kind in _SPREAD:
             n = F.col(f"{prefix}{agg.name}__count")
             sample = F.when(n > 1, F.col(f"{prefix}{agg.name}__m2") / (n - 1))
@@ -199,7 +221,9 @@ def final_columns(aggs: tuple[Aggregation, ...], prefix: str = "") -> list[Colum
 
 
 def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: bool = False) -> list[Column]:
-    """One event as a partial row, so events merge with seeded state through merge_aggregations."""
+    """One event as a partial row, so events merge with seeded state through merge_aggregations(events=True); an
+    approximate distinct count's value rides beside its empty sketch (a column of its own, absent from partial rows
+    that are not events)."""
     cols: list[Column] = []
     for agg in aggs:
         value = F.col(agg.column).cast("double") if agg.column else None
@@ -212,6 +236,9 @@ def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: b
             cols += [F.when(value.isNotNull(), F.lit(1)).otherwise(F.lit(0)).cast("long").alias(f"{agg.name}__count"),
                      value.alias(f"{agg.name}__sum"),
                      F.when(value.isNotNull(), F.lit(0.0)).alias(f"{agg.name}__m2")]
+        elif agg.kind == "approx_distinct":  # merged by merge_aggregations(events=True)
+            cols += [F.lit(None).cast("binary").alias(agg.name),
+                     F.col(agg.column).cast("string").alias(agg.name + _SKETCH_VALUE)]
         elif agg.kind not in _STRUCTS:
             cols.append(F.col(agg.column).alias(agg.name))
     if _ordered(aggs, keyed):
@@ -221,3 +248,34 @@ def event_as_partial(pipeline: Pipeline, aggs: tuple[Aggregation, ...], keyed: b
         cols += [F.col(pipeline.event_time).alias(FIRST_BY_TIME), F.col(pipeline.event_id).alias(FIRST_BY_ID)]
         cols += [F.col(a.column).alias(a.name) for a in aggs if a.kind == "first"]
     return cols
+
+
+def sketch_columns(aggs: tuple[Aggregation, ...], prefix: str = "") -> list[str]:
+    """The partial columns that are HLL sketches."""
+    return [prefix + agg.name for agg in aggs if agg.kind == "approx_distinct"]
+
+
+def union_sketches(source, target_rows: dict, keys: list[str], columns: list[str]):
+    """`source` (a pyarrow table of partial rows) with each sketch in `columns` unioned with the one of the target
+    row of its key (`target_rows`: key tuple -> row dict), through the `datasketches` package, which reads and
+    writes Spark's sketches: what a delta-rs MERGE then sets (merge_into_sql). A union is idempotent, so a batch
+    applied twice changes nothing."""
+    import datasketches
+    import pyarrow as pa
+
+    if not columns or not target_rows:
+        return source
+    rows = source.select(keys).to_pylist()
+    for name in columns:
+        merged = []
+        for row, mine in zip(rows, source.column(name).to_pylist()):
+            theirs = target_rows.get(tuple(row[k] for k in keys), {}).get(name)
+            if theirs is None or mine is None:
+                merged.append(mine if theirs is None else theirs)
+                continue
+            union = datasketches.hll_union(HLL_LG_K)
+            for sketch in (mine, theirs):
+                union.update(datasketches.hll_sketch.deserialize(bytes(sketch)))
+            merged.append(union.get_result(datasketches.tgt_hll_type.HLL_8).serialize_updatable())
+        source = source.set_column(source.schema.get_field_index(name), name, pa.array(merged, pa.binary()))
+    return source

@@ -9,8 +9,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-AggregationKind = Literal["count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last"]
-KINDS = ("count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last")
+AggregationKind = Literal["count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last",
+                          "approx_distinct"]
+KINDS = ("count", "sum", "min", "max", "mean", "variance", "stddev", "first", "last", "approx_distinct")
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,13 @@ def first(name: str, column: str) -> Aggregation:
 
 def last(name: str, column: str) -> Aggregation:
     return Aggregation(name, "last", column)
+
+
+def approx_distinct(name: str, column: str) -> Aggregation:
+    """How many distinct values of `column` (NULLs not counted), as an HLL sketch (Apache DataSketches, lgConfigK
+    12: a relative standard error of 1.6%, exact below a few hundred values) that tiles, state and windows union;
+    values are hashed as their string form."""
+    return Aggregation(name, "approx_distinct", column)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,8 @@ def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
 def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
     """The running keyed state over seed and event partials; EVENTS_SEEN tells seed-only keys apart."""
     return (partials.groupBy(*pipeline.keys)
-            .agg(*merge_aggregations(pipeline.aggregations, keyed=True), F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
+            .agg(*merge_aggregations(pipeline.aggregations, keyed=True, events=True),
+                 F.sum(EVENTS_SEEN).alias(EVENTS_SEEN))
             .select(*pipeline.keys, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
 
 
@@ -90,7 +91,7 @@ def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, h
     seed = spark.readStream.schema(seed_schema(spark, str(paths.seed))).parquet(str(paths.seed))
     context = spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's threads
-    merged = merged_state(pipeline, keyed_input(pipeline, source).unionByName(seed))
+    merged = merged_state(pipeline, keyed_input(pipeline, source).unionByName(seed, allowMissingColumns=True))
     query = (keyed_updates(pipeline, merged, handoff_id, version_base)
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .format("kafka").options(**spark_options(bootstrap)).option("kafka.acks", "all")

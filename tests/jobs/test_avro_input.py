@@ -1,7 +1,9 @@
-"""Avro records in Confluent's wire format, keyed by two fields (one nested in a record), declared in a package of
-its own (its `.avsc` beside it, registered by entry point): archive, backfill, handoff, a stream SIGKILLed while
-more records arrive and restarted, and an offline rebase, against plain Python decoding the same bytes with
-fastavro; every record aggregated or dead-lettered with its reason, once."""
+"""The pipeline language at full stretch: Avro records in Confluent's wire format, keyed by two fields (nested in
+a record), with `first`, a standard deviation, an approximate distinct count and hopping windows, declared in a
+package of its own (its `.avsc` beside it, registered by entry point): archive, backfill, handoff, a stream
+SIGKILLed while more records arrive and restarted, and an offline rebase, against plain Python decoding the same
+bytes with fastavro; every record aggregated or dead-lettered with its reason, once, and every well-formed record
+in each of its windows or late."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import time
 from collections import Counter, defaultdict
 from datetime import datetime, timedelta, timezone
@@ -48,7 +51,8 @@ PIPELINE_MODULE = """
 from datetime import timedelta
 from pathlib import Path
 
-from state_handoff.spec import AvroFormat, Field, Pipeline, TumblingWindows, count, first, last, total
+from state_handoff.spec import (AvroFormat, Field, HoppingWindows, Pipeline, approx_distinct, count, first, last,
+                                stddev, total)
 
 PIPELINE = Pipeline(
     name="avro_orders", key=("region", "customer"), event_time="placed_at", event_id="order_id",
@@ -56,9 +60,10 @@ PIPELINE = Pipeline(
             Field("region", "string", path="customer.region"), Field("placed_at", "timestamp"),
             Field("total", "number")),
     aggregations=(count("orders"), total("revenue", "total"), first("first_total", "total"),
-                  last("last_total", "total")),
-    windows=TumblingWindows(size=timedelta(hours=6), allowed_lateness=timedelta(minutes=30),
-                            aggregations=(count("orders"),)),
+                  last("last_total", "total"), stddev("total_spread", "total"),
+                  approx_distinct("order_ids", "order_id")),
+    windows=HoppingWindows(size=timedelta(hours=6), every=timedelta(hours=2), allowed_lateness=timedelta(minutes=30),
+                           aggregations=(count("orders"), approx_distinct("order_ids", "order_id"))),
     avro=AvroFormat(schema=Path(__file__).with_name("order.avsc"), schema_id=7))
 """
 
@@ -113,6 +118,32 @@ def _quiet(*_):
     pass
 
 
+HLL_ERROR = 3 * 1.04 / 64  # three relative standard errors of a sketch of 2^12 registers (exact at these sizes)
+EVERY = timedelta(hours=2)
+
+
+def _estimate(sketch: bytes) -> float:
+    """A sketch's estimate as the `datasketches` package reads Spark's binary form, no JVM."""
+    import datasketches
+
+    return datasketches.hll_sketch.deserialize(bytes(sketch)).get_estimate()
+
+
+def _windows_of(t: datetime) -> list[datetime]:
+    """The starts of the three windows a naive UTC instant lies in, as Delta's rows give them (aware, UTC)."""
+    step = int(EVERY.total_seconds())
+    pane = datetime.fromtimestamp(int(t.replace(tzinfo=timezone.utc).timestamp()) // step * step, timezone.utc)
+    return [pane - k * EVERY for k in range(3)]
+
+
+def _rows(tables: Tables, name: str) -> list[dict]:
+    return DeltaTable(tables.path(name)).to_pyarrow_table().to_pylist()
+
+
+def _rows_late_for(tables: Tables, grain) -> bool:
+    return any((r["region"], r["customer"], r["window_start"]) == grain for r in _rows(tables, "late"))
+
+
 @pytest.mark.timeout(1800)
 def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstrap, tmp_path):
     site = tmp_path / "site"
@@ -160,6 +191,30 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
         assert row["orders"] == len(events) and row["revenue"] == pytest.approx(sum(e["total"] for e in events))
         assert (row["first_total"], row["last_total"]) == (min(events, key=order)["total"],
                                                            max(events, key=order)["total"]), k
+        totals = [e["total"] for e in events]
+        m2 = row["total_spread__m2"] / (row["total_spread__count"] - 1) if len(totals) > 1 else None
+        assert m2 == (pytest.approx(statistics.variance(totals), rel=1e-9) if m2 is not None else None), k
+        ids = {e["order_id"] for e in events if e["order_id"] is not None}
+        assert _estimate(row["order_ids"]) == pytest.approx(len(ids), rel=HLL_ERROR), k
+    assert any(e["order_id"] is None for es in groups.values() for e in es), "NULL ids are not counted"
+
+    # each well-formed record in each of its three windows (final or open) or recorded late for it, once
+    memberships, ids_in = Counter(), defaultdict(set)
+    for (region, customer), events in groups.items():
+        for e in events:
+            for start in _windows_of(e["placed_at"]):
+                memberships[(region, customer, start)] += 1
+                if e["order_id"] is not None:
+                    ids_in[(region, customer, start)].add(e["order_id"])
+    windowed = Counter()
+    for row in _rows(tables, "windows") + _rows(tables, "window_state"):
+        grain = (row["region"], row["customer"], row["window_start"])
+        assert grain not in windowed, f"window {grain} both final and open"
+        windowed[grain] = row["orders"]
+        if not _rows_late_for(tables, grain):
+            assert _estimate(row["order_ids"]) == pytest.approx(len(ids_in[grain]), rel=HLL_ERROR), grain
+    late = Counter((r["region"], r["customer"], r["window_start"]) for r in _rows(tables, "late"))
+    assert windowed + late == memberships
     dead = Counter(r["reason"] for r in DeltaTable(tables.dead_letter).to_pyarrow_table().to_pylist())
     assert dead == reasons, "each malformed record dead-lettered once, with the oracle's reason"
     assert sum(len(es) for es in groups.values()) + sum(dead.values()) == len(records)

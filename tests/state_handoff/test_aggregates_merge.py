@@ -19,11 +19,12 @@ from pyspark.sql.types import TimestampType
 
 from jobs.aggregation import state_from_partials, tile_start, window_partials_merged
 from jobs.delta_txn import merge_once
-from state_handoff.aggregates import (event_aggregations, final_columns, flatten_last, merge_aggregations,
-                                      merge_into_sql, partial_columns)
+from state_handoff.aggregates import (event_aggregations, event_as_partial, final_columns, flatten_last,
+                                      merge_aggregations, merge_into_sql, partial_columns, sketch_columns,
+                                      union_sketches)
 from state_handoff.parsing import parse_events
-from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, first, last, maximum, mean, minimum,
-                                stddev, total, variance)
+from state_handoff.spec import (Field, Pipeline, TumblingWindows, approx_distinct, count, first, last, maximum,
+                                mean, minimum, stddev, total, variance)
 
 AGGREGATIONS = (
     count("n"),
@@ -284,3 +285,68 @@ def test_variance_merges_alike_by_groupby_by_merge_and_from_events(spark, tmp_pa
                 if keyed:
                     assert row["reading_sd"] == pytest.approx(want ** 0.5, rel=1e-12, abs=1e-12)
     assert any(len(v) > 2 for v in readings.values()) and any(len(v) == 1 for v in readings.values())
+
+
+DISTINCT = Pipeline(
+    name="distinct", key="key", event_time="ts", event_id="id", fields=PIPELINE.fields,
+    aggregations=(approx_distinct("labels", "label"), count("n")),
+    windows=TumblingWindows(size=timedelta(hours=1), allowed_lateness=timedelta(minutes=10),
+                            aggregations=(approx_distinct("labels", "label"),)))
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["windows", "keyed"])
+def test_approx_distinct_sketches_union_alike_every_way(spark, tmp_path, keyed):
+    """An approximate distinct count's sketches from the events at once, unioned over batches by one groupBy, folded
+    batch by batch by a delta-rs MERGE whose source carries its union with the target (the `datasketches`
+    package's, read and written in Spark's format), and, keyed, the stream's way (events as values beside the seeded
+    sketches) all estimate Python's count of distinct labels, exactly at these sizes; NULL labels are not counted
+    and a key without labels counts 0."""
+    from deltalake import DeltaTable
+
+    grain = KEYED if keyed else WINDOWS
+    aggs = DISTINCT.aggregations if keyed else DISTINCT.windows.aggregations
+
+    def parsed(batch):
+        values = [json.dumps({k: v for k, v in e.items() if v is not None}).encode() for e in batch]
+        records = spark.createDataFrame([(bytearray(v),) for v in values], "value BINARY")
+        return parse_events(DISTINCT, records).where("error IS NULL").withColumn("window_start", tile_start(DISTINCT))
+
+    def partials(events):
+        return (events.groupBy(*grain).agg(*event_aggregations(DISTINCT, aggs, keyed=keyed))
+                .select(*grain, *flatten_last(aggs, keyed=keyed)))
+
+    def merged(rows, events=False):
+        return rows.groupBy(*grain).agg(*merge_aggregations(aggs, keyed=keyed, events=events)).select(
+            *grain, *flatten_last(aggs, keyed=keyed))
+
+    batches = [partials(parsed(b)) for b in BATCHES]
+    grouped = merged(batches[0].unionByName(batches[1]).unionByName(batches[2]))
+    path = str(tmp_path / "distinct")
+    batches[0].limit(0).write.format("delta").save(path)
+    table = DeltaTable(path)
+    sketches = sketch_columns(aggs)
+    for batch_id, batch in enumerate(batches):
+        source = batch.toArrow()
+        table.update_incremental()
+        target = {tuple(r[g] for g in grain): r for r in table.to_pyarrow_table().to_pylist()}
+        source = union_sketches(source, target, list(grain), sketches)
+        assert merge_once(table, source, " AND ".join(f't."{c}" = s."{c}"' for c in grain), "distinct", batch_id,
+                          updates=merge_into_sql(aggs, keyed=keyed))
+    ways = {"events at once": partials(parsed([e for b in BATCHES for e in b])), "groupBy": grouped,
+            "MERGE": spark.read.format("delta").load(path)}
+    if keyed:  # the seed (batch 0's sketches) beside the later batches' events
+        events = parsed(BATCHES[1] + BATCHES[2]).select(*grain, *event_as_partial(DISTINCT, aggs, keyed=True))
+        ways["stream"] = merged(events.unionByName(batches[0], allowMissingColumns=True), events=True)
+
+    labels = defaultdict(set)
+    for event in (e for batch in BATCHES for e in batch):
+        hour = _micros(event["ts"]) // 3_600_000_000 * 3_600_000_000
+        grain_key = (event["key"],) if keyed else (event["key"], hour)
+        labels[grain_key].update([event["label"]] if event["label"] is not None else [])
+    assert any(not v for v in labels.values()) and any(len(v) > 2 for v in labels.values())
+    for way, df in ways.items():
+        df = df.select(*grain, *final_columns(aggs[:1]))
+        if not keyed:
+            df = df.withColumn("window_start", F.unix_micros("window_start"))
+        got = {tuple(r[g] for g in grain): r["labels"] for r in df.collect()}
+        assert got == {k: len(v) for k, v in labels.items()}, way
