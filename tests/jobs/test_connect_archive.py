@@ -114,3 +114,17 @@ def test_the_parquet_format_keeps_each_row_as_its_json(spark, tmp_path):
     assert [(f.partition, f.start, f.format) for f in files] == [(3, 40, "parquet")]
     lines = sorted((r.position, json.loads(bytes(r.value))) for r in _lines(spark, files).collect())
     assert lines == [(0, {"key": "a", "amount": 1.5}), (1, {"key": "b", "amount": 2.0}), (2, {"key": "c"})]
+
+
+def test_an_empty_json_file_holds_no_record(spark, tmp_path):
+    """A zero-byte file (a sink that rolled a file before any record) holds no offset, so it ends where it starts."""
+    folder = tmp_path / "topics" / "t" / "partition=0"
+    folder.mkdir(parents=True)
+    (folder / "t+0+3.json").write_bytes(b"")
+    (folder / "t+0+3x.json").write_bytes(b"")  # not the sink's name: ignored
+    (folder / "t+0+1.json").write_bytes(b'{"a": 1}\n{"a": 2}\n')
+    (folder / "t+0+0.json").write_bytes(b'{"a": 0}\n')
+    files = connect_files(str(tmp_path), "t")
+    assert [f.start for f in files] == [0, 1, 3]
+    lines = sorted((r.start, r.position, bytes(r.value)) for r in _lines(spark, files).collect())
+    assert lines == [(0, 0, b'{"a": 0}'), (1, 0, b'{"a": 1}'), (1, 1, b'{"a": 2}')]
