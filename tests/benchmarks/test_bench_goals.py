@@ -18,7 +18,7 @@ def test_each_goal_is_met_missed_or_not_measured():
         "switchyard_over_batch_full": (1.33, False),
         "switchyard_stream_stage_s": (4.25, True),
         "latency_p50_s": (1.2, False),          # the 1,000 events/s run's, not the 500's
-        "latency_p99_s": (1.8, True),
+        "latency_p99_s": (1.8, False),
         "switched_s": (8.685, True),
         "switched_in_process_s": (3.0, True),   # at the target is met
         "generate_events_per_s": (None, None),  # the topic was there: not generated, not timed
