@@ -134,6 +134,7 @@ def run_handoff_command(args) -> int:
 
 def run_stream_command(args) -> int:
     from jobs.stream import StreamSettings, run_stream
+    from jobs.stream.supervisor import refuse_another_spark_line
     from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
@@ -144,6 +145,7 @@ def run_stream_command(args) -> int:
                               tables_trigger_seconds=args.tables_trigger_seconds,
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
+    refuse_another_spark_line(pipeline, tables)
     with lease.hold(tables, lease.STREAM) as held:
         result = run_stream(_spark("stream", progress=False), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))

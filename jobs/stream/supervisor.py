@@ -65,6 +65,41 @@ def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entrie
                 "that made them; restore it, or start over with `switchyard backfill` and `switchyard handoff`")
 
 
+# Every STREAM_STARTED entry records the Spark that started it; one without was written while switchyard pinned
+# Spark 4.0.0, its only version then.
+UNRECORDED_SPARK = "4.0.0"
+
+
+def spark_line(version: str) -> str:
+    """A Spark version's line (major.minor): within one, streaming checkpoints and state stores are read alike."""
+    return ".".join(version.split(".")[:2])
+
+
+def check_spark_line(pipeline: str, handoff: Handoff, paths: StreamPaths, entries: list, running: str) -> None:
+    """Refuse to resume a handoff's checkpoints that another Spark line wrote: its state store's files and
+    checkpoint format may not be read alike, and a silent misread would apply records twice or never. A rebase
+    reads of them only the offsets, which every line writes alike, and starts a handoff with new checkpoints."""
+    started = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.STREAM_STARTED]
+    if not started or not storage.exists(paths.keyed_checkpoint):
+        return
+    written = handoff_log.details(started[-1]).get("spark_version") or UNRECORDED_SPARK
+    if spark_line(written) != spark_line(running):
+        raise UserError(f"the stream checkpoints of handoff {handoff.handoff_id} were written by Spark {written}, "
+                        f"and this is Spark {running}: they are not resumed across Spark lines; rebase the pipeline "
+                        f"onto a new handoff with `switchyard rebase --pipeline {pipeline}`, then run "
+                        "`switchyard stream`")
+
+
+def refuse_another_spark_line(pipeline: Pipeline, tables: Tables) -> None:
+    """check_spark_line for the current handoff against the installed pyspark, before a JVM starts."""
+    import pyspark
+
+    handoff = current_handoff(None, tables)
+    if handoff is not None:
+        check_spark_line(pipeline.name, handoff, StreamPaths.of(tables, handoff.handoff_id),
+                         handoff_log.entries(None, tables), pyspark.__version__)
+
+
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
                settings: StreamSettings | None = None, out=print, lease: leases.Lease | None = None) -> StreamResult:
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
@@ -162,6 +197,7 @@ class Supervisor:
         paths = StreamPaths.of(tables, handoff.handoff_id)
         entries = handoff_log.entries(None, tables)
         check_resumable(tables, handoff, paths, entries)
+        check_spark_line(pipeline.name, handoff, paths, entries, spark.version)
         restart = storage.exists(paths.keyed_checkpoint)
         if not restart:  # a first start: Kafka must still hold where the handoff starts
             refuse_if_expired(tables, handoff, bootstrap)
@@ -177,7 +213,7 @@ class Supervisor:
         step_done("tables_and_topic")
         self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
-                 details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
+                 details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic, "spark_version": spark.version,
                           "updates_from": updates_from,
                           **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
                              if self.added_partitions else {})})

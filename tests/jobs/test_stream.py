@@ -255,3 +255,44 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
     assert handoff_log.details(asked)["host"] == "another-host"
     assert entries[-1].status == Status.STOPPED and entries[-1].seq > asked.seq
     assert "STOP_REQUESTED by switchyard stop" in handoff_log.details(entries[-1])["reason"]
+
+
+def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, bootstrap, topic_name, tmp_path):
+    """A handoff whose stream last started under another Spark line (as after an upgrade) is not resumed from its
+    checkpoints: `switchyard stream` refuses in one line naming `switchyard rebase`, which moves the pipeline to a
+    new handoff with new checkpoints, and the stream then ends where plain Python does over every record."""
+    from tests.support import oracle
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", events=1200)
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 150, seed=6))
+    log = tmp_path / "stream.log"
+    assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
+    started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
+    assert handoff_log.details(started)["spark_version"] == spark.version
+    # what the log holds when another line's stream started the handoff last and stopped
+    handoff_log.append(None, tables, handoff.handoff_id, Status.STREAM_STARTED,
+                       details={**handoff_log.details(started), "spark_version": "3.5.1"})
+    handoff_log.append(None, tables, handoff.handoff_id, Status.STOPPED)
+    produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "jobs.cli", *args, "--pipeline", "demo", "--warehouse",
+                               tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+
+    refused = cli("stream", "--until-caught-up")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "written by Spark 3.5.1" in refused.stderr and "`switchyard rebase --pipeline demo`" in refused.stderr
+    rebased = cli("rebase")
+    assert rebased.returncode == 0, rebased.stderr[-3000:]
+    new = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    assert new.handoff_id != handoff.handoff_id
+    assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
+
+    expected = oracle.backlog(oracle.read_topic(bootstrap, topic_name))
+    state = {r["key"]: r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
+    assert {k: (s["event_count"], s["amount_min"], s["amount_max"]) for k, s in state.items()} == {
+        k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.state.items()}
+    dead = DeltaTable(tables.dead_letter).to_pyarrow_table().num_rows
+    assert dead == len(expected.dead_letter) > 0
