@@ -27,7 +27,7 @@ def checkpoint_conf(checkpoint: str) -> dict[str, str]:
     conf = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false"}
     if not storage.is_object_store(checkpoint):
         conf["spark.sql.streaming.checkpointFileManagerClass"] = \
-            "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
     return conf
 
 
