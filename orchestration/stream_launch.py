@@ -2,6 +2,7 @@
 lag, rates, update latency; jobs/stream/pipes.py) becomes observations of `stream`, and its death fails the run."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,10 +64,15 @@ def process_log(tables: Tables, handoff_id: str) -> Path:
     return Path(folder) / "process.log"
 
 
+_JVM_FRAME = re.compile(r"^\s+(at |\.\.\. \d+ more)")
+
+
 def _tail(log: Path, lines: int = 30) -> str:
+    """The log's last `lines` lines without the JVM's stack frames: a killed driver's JVM logs a trace per task it
+    loses, whose frames would crowd out what the stream said last."""
     try:
         with open(log, errors="replace") as fh:
-            return "".join(deque(fh, maxlen=lines))
+            return "".join(deque((line for line in fh if not _JVM_FRAME.match(line)), maxlen=lines))
     except FileNotFoundError:
         return ""
 
