@@ -96,15 +96,15 @@ WINDOWS = ("key", "window_start")
 KEYED = ("key",)
 
 
-def _parsed(spark, batch: list[dict]) -> DataFrame:
+def _parsed(spark, batch: list[dict], pipeline: Pipeline = PIPELINE) -> DataFrame:
     values = [json.dumps({k: v for k, v in event.items() if v is not None}).encode() for event in batch]
     records = spark.createDataFrame([(bytearray(v),) for v in values], "value BINARY")
-    return parse_events(PIPELINE, records).where("error IS NULL").withColumn("window_start", tile_start(PIPELINE))
+    return parse_events(pipeline, records).where("error IS NULL").withColumn("window_start", tile_start(pipeline))
 
 
-def _partials(events: DataFrame, grain: tuple[str, ...], keyed: bool) -> DataFrame:
-    aggs = PIPELINE.aggregations if keyed else PIPELINE.windows.aggregations
-    return (events.groupBy(*grain).agg(*event_aggregations(PIPELINE, aggs, keyed=keyed))
+def _partials(events: DataFrame, grain: tuple[str, ...], keyed: bool, pipeline: Pipeline = PIPELINE) -> DataFrame:
+    aggs = pipeline.aggregations if keyed else pipeline.windows.aggregations
+    return (events.groupBy(*grain).agg(*event_aggregations(pipeline, aggs, keyed=keyed))
             .select(*grain, *flatten_last(aggs, keyed=keyed)))
 
 
@@ -243,13 +243,10 @@ def test_variance_merges_alike_by_groupby_by_merge_and_from_events(spark, tmp_pa
     aggs = SPREAD.aggregations if keyed else SPREAD.windows.aggregations
 
     def parsed(batch):
-        values = [json.dumps({k: v for k, v in e.items() if v is not None}).encode() for e in batch]
-        records = spark.createDataFrame([(bytearray(v),) for v in values], "value BINARY")
-        return parse_events(SPREAD, records).where("error IS NULL").withColumn("window_start", tile_start(SPREAD))
+        return _parsed(spark, batch, SPREAD)
 
     def partials(events):
-        return (events.groupBy(*grain).agg(*event_aggregations(SPREAD, aggs, keyed=keyed))
-                .select(*grain, *flatten_last(aggs, keyed=keyed)))
+        return _partials(events, grain, keyed, SPREAD)
 
     batches = [partials(parsed(b)) for b in BATCHES]
     merged = batches[0].unionByName(batches[1]).unionByName(batches[2]).groupBy(*grain).agg(
@@ -307,13 +304,10 @@ def test_approx_distinct_sketches_union_alike_every_way(spark, tmp_path, keyed):
     aggs = DISTINCT.aggregations if keyed else DISTINCT.windows.aggregations
 
     def parsed(batch):
-        values = [json.dumps({k: v for k, v in e.items() if v is not None}).encode() for e in batch]
-        records = spark.createDataFrame([(bytearray(v),) for v in values], "value BINARY")
-        return parse_events(DISTINCT, records).where("error IS NULL").withColumn("window_start", tile_start(DISTINCT))
+        return _parsed(spark, batch, DISTINCT)
 
     def partials(events):
-        return (events.groupBy(*grain).agg(*event_aggregations(DISTINCT, aggs, keyed=keyed))
-                .select(*grain, *flatten_last(aggs, keyed=keyed)))
+        return _partials(events, grain, keyed, DISTINCT)
 
     def merged(rows, events=False):
         return rows.groupBy(*grain).agg(*merge_aggregations(aggs, keyed=keyed, events=events)).select(
