@@ -15,6 +15,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from state_handoff import settings
+
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
 
@@ -23,10 +25,12 @@ MB = 1024 * 1024
 
 def add_connection(parser: argparse.ArgumentParser) -> None:
     """--warehouse and --bootstrap, with the defaults and environment settings of the `switchyard` commands."""
-    parser.add_argument("--warehouse", default=os.environ.get("SWITCHYARD_WAREHOUSE", "./warehouse"),
-                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
-    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"),
-                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
+    parser.add_argument("--warehouse", default=settings.value("SWITCHYARD_WAREHOUSE"),
+                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default "
+                             f"{settings.BY_NAME['SWITCHYARD_WAREHOUSE'].default})")
+    parser.add_argument("--bootstrap", default=settings.value("SWITCHYARD_BOOTSTRAP"),
+                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default "
+                             f"{settings.BY_NAME['SWITCHYARD_BOOTSTRAP'].default})")
 
 
 def worker_command(module: str, *args: str) -> list[str]:

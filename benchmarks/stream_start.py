@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
-from state_handoff import handoff_log
+from state_handoff import handoff_log, settings
 from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.stream_layout import StreamPaths, read_json
@@ -53,7 +53,7 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
     shutil.copytree(base, warehouse)
     env = dict(os.environ)
     if jvm_options:
-        env["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [env.get("SWITCHYARD_JVM_OPTIONS"), jvm_options]))
+        env["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [settings.value("SWITCHYARD_JVM_OPTIONS"), jvm_options]))
     stream = switchyard_command("stream", "--pipeline", PIPELINE.name, "--warehouse", warehouse,
                                 "--bootstrap", bootstrap, "--until-caught-up", "--caught-up-lag", "0",
                                 "--trigger-seconds", "0")
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks stream-start", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3, help="trials per arm")
     parser.add_argument("--jvm-options", help="B arm: these driver JVM options added (trials alternate A, B)")
-    parser.add_argument("--bootstrap", default=os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument("--bootstrap", default=settings.value("SWITCHYARD_BOOTSTRAP"))
     parser.add_argument("--json", help="write the trials here")
     args = parser.parse_args(argv)
     arms = [None, args.jvm_options] if args.jvm_options else [None]

@@ -32,7 +32,7 @@ from pathlib import Path
 from deploy.dagster_home import default_home as default_dagster_home
 from deploy.dagster_home import prepare as prepare_dagster_home
 from deploy.paths import PROJECT_ROOT, runtime_home
-from state_handoff import handoff_log, lease
+from state_handoff import handoff_log, lease, settings
 from state_handoff.errors import UserError
 from state_handoff.lifecycle import Status
 from state_handoff.tables import Tables
@@ -231,8 +231,8 @@ def main(argv=None) -> int:
     parser.add_argument("--live-seconds", type=float, default=45.0,
                         help="how long each live phase lasts (default 45: the sensor ticks every 30 s)")
     args = parser.parse_args(argv)
-    warehouse = str(Path(os.environ.get("SWITCHYARD_WAREHOUSE", "warehouse")).resolve())
-    bootstrap = os.environ.get("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092")
+    warehouse = str(Path(settings.value("SWITCHYARD_WAREHOUSE")).resolve())
+    bootstrap = settings.value("SWITCHYARD_BOOTSTRAP")
     dagster_home = default_dagster_home()
     demo_home().mkdir(parents=True, exist_ok=True)
     try:

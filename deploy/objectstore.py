@@ -21,11 +21,11 @@ from deploy.jars import objectstore_classpath
 from deploy.java import check_java
 from deploy.local_server import HOST
 from deploy.paths import objectstore_home
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 BUCKET = "switchyard"
 HEAP_ENV = "SWITCHYARD_OBJECTSTORE_HEAP"
-DEFAULT_HEAP = "1g"  # holds every object
 START_TIMEOUT_S = 90
 STOP_TIMEOUT_S = 30
 _MAIN = "org.gaul.s3proxy.Main"
@@ -131,7 +131,7 @@ def start(store: ObjectStore) -> str:
         _write_private(store.config_file, _config(store, key, secret))
         (store.home / "logback.xml").write_text(_LOGBACK)
         proc = local_server.launch(
-            [java, f"-Xmx{os.environ.get(HEAP_ENV, DEFAULT_HEAP)}", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+            [java, f"-Xmx{settings.value(HEAP_ENV)}", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
              f"-Dlogback.configurationFile={store.home / 'logback.xml'}",
              "-cp", objectstore_classpath(), _MAIN, "--properties", str(store.config_file)],
             store.log_file, store.home)

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from state_handoff import settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def runtime_home() -> Path:
-    """Fetched jars, the local broker's data and logs (env SWITCHYARD_HOME, default ./.switchyard)."""
-    return Path(os.environ.get("SWITCHYARD_HOME", PROJECT_ROOT / ".switchyard")).resolve()
+    """Fetched jars, the local broker's data and logs (SWITCHYARD_HOME, a relative one from the checkout)."""
+    return settings.value("SWITCHYARD_HOME")
 
 
 def jar_dir(profile: str) -> Path:

@@ -12,7 +12,6 @@ from deploy.jars import spark_extra_jars
 from deploy.java import check_java
 from deploy.shipped_code import ship_project_code
 from state_handoff import settings
-from state_handoff.errors import UserError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -55,24 +54,20 @@ PROFILE_JVM_OPTIONS = {
 
 
 def spark_master() -> str:
-    return settings.get("SWITCHYARD_SPARK_MASTER")
+    return settings.value("SWITCHYARD_SPARK_MASTER")
 
 
 def driver_addresses() -> tuple[str, str]:
     """(host executors reach the driver at, address it binds to): loopback unless the environment says otherwise."""
-    host = settings.get("SWITCHYARD_DRIVER_HOST")
-    return host, settings.get("SWITCHYARD_DRIVER_BIND_ADDRESS") or host
+    host = settings.value("SWITCHYARD_DRIVER_HOST")
+    return host, settings.value("SWITCHYARD_DRIVER_BIND_ADDRESS") or host
 
 
 def _shuffle_partitions() -> dict:
     """SWITCHYARD_SHUFFLE_PARTITIONS overrides the profile's shuffle partitions (batch jobs and the stream's
     stateless shuffles; the stream's state-store partitions are SWITCHYARD_STATE_PARTITIONS)."""
-    value = settings.get("SWITCHYARD_SHUFFLE_PARTITIONS")
-    if value is None:
-        return {}
-    if not value.isdigit() or int(value) < 1:
-        raise UserError(f"SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of at least 1, not {value!r}")
-    return {"spark.sql.shuffle.partitions": value}
+    partitions = settings.value("SWITCHYARD_SHUFFLE_PARTITIONS")
+    return {} if partitions is None else {"spark.sql.shuffle.partitions": str(partitions)}
 
 
 def object_store_conf() -> dict:
@@ -112,10 +107,10 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
     os.environ["TZ"] = "UTC"
     time.tzset()
-    profile = profile or settings.get("SWITCHYARD_SPARK_PROFILE")
+    profile = profile or settings.value("SWITCHYARD_SPARK_PROFILE")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
     jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}",
-                                         PROFILE_JVM_OPTIONS.get(profile), settings.get("SWITCHYARD_JVM_OPTIONS")]))
+                                         PROFILE_JVM_OPTIONS.get(profile), settings.value("SWITCHYARD_JVM_OPTIONS")]))
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -127,7 +122,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # other jars
         "spark.driver.extraJavaOptions": " ".join(filter(None, [jvm_options, spark_cds.driver_options()])),
         "spark.executor.extraJavaOptions": jvm_options,
-        "spark.driver.memory": settings.get("SWITCHYARD_DRIVER_MEMORY"),
+        "spark.driver.memory": settings.value("SWITCHYARD_DRIVER_MEMORY"),
         "spark.pyspark.python": sys.executable,
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.stateStore.providerClass":

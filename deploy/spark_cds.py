@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from deploy.jars import spark_extra_jars
 from deploy.java import java_executable
 from deploy.paths import jar_dir
+from state_handoff import settings
 
-ENV = "SWITCHYARD_SPARK_CDS"  # "0" starts drivers without the archive
+ENV = "SWITCHYARD_SPARK_CDS"  # false (or 0) starts drivers without the archive
 
 
 def archive_path() -> Path:
@@ -33,8 +33,8 @@ def archive_path() -> Path:
 
 
 def driver_options() -> str:
-    """The driver JVM's option that maps the archive, or "" when there is none (or SWITCHYARD_SPARK_CDS=0)."""
-    if os.environ.get(ENV) == "0":
+    """The driver JVM's option that maps the archive, or "" when there is none (or SWITCHYARD_SPARK_CDS is false)."""
+    if not settings.value(ENV):
         return ""
     path = archive_path()
     # quiet: a JVM that cannot map it (another classpath) says so on stdout, which is the command's output

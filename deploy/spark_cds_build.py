@@ -16,6 +16,7 @@ from pathlib import Path
 from deploy.paths import PROJECT_ROOT
 from deploy.spark import build_spark
 from deploy.spark_cds import ENV, archive_path
+from state_handoff import settings
 
 
 def _workload(spark) -> None:
@@ -54,7 +55,7 @@ def build() -> Path:
         stale.unlink()
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     os.environ[ENV] = "0"
-    os.environ["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [os.environ.get("SWITCHYARD_JVM_OPTIONS"),
+    os.environ["SWITCHYARD_JVM_OPTIONS"] = " ".join(filter(None, [settings.value("SWITCHYARD_JVM_OPTIONS"),
                                                                   f"-XX:ArchiveClassesAtExit={partial}",
                                                                   "-Xlog:cds=error,cds+dynamic=error"]))
     from pyspark import SparkContext

@@ -6,7 +6,7 @@ from orchestration.scope import PipelineDeployment
 from state_handoff import settings
 
 # The shipped pipelines' calendars start at SWITCHYARD_FIRST_DAY; the demo archives recent days.
-FIRST_DAY = settings.get("SWITCHYARD_FIRST_DAY")
+FIRST_DAY = settings.value("SWITCHYARD_FIRST_DAY")
 
 defs = switchyard_definitions([PipelineDeployment("demo", first_day=FIRST_DAY),
                                PipelineDeployment("kinds", first_day=FIRST_DAY)])

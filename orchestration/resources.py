@@ -13,10 +13,6 @@ import dagster as dg
 from state_handoff import settings
 
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-DEFAULT_WAREHOUSE = "./warehouse"
-
-
 class SparkResource(dg.ConfigurableResource):
     """The run's SparkSession, built by `deploy.spark` (Delta, local jars, UTC) with a profile."""
 
@@ -30,9 +26,9 @@ class SparkResource(dg.ConfigurableResource):
                            extra_conf={"spark.master": self.master} if self.master else None)
 
 
-def _apply(settings: dict[str, str | None]) -> None:
+def _apply(given: dict[str, str | None]) -> None:
     """The settings given (not None) as this process's, for every client and process of the run."""
-    for name, value in settings.items():
+    for name, value in given.items():
         if value is not None:
             os.environ[name] = value
 
@@ -40,7 +36,7 @@ def _apply(settings: dict[str, str | None]) -> None:
 class KafkaResource(dg.ConfigurableResource):
     """The Kafka cluster the pipelines' topics live on, and how to reach it (SWITCHYARD_KAFKA_* when unset)."""
 
-    bootstrap: str = DEFAULT_BOOTSTRAP
+    bootstrap: str = settings.default("SWITCHYARD_BOOTSTRAP")
     security_protocol: str | None = None  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -62,7 +58,7 @@ class WarehouseResource(dg.ConfigurableResource):
     """Where the pipelines' Delta tables and archives live: `<warehouse>/<pipeline>/` each; for an `s3a://`
     warehouse, the object store's endpoint and keys (SWITCHYARD_S3_ENDPOINT and AWS_* when unset)."""
 
-    warehouse: str = DEFAULT_WAREHOUSE
+    warehouse: str = settings.default("SWITCHYARD_WAREHOUSE")
     s3_endpoint: str | None = None
     aws_access_key_id: str | None = None  # a secret: dg.EnvVar("...")
     aws_secret_access_key: str | None = None  # a secret: dg.EnvVar("...")
@@ -81,9 +77,10 @@ class StreamMonitorResource(dg.ConfigurableResource):
     max_update_latency_s: float = 60.0
 
 
-def _env_or(name: str, default: str | None):
-    """Read from the environment at run time when the variable is set; the shipped default otherwise."""
-    return dg.EnvVar(name) if os.environ.get(name) else default
+def _set_in_env(**fields: str) -> dict:
+    """Each resource field whose setting the environment sets, as a dg.EnvVar read at run time; the fields left out
+    keep their defaults."""
+    return {field: dg.EnvVar(name) for field, name in fields.items() if settings.given(name) is not None}
 
 
 SPARK_PROFILES = {"local": "default", "test": "test"}
@@ -91,12 +88,12 @@ SPARK_PROFILES = {"local": "default", "test": "test"}
 
 def resources_for(environment: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources of an environment (SWITCHYARD_ENV: local, the default, or test)."""
-    environment = environment or settings.get("SWITCHYARD_ENV")
+    environment = environment or settings.value("SWITCHYARD_ENV")
     if environment not in SPARK_PROFILES:
-        raise ValueError(f"SWITCHYARD_ENV must be one of {', '.join(SPARK_PROFILES)}, not {environment!r}")
+        raise ValueError(f"the environment must be one of {', '.join(SPARK_PROFILES)}, not {environment!r}")
     return {
-        "spark": SparkResource(profile=SPARK_PROFILES[environment], master=_env_or("SWITCHYARD_SPARK_MASTER", None)),
-        "kafka": KafkaResource(bootstrap=_env_or("SWITCHYARD_BOOTSTRAP", DEFAULT_BOOTSTRAP)),
-        "warehouse": WarehouseResource(warehouse=_env_or("SWITCHYARD_WAREHOUSE", DEFAULT_WAREHOUSE)),
+        "spark": SparkResource(profile=SPARK_PROFILES[environment], **_set_in_env(master="SWITCHYARD_SPARK_MASTER")),
+        "kafka": KafkaResource(**_set_in_env(bootstrap="SWITCHYARD_BOOTSTRAP")),
+        "warehouse": WarehouseResource(**_set_in_env(warehouse="SWITCHYARD_WAREHOUSE")),
         "monitor": StreamMonitorResource(),
     }

@@ -51,7 +51,7 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--pipeline", default=settings.get("SWITCHYARD_PIPELINE") or "demo",
+    parser.add_argument("--pipeline", default=settings.value("SWITCHYARD_PIPELINE") or "demo",
                         help="the pipeline whose job runs (default: SWITCHYARD_PIPELINE, else demo)")
     parser.add_argument("--job", required=True, choices=JOBS)
     parser.add_argument("--from", dest="first", help="first day of the partition range (YYYY-MM-DD)")

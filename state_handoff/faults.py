@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 ENV = "SWITCHYARD_FAULT"
@@ -28,35 +29,16 @@ POINTS = (
 )
 
 
-def _parse(text: str | None) -> tuple[str, int] | None:
-    if not text:
-        return None
-    point, _, nth = text.partition(":")
-    if point not in POINTS:
-        raise UserError(f"{ENV}={text}: unknown crash point {point!r}; valid points: {', '.join(POINTS)}")
-    try:
-        n = int(nth) if nth else 1
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UserError(f"{ENV}={text}: the count after ':' must be a whole number of at least 1")
-    return point, n
-
-
 def _armed_from_env() -> tuple[str, int] | None:
+    """(point, n) or None; the setting's kind (state_handoff/settings.py) parses it."""
     try:
-        return _parse(os.environ.get(ENV))
-    except UserError:  # reported by check_setting at the command line; never fires
+        return settings.value(ENV)
+    except UserError:  # a misspelt point never fires: the command line refuses it before any work
         return None
 
 
 _armed = _armed_from_env()
 _reached = 0
-
-
-def check_setting() -> None:
-    """Refuse a misspelt point at the edge (the CLI), before any work, rather than never firing."""
-    _parse(os.environ.get(ENV))
 
 
 def armed(point: str) -> bool:

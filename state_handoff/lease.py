@@ -35,6 +35,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
+from state_handoff import settings
 from state_handoff.clock import as_utc, utc_now
 from state_handoff.errors import Failed, UserError
 from state_handoff.io import fencing
@@ -50,7 +51,6 @@ STREAM = "switchyard stream"
 REBASE = "switchyard rebase"
 
 ENV = "SWITCHYARD_LEASE_SECONDS"
-LEASE_SECONDS = 60.0
 HEARTBEATS_PER_LEASE = 6
 CHECKPOINT_INTERVAL = 20
 COMMIT_ATTEMPTS = 100
@@ -81,16 +81,7 @@ class LeaseLost(Failed):
 
 
 def lease_seconds() -> float:
-    text = os.environ.get(ENV)
-    if not text:
-        return LEASE_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0:
-        raise UserError(f"{ENV}={text}: the lease must last a positive number of seconds")
-    return seconds
+    return settings.value(ENV)
 
 
 def _boot_id() -> str | None:

@@ -1,16 +1,124 @@
-"""Every `SWITCHYARD_*` setting in one table: its name, default, what it sets and whether it is a secret.
+"""Every `SWITCHYARD_*` setting in one table: its name, default, what it sets, what kind of value it takes and
+whether it is a secret.
 
-`get(name)` is how a module reads one: the environment's value, else the default declared here, so that each
-default is written once. The modules check a value where they use it (their errors name the setting). This table
-is also where a user finds them all, what `switchyard config` prints with the value in effect and where it came
-from, and what docs/cli.md's settings table is made from. A test keeps it whole: a `SWITCHYARD_*` name read
-anywhere in the code and missing here fails it.
+`value(name)` is how a module reads one: the environment's text (an empty one counts as unset), else the default
+declared here, parsed by the setting's kind; a bad value is a UserError of one line that names the setting, what it
+must be and the value given. `Settings.from_env()` reads them all into one typed object, which is how the command
+line checks every setting before any work. The table is also where a user finds them all, what `switchyard config`
+prints with the value in effect and where it came from, and what docs/cli.md's settings table is made from. A test
+keeps it whole: a `SWITCHYARD_*` name read anywhere in the code and missing here fails it.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from state_handoff.errors import UserError
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+PREFIX = "SWITCHYARD_"
+
+
+class Hint(ValueError):
+    """A kind's refusal that says more than what the value must be (the values it knows, say)."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a setting's text becomes its value: `parse` returns the value or raises ValueError; `must` says what
+    the text must be, in the error and in the docs."""
+
+    must: str
+    parse: Callable[[str], Any]
+
+
+def _whole(at_least: int, unit: str) -> Kind:
+    def parse(text: str) -> int:
+        number = int(text)
+        if number < at_least:
+            raise ValueError(text)
+        return number
+
+    return Kind(f"a whole number of {unit} of at least {at_least}", parse)
+
+
+def _number(above: float, unit: str) -> Kind:
+    def parse(text: str) -> float:
+        number = float(text)
+        if not (math.isfinite(number) and number > above):
+            raise ValueError(text)
+        return number
+
+    return Kind(f"a number of {unit} above {above:g}", parse)
+
+
+def _one_of(*choices: str) -> Kind:
+    """Any case; the value is the choice as written here."""
+    by_lower = {choice.lower(): choice for choice in choices}
+
+    def parse(text: str) -> str:
+        try:
+            return by_lower[text.strip().lower()]
+        except KeyError:
+            raise ValueError(text) from None
+
+    return Kind(f"one of {', '.join(choices[:-1])} or {choices[-1]}", parse)
+
+
+def _bool(text: str) -> bool:
+    flag = {"true": True, "1": True, "false": False, "0": False}.get(text.strip().lower())
+    if flag is None:
+        raise ValueError(text)
+    return flag
+
+
+def _memory(text: str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*[kmgt]?", text.strip().lower()):
+        raise ValueError(text)
+    return text.strip()
+
+
+def _url(text: str) -> str:
+    if urlparse(text).scheme not in ("http", "https") or not urlparse(text).netloc:
+        raise ValueError(text)
+    return text
+
+
+def _crash_point(text: str) -> tuple[str, int]:
+    from state_handoff.faults import POINTS  # the points live beside the code that reaches them
+
+    point, _, nth = text.partition(":")
+    if point not in POINTS:
+        raise Hint(f"the points: {', '.join(POINTS)}")
+    n = int(nth) if nth else 1
+    if n < 1:
+        raise ValueError(text)
+    return point, n
+
+
+TEXT = Kind("any text", str)
+BOOL = Kind("true or false (or 1 or 0)", _bool)
+MEMORY = Kind("a JVM memory size such as 512m or 2g", _memory)
+URL = Kind("an http:// or https:// URL such as http://127.0.0.1:9000", _url)
+DAY = Kind("a day as YYYY-MM-DD", date.fromisoformat)
+FILE = Kind("a path", lambda text: Path(text).expanduser())
+CHECKOUT_PATH = Kind("a path (a relative one from the checkout)",
+                     lambda text: (CHECKOUT / Path(text).expanduser()).resolve())
+CRASH_POINT = Kind("`point[:n]`: a crash point of state_handoff/faults.py, its n-th arrival (n at least 1)",
+                   _crash_point)
+
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+KAFKA_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SPARK_PROFILES = ("default", "test")  # deploy/spark.py's PROFILES
+ENVIRONMENTS = ("local", "test")  # orchestration/resources.py's
 
 
 @dataclass(frozen=True)
@@ -18,7 +126,13 @@ class Setting:
     name: str
     default: str | None  # as the user would write it; None: unset unless given
     meaning: str
+    kind: Kind = TEXT
     secret: bool = False
+
+    @property
+    def attribute(self) -> str:
+        """Its name in `Settings`: SWITCHYARD_LEASE_SECONDS is `lease_seconds`."""
+        return self.name.removeprefix(PREFIX).lower()
 
 
 SETTINGS: tuple[Setting, ...] = (
@@ -26,54 +140,132 @@ SETTINGS: tuple[Setting, ...] = (
             "`python -m orchestration.run`, default `demo` there)"),
     Setting("SWITCHYARD_WAREHOUSE", "./warehouse", "the warehouse: a directory or an `s3a://` URL"),
     Setting("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092", "Kafka's bootstrap servers"),
-    Setting("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, for every "
-            "Kafka client and Spark's Kafka source and sink"),
-    Setting("SWITCHYARD_KAFKA_SASL_MECHANISM", None, "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    Setting("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "the security protocol of every Kafka client and "
+            "Spark's Kafka source and sink", _one_of(*KAFKA_PROTOCOLS)),
+    Setting("SWITCHYARD_KAFKA_SASL_MECHANISM", None, "the SASL mechanism", _one_of(*KAFKA_MECHANISMS)),
     Setting("SWITCHYARD_KAFKA_SASL_USERNAME", None, "the SASL user"),
     Setting("SWITCHYARD_KAFKA_SASL_PASSWORD", None, "the SASL password", secret=True),
-    Setting("SWITCHYARD_KAFKA_SSL_CAFILE", None, "the CA certificate (PEM) that signs the brokers' certificates"),
-    Setting("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "true", "whether TLS checks the broker's host name"),
+    Setting("SWITCHYARD_KAFKA_SSL_CAFILE", None, "the CA certificate (PEM) that signs the brokers' certificates",
+            FILE),
+    Setting("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "true", "whether TLS checks the broker's host name", BOOL),
     Setting("SWITCHYARD_S3_ENDPOINT", None, "an S3-compatible store's endpoint (unset: AWS); keys from "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", URL),
     Setting("SWITCHYARD_SPARK_MASTER", "local[*]", "Spark's master URL"),
-    Setting("SWITCHYARD_SPARK_PROFILE", "default", "the Spark profile the CLI's jobs build (`default`, `test`)"),
-    Setting("SWITCHYARD_ENV", "local", "the Dagster resources' environment (`local`, `test`: its Spark profile)"),
-    Setting("SWITCHYARD_DRIVER_MEMORY", "2g", "the Spark driver's memory"),
+    Setting("SWITCHYARD_SPARK_PROFILE", "default", "the Spark profile the CLI's jobs build",
+            _one_of(*SPARK_PROFILES)),
+    Setting("SWITCHYARD_ENV", "local", "the Dagster resources' environment (`test`: its Spark profile)",
+            _one_of(*ENVIRONMENTS)),
+    Setting("SWITCHYARD_DRIVER_MEMORY", "2g", "the Spark driver's memory", MEMORY),
     Setting("SWITCHYARD_DRIVER_HOST", "127.0.0.1", "the address executors reach the driver at"),
     Setting("SWITCHYARD_DRIVER_BIND_ADDRESS", None, "the address the driver binds (default: the driver host)"),
     Setting("SWITCHYARD_JVM_OPTIONS", None, "more options for the driver's and executors' JVMs"),
-    Setting("SWITCHYARD_SPARK_CDS", None, "`0` starts drivers without the class-data archive setup made"),
-    Setting("SWITCHYARD_SHUFFLE_PARTITIONS", None, "overrides the Spark profile's shuffle partitions"),
+    Setting("SWITCHYARD_SPARK_CDS", "true", "whether drivers start with the class-data archive setup made", BOOL),
+    Setting("SWITCHYARD_SHUFFLE_PARTITIONS", None, "overrides the Spark profile's shuffle partitions",
+            _whole(1, "partitions")),
     Setting("SWITCHYARD_STATE_PARTITIONS", "2", "the stream's state-store partitions (fixed by a handoff's first "
-            "checkpoint)"),
-    Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables"),
-    Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)"),
-    Setting("SWITCHYARD_MAX_RECORD_BYTES", "1048576", "records above this size are dead-lettered as `too_large`"),
-    Setting("SWITCHYARD_FIRST_DAY", "2025-12-01", "the first day of the shipped code location's daily partitions"),
-    Setting("SWITCHYARD_FAULT", None, "a crash point to die at, `point[:n]` (tests and drills only)"),
-    Setting("SWITCHYARD_HOME", "./.switchyard", "fetched jars, the local servers' data and logs"),
-    Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with"),
-    Setting("SWITCHYARD_OBJECTSTORE_HEAP", "1g", "the local object store's JVM heap"),
+            "checkpoint)", _whole(1, "partitions")),
+    Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables",
+            _whole(1, "batches")),
+    Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)",
+            _number(0, "seconds")),
+    # at least the prefix of a record a dead letter keeps (record_limits.DEAD_LETTER_PREFIX_BYTES)
+    Setting("SWITCHYARD_MAX_RECORD_BYTES", "1048576", "records above this size are dead-lettered as `too_large`",
+            _whole(1024, "bytes")),
+    Setting("SWITCHYARD_FIRST_DAY", "2025-12-01", "the first day of the shipped code location's daily partitions",
+            DAY),
+    Setting("SWITCHYARD_FAULT", None, "a crash point to die at (tests and drills only)", CRASH_POINT),
+    Setting("SWITCHYARD_HOME", "./.switchyard", "fetched jars, the local servers' data and logs", CHECKOUT_PATH),
+    Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with", CHECKOUT_PATH),
+    Setting("SWITCHYARD_OBJECTSTORE_HEAP", "1g", "the local object store's JVM heap (it holds every object)",
+            MEMORY),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 
-def get(name: str, env: dict[str, str] | None = None) -> str | None:
-    """The setting's value in effect: the environment's when set there, else its declared default."""
-    env = os.environ if env is None else env
-    return env[name] if name in env else BY_NAME[name].default
+def given(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """The environment's text for the setting; None when it is unset or empty."""
+    text = (os.environ if env is None else env).get(name)
+    return text if text else None
 
 
-def effective(env: dict[str, str] | None = None) -> list[tuple[Setting, str | None, str]]:
-    """Each setting with its value in effect (a secret's masked) and where it came from: the environment, or the
+def parse(name: str, text: str | None) -> Any:
+    """`text` as the setting's kind reads it (None stays None); a UserError of one line when it cannot."""
+    setting = BY_NAME[name]
+    if text is None:
+        return None
+    try:
+        return setting.kind.parse(text)
+    except ValueError as refused:
+        hint = f" ({refused})" if isinstance(refused, Hint) else ""
+        raise UserError(f"{name} must be {setting.kind.must}, not {text!r}{hint}") from None
+
+
+def value(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """The setting's typed value in effect: the environment's when set there, else its declared default."""
+    text = given(name, env)
+    return parse(name, BY_NAME[name].default if text is None else text)
+
+
+def default(name: str) -> Any:
+    """The setting's declared default, typed: what it is when the environment leaves it unset."""
+    return parse(name, BY_NAME[name].default)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every setting's typed value in effect, one attribute each (named as `Setting.attribute` says)."""
+
+    pipeline: str | None
+    warehouse: str
+    bootstrap: str
+    kafka_security_protocol: str
+    kafka_sasl_mechanism: str | None
+    kafka_sasl_username: str | None
+    kafka_sasl_password: str | None
+    kafka_ssl_cafile: Path | None
+    kafka_ssl_check_hostname: bool
+    s3_endpoint: str | None
+    spark_master: str
+    spark_profile: str
+    env: str
+    driver_memory: str
+    driver_host: str
+    driver_bind_address: str | None
+    jvm_options: str | None
+    spark_cds: bool
+    shuffle_partitions: int | None
+    state_partitions: int
+    tidy_every: int
+    lease_seconds: float
+    max_record_bytes: int
+    first_day: date
+    fault: tuple[str, int] | None
+    home: Path
+    pom: Path
+    objectstore_heap: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Every setting read and checked: the first bad one is the UserError."""
+        return cls(**{setting.attribute: value(setting.name, env) for setting in SETTINGS})
+
+    def __repr__(self) -> str:  # a secret stays out of logs and tracebacks
+        def shown(setting: Setting) -> str:
+            held = getattr(self, setting.attribute)
+            return "'********'" if setting.secret and held is not None else repr(held)
+
+        return f"Settings({', '.join(f'{setting.attribute}={shown(setting)}' for setting in SETTINGS)})"
+
+
+def effective(env: Mapping[str, str] | None = None) -> list[tuple[Setting, str | None, str]]:
+    """Each setting with its text in effect (a secret's masked) and where it came from: the environment, or the
     default."""
-    env = os.environ if env is None else env
     rows = []
     for setting in SETTINGS:
-        if setting.name in env:
-            value = "********" if setting.secret and env[setting.name] else env[setting.name]
-            rows.append((setting, value, "environment"))
+        text = given(setting.name, env)
+        if text is not None:
+            rows.append((setting, "********" if setting.secret else text, "environment"))
         else:
             rows.append((setting, setting.default, "default" if setting.default is not None else "unset"))
     return rows
@@ -81,7 +273,8 @@ def effective(env: dict[str, str] | None = None) -> list[tuple[Setting, str | No
 
 def markdown_table() -> str:
     """The settings as docs/cli.md shows them."""
-    lines = ["| setting | default | what it sets |", "|---|---|---|"]
+    lines = ["| setting | default | what it sets | its value must be |", "|---|---|---|---|"]
     for s in SETTINGS:
-        lines.append(f"| `{s.name}` | {f'`{s.default}`' if s.default is not None else ''} | {s.meaning} |")
+        default_shown = f"`{s.default}`" if s.default is not None else ""
+        lines.append(f"| `{s.name}` | {default_shown} | {s.meaning} | {s.kind.must} |")
     return "\n".join(lines)

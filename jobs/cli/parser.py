@@ -10,17 +10,18 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from jobs.cli import developer, inputs, pipeline, services
-from state_handoff import faults, settings
+from state_handoff import settings
 from state_handoff.errors import Failed, UserError
-from state_handoff.record_limits import max_record_bytes
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
     """--warehouse and --bootstrap, each defaulting to its environment setting."""
-    parser.add_argument("--warehouse", default=settings.get("SWITCHYARD_WAREHOUSE"),
-                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default ./warehouse)")
-    parser.add_argument("--bootstrap", default=settings.get("SWITCHYARD_BOOTSTRAP"),
-                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default 127.0.0.1:9092)")
+    parser.add_argument("--warehouse", default=settings.value("SWITCHYARD_WAREHOUSE"),
+                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default "
+                             f"{settings.BY_NAME['SWITCHYARD_WAREHOUSE'].default})")
+    parser.add_argument("--bootstrap", default=settings.value("SWITCHYARD_BOOTSTRAP"),
+                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default "
+                             f"{settings.BY_NAME['SWITCHYARD_BOOTSTRAP'].default})")
 
 
 def _version() -> str:
@@ -75,8 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def run() -> int:
-        faults.check_setting()
-        max_record_bytes()
+        if args.command != "config":  # config shows the settings as given, bad ones too
+            settings.Settings.from_env()  # a bad setting stops the command here, before any work
         return args.handler(args)
 
     return run_reporting_errors(command_name(args), run)

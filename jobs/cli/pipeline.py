@@ -3,8 +3,7 @@ its flags and calls one job. Jobs are imported when their command runs, so `--he
 
 from __future__ import annotations
 
-import os
-
+from state_handoff import settings as switchyard_settings
 from state_handoff.errors import UserError
 from state_handoff.io import storage
 from state_handoff.tables import Tables
@@ -26,7 +25,7 @@ PIPELINE_ENV = "SWITCHYARD_PIPELINE"
 
 def pipeline_option(parser) -> None:
     """--pipeline, defaulting to SWITCHYARD_PIPELINE (required when that is unset)."""
-    default = os.environ.get(PIPELINE_ENV) or None
+    default = switchyard_settings.value(PIPELINE_ENV)
     parser.add_argument("--pipeline", default=default, required=default is None,
                         help=f"the pipeline's name (env {PIPELINE_ENV}" + (f", now {default})" if default else ")"))
 

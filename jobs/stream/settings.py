@@ -29,16 +29,14 @@ class StreamSettings:
     # Hysteresis: after a switch back, none again until the stream has been caught up this long.
     switch_back_hold: float = 120.0
     requests_every_seconds: float = 1.0
-    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS, default 2.
+    # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS.
     state_partitions: int | None = None
 
     def __post_init__(self):
-        value = self.state_partitions if self.state_partitions is not None else \
-            switchyard_settings.get("SWITCHYARD_STATE_PARTITIONS")
-        if not str(value).isdigit() or int(value) < 1:
-            raise UserError(f"state partitions (--state-partitions or SWITCHYARD_STATE_PARTITIONS) must be a whole "
-                            f"number of at least 1, not {value!r}")
-        self.state_partitions = int(value)
+        if self.state_partitions is None:
+            self.state_partitions = switchyard_settings.value("SWITCHYARD_STATE_PARTITIONS")
+        elif self.state_partitions < 1:
+            raise UserError(f"--state-partitions must be a whole number of at least 1, not {self.state_partitions}")
 
     @property
     def behind_threshold(self) -> int:

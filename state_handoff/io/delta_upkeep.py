@@ -3,7 +3,7 @@
 A stream writes its Delta tables every few seconds for months. Each batch adds small files (`stream_batches`,
 `windows`, `dead_letter`, `late`), and each MERGE or DELETE (`state`, `window_state`) writes the files it touches
 anew and leaves the old ones behind, unreferenced but on disk: under steady input the tables grow by gigabytes a
-day, and readers of a table of many small files slow down with every batch. So every TIDY_EVERY-th batch the
+day, and readers of a table of many small files slow down with every batch. So every SWITCHYARD_TIDY_EVERY-th batch the
 writer of a table compacts it (delta-rs's optimize: a commit that changes no data) and vacuums what was replaced
 longer than RETENTION_HOURS ago. The writer does it in its own thread, between its own writes: a compaction beside
 a MERGE of the same table would make one of the two fail. A backfill's commit, which replaces whole tables and
@@ -18,16 +18,14 @@ its stream reads again when it seeds without the seed's files (state_handoff/kep
 from __future__ import annotations
 
 import logging
-import os
 
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
 
-from state_handoff.errors import UserError
+from state_handoff import settings
 from state_handoff.io import fencing, storage
 
-EVERY_ENV = "SWITCHYARD_TIDY_EVERY"
-TIDY_EVERY = 100  # batches; at the stream's 5 s trigger, every ~8 minutes of steady input
+EVERY_ENV = "SWITCHYARD_TIDY_EVERY"  # by default 100 batches: at the stream's 5 s trigger, every ~8 minutes
 RETENTION_HOURS = 1  # far longer than any reader of a snapshot needs its files; Delta's own default is 7 days
 RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 
@@ -35,17 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def tidy_every() -> int:
-    """Batches between two tidies of a stream's table (SWITCHYARD_TIDY_EVERY, default TIDY_EVERY)."""
-    text = os.environ.get(EVERY_ENV)
-    if text is None:
-        return TIDY_EVERY
-    try:
-        every = int(text)
-    except ValueError:
-        every = 0
-    if every < 1:
-        raise UserError(f"{EVERY_ENV} must be a whole number of batches of at least 1, not {text!r}")
-    return every
+    """Batches between two tidies of a stream's table (SWITCHYARD_TIDY_EVERY)."""
+    return settings.value(EVERY_ENV)
 
 
 def due(batch_id: int, every: int | None = None) -> bool:

@@ -1,5 +1,6 @@
 """Kafka security settings, given once through the environment, as each client takes them: kafka-python keyword
-arguments, confluent-kafka's configuration and Spark's `kafka.`-prefixed source/sink options. The only place that reads SWITCHYARD_KAFKA_*."""
+arguments, confluent-kafka's configuration and Spark's `kafka.`-prefixed source/sink options. The only place that
+reads SWITCHYARD_KAFKA_*: each through its kind in state_handoff/settings.py, then checked together."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 PREFIX = "SWITCHYARD_KAFKA_"
@@ -19,9 +21,7 @@ CAFILE = PREFIX + "SSL_CAFILE"
 CHECK_HOSTNAME = PREFIX + "SSL_CHECK_HOSTNAME"
 KNOWN = (PROTOCOL, MECHANISM, USERNAME, PASSWORD, CAFILE, CHECK_HOSTNAME)
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-MECHANISMS = ("PLAIN", *SCRAM)
 _LOGIN_MODULE = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
@@ -94,44 +94,37 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
 
 
 def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
-    """The settings in the environment, checked whole: an unknown or incomplete setting is one UserError."""
+    """The settings in the environment, each parsed by its kind and then checked together: an unknown, bad or
+    incomplete setting is one UserError."""
     env = os.environ if env is None else env
-    given = {name: value for name, value in env.items() if name.startswith(PREFIX) and value != ""}
-    unknown = sorted(set(given) - set(KNOWN))
+    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in KNOWN and env[name])
     if unknown:
         raise UserError(f"unknown Kafka setting {unknown[0]} in the environment: the known ones are {', '.join(KNOWN)}")
-    protocol = given.get(PROTOCOL, "PLAINTEXT").upper()
-    if protocol not in PROTOCOLS:
-        raise UserError(f"{PROTOCOL}={given[PROTOCOL]} is not a Kafka security protocol: use one of {', '.join(PROTOCOLS)}")
+    value = {name: settings.value(name, env) for name in KNOWN}
+    protocol = value[PROTOCOL]
     security = KafkaSecurity(protocol=protocol)
-    sasl_given = [name for name in (MECHANISM, USERNAME, PASSWORD) if name in given]
+    sasl_given = [name for name in (MECHANISM, USERNAME, PASSWORD) if value[name] is not None]
     if security.sasl:
-        missing = [name for name in (MECHANISM, USERNAME, PASSWORD) if name not in given]
+        missing = [name for name in (MECHANISM, USERNAME, PASSWORD) if value[name] is None]
         if missing:
             raise UserError(f"{PROTOCOL}={protocol} needs {', '.join(missing)} in the environment")
-        mechanism = given[MECHANISM].upper()
-        if mechanism not in MECHANISMS:
-            raise UserError(f"{MECHANISM}={given[MECHANISM]} is not supported: use one of {', '.join(MECHANISMS)}")
         for name in (USERNAME, PASSWORD):
-            if any(c in given[name] for c in '"\\'):
+            if any(c in value[name] for c in '"\\'):
                 raise UserError(f"{name} must not contain a double quote or a backslash (JAAS quotes it): pick another")
-        security = KafkaSecurity(protocol, mechanism, given[USERNAME], given[PASSWORD])
+        security = KafkaSecurity(protocol, value[MECHANISM], value[USERNAME], value[PASSWORD])
     elif sasl_given:
         raise UserError(f"{sasl_given[0]} is set but {PROTOCOL} is {protocol}: set it to SASL_PLAINTEXT or SASL_SSL, "
                         "or unset the SASL settings")
-    ssl_given = [name for name in (CAFILE, CHECK_HOSTNAME) if name in given]
+    ssl_given = [name for name in (CAFILE, CHECK_HOSTNAME) if settings.given(name, env) is not None]
     if ssl_given and not security.ssl:
         raise UserError(f"{ssl_given[0]} is set but {PROTOCOL} is {protocol}: set it to SSL or SASL_SSL, "
                         "or unset the SSL settings")
     if security.ssl:
-        cafile = given.get(CAFILE)
-        if cafile is not None and not Path(cafile).is_file():
+        cafile = value[CAFILE]
+        if cafile is not None and not cafile.is_file():
             raise UserError(f"{CAFILE}={cafile} is not a readable file: point it at the CA certificates (PEM)")
-        check = given.get(CHECK_HOSTNAME, "true").lower()
-        if check not in ("true", "false"):
-            raise UserError(f"{CHECK_HOSTNAME}={given[CHECK_HOSTNAME]}: use true or false")
         security = KafkaSecurity(security.protocol, security.mechanism, security.username, security.password,
-                                 cafile, check == "true")
+                                 None if cafile is None else str(cafile), value[CHECK_HOSTNAME])
     return security
 
 

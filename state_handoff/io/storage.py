@@ -11,6 +11,7 @@ import functools
 import os
 from urllib.parse import urlparse
 
+from state_handoff import settings
 from state_handoff.errors import UserError
 
 S3_SCHEMES = ("s3a", "s3")
@@ -41,10 +42,7 @@ def s3_credentials() -> tuple[str, str]:
 
 def s3_endpoint() -> str | None:
     """The object store's endpoint URL, None for AWS itself."""
-    endpoint = os.environ.get(ENDPOINT_ENV) or None
-    if endpoint is not None and urlparse(endpoint).scheme not in ("http", "https"):
-        raise UserError(f"{ENDPOINT_ENV}={endpoint} must be a URL such as http://127.0.0.1:9000")
-    return endpoint
+    return settings.value(ENDPOINT_ENV)
 
 
 def s3_region() -> str:

@@ -74,4 +74,5 @@ def test_a_bad_record_size_limit_is_refused_in_one_line(tmp_path):
                              str(tmp_path / "wh")], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, MAX_RECORD_BYTES_ENV: "1MB"})
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().count("\n") == 0 and f"{MAX_RECORD_BYTES_ENV}=1MB" in result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert f"{MAX_RECORD_BYTES_ENV} must be a whole number of bytes of at least 1024, not '1MB'" in result.stderr

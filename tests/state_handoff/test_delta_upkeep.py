@@ -15,6 +15,7 @@ from jobs.delta_txn import merge_once
 from state_handoff.errors import UserError
 from state_handoff.io import delta_upkeep
 from state_handoff.io.delta_cas import read
+from state_handoff.settings import BY_NAME
 from state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
 from state_handoff.tables import Tables
 
@@ -70,7 +71,7 @@ def test_which_batches_are_due_and_a_bad_setting(monkeypatch):
     monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
     assert all(delta_upkeep.due(b) for b in range(3))
     monkeypatch.delenv(delta_upkeep.EVERY_ENV)
-    assert delta_upkeep.tidy_every() == delta_upkeep.TIDY_EVERY
+    assert delta_upkeep.tidy_every() == int(BY_NAME[delta_upkeep.EVERY_ENV].default)
     for bad in ("0", "-3", "ten"):
         monkeypatch.setenv(delta_upkeep.EVERY_ENV, bad)
         with pytest.raises(UserError, match="SWITCHYARD_TIDY_EVERY must be a whole number"):

@@ -1,5 +1,6 @@
 """Every SWITCHYARD_* setting the code reads is in one table (state_handoff/settings.py), shown by docs/cli.md and by
-`switchyard config` with its value in effect and where it came from."""
+`switchyard config` with its value in effect and where it came from; each is read through its kind into a typed
+value, and a bad one is refused in one line."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import fields
+from datetime import date
 from pathlib import Path
 
-from state_handoff.settings import BY_NAME, markdown_table
+import pytest
+
+from state_handoff import settings
+from state_handoff.errors import UserError
+from state_handoff.settings import BY_NAME, SETTINGS, Settings, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 READ = re.compile(r"SWITCHYARD_[A-Z0-9_]*[A-Z0-9]")
@@ -40,3 +47,111 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from():
     assert lines["SWITCHYARD_KAFKA_SASL_PASSWORD"].split()[1:] == ["********", "(environment)"]
     assert "hunter2" not in shown.stdout
     assert lines["SWITCHYARD_PIPELINE"].split()[1:] == ["(unset)"]
+
+
+def test_every_default_parses_by_its_kind():
+    for setting in SETTINGS:
+        typed = settings.default(setting.name)
+        assert (typed is None) == (setting.default is None), setting.name
+        assert settings.value(setting.name, {}) == typed, setting.name
+
+
+# A bad value of each kind, and what the one-line refusal says it must be.
+BAD = [
+    ("SWITCHYARD_LEASE_SECONDS", "abc", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0, not 'abc'"),
+    ("SWITCHYARD_LEASE_SECONDS", "0", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0, not '0'"),
+    ("SWITCHYARD_LEASE_SECONDS", "nan", "must be a number of seconds above 0, not 'nan'"),
+    ("SWITCHYARD_TIDY_EVERY", "1.5", "SWITCHYARD_TIDY_EVERY must be a whole number of batches of at least 1, "
+                                     "not '1.5'"),
+    ("SWITCHYARD_SHUFFLE_PARTITIONS", "0", "SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of partitions of "
+                                           "at least 1, not '0'"),
+    ("SWITCHYARD_STATE_PARTITIONS", "two", "SWITCHYARD_STATE_PARTITIONS must be a whole number of partitions of "
+                                           "at least 1, not 'two'"),
+    ("SWITCHYARD_MAX_RECORD_BYTES", "1023", "must be a whole number of bytes of at least 1024, not '1023'"),
+    ("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "yes", "SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME must be true or false"),
+    ("SWITCHYARD_SPARK_CDS", "off", "SWITCHYARD_SPARK_CDS must be true or false (or 1 or 0), not 'off'"),
+    ("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "KERBEROS", "must be one of PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, "
+                                                      "not 'KERBEROS'"),
+    ("SWITCHYARD_KAFKA_SASL_MECHANISM", "GSSAPI", "must be one of PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, "
+                                                  "not 'GSSAPI'"),
+    ("SWITCHYARD_SPARK_PROFILE", "fast", "SWITCHYARD_SPARK_PROFILE must be one of default or test, not 'fast'"),
+    ("SWITCHYARD_ENV", "prod", "SWITCHYARD_ENV must be one of local or test, not 'prod'"),
+    ("SWITCHYARD_DRIVER_MEMORY", "2 GB", "SWITCHYARD_DRIVER_MEMORY must be a JVM memory size such as 512m or 2g"),
+    ("SWITCHYARD_OBJECTSTORE_HEAP", "0", "SWITCHYARD_OBJECTSTORE_HEAP must be a JVM memory size such as 512m"),
+    ("SWITCHYARD_S3_ENDPOINT", "127.0.0.1:9000", "SWITCHYARD_S3_ENDPOINT must be an http:// or https:// URL"),
+    ("SWITCHYARD_FIRST_DAY", "1 Dec 2025", "SWITCHYARD_FIRST_DAY must be a day as YYYY-MM-DD, not '1 Dec 2025'"),
+    ("SWITCHYARD_FAULT", "stream.nowhere", "SWITCHYARD_FAULT must be `point[:n]`"),
+    ("SWITCHYARD_FAULT", "stream.after_seed:0", "not 'stream.after_seed:0'"),
+]
+
+
+@pytest.mark.parametrize("name, text, says", BAD)
+def test_a_bad_value_is_one_line_naming_the_setting(name, text, says):
+    with pytest.raises(UserError) as refused:
+        settings.value(name, {name: text})
+    assert "\n" not in str(refused.value) and says in str(refused.value), str(refused.value)
+    with pytest.raises(UserError, match=name):
+        Settings.from_env({name: text})
+
+
+def test_every_setting_that_can_refuse_a_value_is_tried():
+    takes_any = (settings.TEXT, settings.FILE, settings.CHECKOUT_PATH)
+    assert {s.name for s in SETTINGS if s.kind not in takes_any} == {name for name, _, _ in BAD}
+
+
+def test_an_unknown_crash_point_lists_the_points():
+    from state_handoff.faults import POINTS
+
+    with pytest.raises(UserError) as refused:
+        settings.value("SWITCHYARD_FAULT", {"SWITCHYARD_FAULT": "stream.nowhere"})
+    assert all(point in str(refused.value) for point in POINTS)
+
+
+def test_from_env_gives_typed_values():
+    env = {"SWITCHYARD_WAREHOUSE": "s3a://bucket/wh", "SWITCHYARD_LEASE_SECONDS": "2.5",
+           "SWITCHYARD_TIDY_EVERY": "7", "SWITCHYARD_KAFKA_SECURITY_PROTOCOL": "sasl_ssl",
+           "SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME": "FALSE", "SWITCHYARD_SPARK_CDS": "0",
+           "SWITCHYARD_FAULT": "stream.after_seed:3", "SWITCHYARD_HOME": "tmp/home",
+           "SWITCHYARD_FIRST_DAY": "2026-01-31", "SWITCHYARD_SHUFFLE_PARTITIONS": "16",
+           "SWITCHYARD_KAFKA_SSL_CAFILE": "/etc/ca.pem", "SWITCHYARD_PIPELINE": ""}
+    held = Settings.from_env(env)
+    assert held.warehouse == "s3a://bucket/wh"
+    assert held.lease_seconds == 2.5 and held.tidy_every == 7 and held.shuffle_partitions == 16
+    assert held.kafka_security_protocol == "SASL_SSL" and held.kafka_ssl_check_hostname is False
+    assert held.spark_cds is False and held.fault == ("stream.after_seed", 3)
+    assert held.home == ROOT / "tmp" / "home" and held.kafka_ssl_cafile == Path("/etc/ca.pem")
+    assert held.first_day == date(2026, 1, 31)
+    assert held.pipeline is None  # empty counts as unset
+    assert held.state_partitions == 2 and held.max_record_bytes == 1 << 20 and held.bootstrap == "127.0.0.1:9092"
+
+
+def test_settings_has_one_attribute_per_setting():
+    assert [f.name for f in fields(Settings)] == [s.attribute for s in SETTINGS]
+
+
+def test_a_secret_stays_out_of_the_settings_repr():
+    shown = repr(Settings.from_env({"SWITCHYARD_KAFKA_SASL_PASSWORD": "hunter2"}))
+    assert "hunter2" not in shown and "kafka_sasl_password='********'" in shown
+
+
+def test_the_choices_are_the_profiles_and_environments_the_code_knows():
+    from deploy.spark import PROFILES
+
+    assert set(settings.SPARK_PROFILES) == set(PROFILES)
+    assert settings.ENVIRONMENTS == ("local", "test")  # orchestration/resources.py's SPARK_PROFILES, without dagster
+
+
+def test_the_record_limit_is_at_least_a_dead_letter_prefix():
+    from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
+
+    assert settings.value(MAX_RECORD_BYTES_ENV, {MAX_RECORD_BYTES_ENV: str(DEAD_LETTER_PREFIX_BYTES)}) == 1024
+    with pytest.raises(UserError):
+        settings.value(MAX_RECORD_BYTES_ENV, {MAX_RECORD_BYTES_ENV: str(DEAD_LETTER_PREFIX_BYTES - 1)})
+
+
+def test_the_code_reads_no_setting_around_the_table():
+    sources = [p for folder in ("jobs", "state_handoff", "orchestration", "deploy", "benchmarks")
+               for p in (ROOT / folder).rglob("*.py")]
+    around = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in sources for line in p.read_text().splitlines()
+              if re.search(r"(environ\.get|getenv)\(\s*[\"']SWITCHYARD_", line)]
+    assert around == []
