@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
-TABLES = ("archive", "tiles", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
+TABLES = ("archive", "tiles", "backlog", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
           "stream_batches", "leases", "archive_lease")
 
 
@@ -31,6 +31,11 @@ class Tables:
     @property
     def tiles(self) -> str:
         return self.path("tiles")
+
+    @property
+    def backlog(self) -> str:
+        """Every tile merged into one row per key, when the state holds more (jobs/backfill/backlog.py)."""
+        return self.path("backlog")
 
     @property
     def state(self) -> str:

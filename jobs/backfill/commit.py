@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
                               window_partials_from_tiles)
+from jobs.backfill import backlog
 from jobs.backfill.accounting import archive_accounting
 from jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
 from jobs.backfill.reconciliation import reconcile
@@ -56,24 +57,42 @@ def _delta_version(path: str) -> int:
     return DeltaTable(path, storage_options=storage.delta_options(path)).version()
 
 
-def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime) -> None:
+def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime,
+                   redo: datetime | None = None) -> None:
     """The windows of all tiles, split at the backlog watermark into `windows` (closed) and `window_state` (open).
-    A tile lies in one window, so the tiles are split before they are aggregated: two aggregations over disjoint
-    tiles, the open one small, instead of one aggregation kept on disk and read twice. Both run here, in turn: on a
-    second thread beside the state's write and the seed they helped a commit alone, but slowed each other once a
-    Kafka tail was folded in."""
-    if pipeline.windows.per_record == 1:
+
+    Given `redo` (jobs/backfill/backlog.py's windows_to_redo): only the windows starting there or later are made
+    from their tiles; the earlier ones are the earlier commit's (none of them closed at or past `redo`), the open
+    ones among them split again at the new watermark, the newly closed appended to `windows`.
+
+    Else every window: a tile lies in one window, so the tiles are split before they are aggregated: two
+    aggregations over disjoint tiles, the open one small, instead of one aggregation kept on disk and read twice.
+    Both run here, in turn: on a second thread beside the state's write and the seed they helped a commit alone,
+    but slowed each other once a Kafka tail was folded in."""
+    if redo is not None:
+        made = window_partials_from_tiles(pipeline, tiles.where(F.col("event_date") >= F.lit(redo.date())).where(
+            F.col(TILE_START) >= F.lit(redo)))
+        spark = tiles.sparkSession
+        open_before = spark.read.format("delta").load(tables.window_state).where(F.col("window_start") < F.lit(redo))
+        windows = open_before.select(*made.columns).unionByName(made).persist(StorageLevel.DISK_ONLY)
+        closed = F.col("window_end") <= F.lit(watermark)
+        parts = [(windows.where(closed), tables.windows, "append"), (windows.where(~closed), tables.window_state,
+                                                                     "overwrite")]
+    elif pipeline.windows.per_record == 1:
         closed = window_end(pipeline, F.col(TILE_START)) <= F.lit(watermark)
-        parts = [(window_partials_from_tiles(pipeline, tiles.where(part)), path)
+        parts = [(window_partials_from_tiles(pipeline, tiles.where(part)), path, "overwrite")
                  for part, path in ((closed, tables.windows), (~closed, tables.window_state))]
     else:  # a pane lies in several windows, closed and open: the windows are made first, then split
         windows = window_partials_from_tiles(pipeline, tiles).persist(StorageLevel.DISK_ONLY)
         closed = F.col("window_end") <= F.lit(watermark)
-        parts = [(windows.where(closed), tables.windows), (windows.where(~closed), tables.window_state)]
-    for partials, path in parts:
-        (partials.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-         .options(**fencing.spark_options(path)).save(path))
-    if pipeline.windows.per_record > 1:
+        parts = [(windows.where(closed), tables.windows, "overwrite"),
+                 (windows.where(~closed), tables.window_state, "overwrite")]
+    for partials, path, mode in parts:
+        writer = partials.write.format("delta").mode(mode)
+        if mode == "overwrite":
+            writer = writer.option("overwriteSchema", "true")
+        writer.options(**fencing.spark_options(path)).save(path)
+    if redo is not None or pipeline.windows.per_record > 1:
         windows.unpersist()
 
 
@@ -98,7 +117,12 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         bad = next((f for f in files if problems.get(f.path) and f.path not in run.skipped_files), None)
         if bad is not None:
             raise bad_file(archive, bad, problems[bad.path])
-        tiles = spark.read.format("delta").load(tables.tiles)
+        tiles_version = backlog.table_version(tables.tiles)  # the tiles this commit merges, read at that version
+        reader = spark.read.format("delta")
+        if tiles_version is not None:
+            reader = reader.option("versionAsOf", tiles_version)
+        tiles = archive_tiles = reader.load(tables.tiles)
+        extra = []  # keyed partials folded in on top of the tiles' merge: the Kafka tail, the range past the archive
         if kafka_tail_from is not None and at_cut is None:
             tail = kafka_tail_to_latest(tables, kafka_tail_from)
             out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
@@ -106,14 +130,25 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             tail_parsed, tail_tiles, tail_accounting = kafka_tail_tiles(spark, pipeline, tables, tail)
             run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
             tiles = tiles.unionByName(tail_tiles)
+            extra.append(tail_tiles)
             times.end("kafka_tail")
-        out("[5/5] merging all tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
-        partials = tiles
         if at_cut is not None:
-            columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
-            partials = tiles.select(*columns).unionByName(at_cut.kafka_partials.select(*columns))
+            extra.append(at_cut.kafka_partials)
+        out("[5/5] merging the tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
-        state = state_from_partials(pipeline, partials).persist(StorageLevel.DISK_ONLY)
+        merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out)
+        merge_record = {}
+        if extra:  # the tiles' merge alone is kept apart, for the next commit to start from
+            (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+             .options(**fencing.spark_options(tables.backlog)).save(tables.backlog))
+            merge_record = backlog.record(pipeline, "backlog", _delta_version(tables.backlog), tiles_version)
+            columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
+            partials = spark.read.format("delta").load(tables.backlog).select(*columns)
+            for frame in extra:
+                partials = partials.unionByName(frame.select(*columns))
+            merged = state_from_partials(pipeline, partials)
+            times.end("tiles_merge")
+        state = merged.persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
             at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
             if at_cut.before_replace is not None:
@@ -127,9 +162,17 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         times.end("watermark")
         prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
         times.end("seed_and_stream_tables")
+        windows_record = None
         if pipeline.windows is not None and at_cut is None:
-            _write_windows(pipeline, tables, tiles, watermark)
+            redo = backlog.windows_to_redo(pipeline, tables, earlier) if tail is None else None
+            if redo is not None:
+                out(f"  making the windows from {redo:%Y-%m-%d %H:%M} on again, the earlier ones kept")
+            _write_windows(pipeline, tables, tiles, watermark, redo)
+            if tail is None:  # windows of the tiles alone: the next commit may keep them
+                windows_record = backlog.window_versions(tables)
         times.end("windows")
+        if not merge_record:  # the state is the tiles' merge and nothing else
+            merge_record = backlog.record(pipeline, "state", state_version, tiles_version, windows_record)
         boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
                     else archived_boundary(spark, tables, archive, readable))
         if tail is not None:
@@ -164,11 +207,11 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
                                 "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
-                                "commit_s": times.parts,
+                                "commit_s": times.parts, **merge_record,
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})
-    for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter):
+    for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
         delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
     delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
     if missing:

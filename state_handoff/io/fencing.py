@@ -37,7 +37,7 @@ from deltalake.exceptions import CommitFailedError
 from state_handoff.io import storage
 
 FENCE_ID = "switchyard-lease-epoch"
-FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles")
+FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles", "backlog")
 EPOCH_SHIFT = 20  # a fence's version: the epoch above, Spark's writes of the epoch counted below
 ATTEMPTS = 20
 

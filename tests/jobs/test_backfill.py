@@ -23,7 +23,7 @@ from state_handoff.lifecycle import Status
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
 from tests.support import oracle
-from tests.support.compare import assert_state_matches, assert_windows_match, rows as _rows
+from tests.support.compare import assert_state_matches, assert_windows_match, close, rows as _rows
 
 PIPELINE = get_pipeline("demo")
 PARTITIONS = 3
@@ -169,6 +169,14 @@ def _state_snapshot(spark, tables):
                    round(r.amount_sum, 6)) for r in _rows(spark, tables.state))
 
 
+def _assert_same_state(got: list[tuple], want: list[tuple]) -> None:
+    """Two snapshots alike, the sums to the last bits their order of addition leaves (a merge of merges adds the
+    same amounts in another order)."""
+    assert [g[:-1] for g in got] == [w[:-1] for w in want]
+    assert all(close(g[-1], w[-1], abs(w[-1])) for g, w in zip(got, want)), [
+        (g, w) for g, w in zip(got, want) if not close(g[-1], w[-1], abs(w[-1]))][:3]
+
+
 def test_rerunning_a_day_and_day_by_day_give_the_same_state(spark, backlog, tables, tmp_path, monkeypatch):
     """...and a commit deletes the files it and earlier runs replaced (past the retention, here none)."""
     monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
@@ -191,8 +199,50 @@ def test_rerunning_a_day_and_day_by_day_give_the_same_state(spark, backlog, tabl
     while d <= result.last_day:
         run_backfill(spark, PIPELINE, daily, str(d), str(d), out=_quiet)
         d += timedelta(days=1)
-    assert _state_snapshot(spark, daily) == ranged
+    _assert_same_state(_state_snapshot(spark, daily), ranged)
     assert sorted(map(tuple, _rows(spark, daily.windows))) == sorted(map(tuple, _rows(spark, tables.windows)))
+
+
+def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootstrap, backlog, tables):
+    """The nightly backfill: a commit after a day newly tiled merges that day's tiles into the merge the last commit
+    recorded (its state), not every tile, and makes only the windows the day's panes lie in; a day tiled again over itself merges every tile; a Kafka tail is folded
+    in on top of a merge kept apart (`backlog`), which the next commit starts from without the tail. Each ends
+    equal to the oracle over what it covers."""
+    lines: list[str] = []
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    days = sorted({r.event_date for r in _rows(spark, tables.tiles)})  # the days with well-formed records
+    assert len(days) >= 3
+    tables_fresh = Tables(tables.warehouse + "-nightly", PIPELINE.name)
+    shutil.copytree(tables.archive, tables_fresh.archive)
+    earlier = run_backfill(spark, PIPELINE, tables_fresh, str(days[0]), str(days[-2]), out=_quiet)
+    run_backfill(spark, PIPELINE, tables_fresh, str(days[-1]), str(days[-1]), out=lines.append)
+    assert f"  merging 1 newly tiled day(s) into the earlier merge (state version {earlier.state_version})" in lines
+    assert f"  making the windows from {days[-1]} 00:00 on again, the earlier ones kept" in lines, lines
+    expected = oracle.backlog(backlog["records"])
+    assert_state_matches(spark, tables_fresh, expected)
+    assert_windows_match(spark, tables_fresh.windows, expected.final_windows())
+    assert_windows_match(spark, tables_fresh.window_state, expected.open_windows())
+    record = handoff_log.details(handoff_log.latest(None, tables_fresh, Status.BACKFILL_COMMITTED))["backlog"]
+    assert record["table"] == "state"
+
+    lines.clear()  # a day merged before, tiled again: its old tiles are in the earlier merge, so every tile
+    run_backfill(spark, PIPELINE, tables_fresh, str(days[1]), str(days[1]), out=lines.append)
+    assert any(line.startswith(f"  merging every tile: days merged before were tiled again ({days[1]})")
+               for line in lines), lines
+    assert_state_matches(spark, tables_fresh, expected)
+
+    lines.clear()  # the Kafka tail on top: the tiles' merge kept apart, the state holds the tail too
+    commit_state(spark, PIPELINE, tables_fresh, out=lines.append, kafka_tail_from=bootstrap)
+    assert any(line.startswith("  merging 0 newly tiled day(s)") for line in lines), lines
+    assert_state_matches(spark, tables_fresh, oracle.backlog(oracle.read_topic(bootstrap, backlog["topic"])))
+    record = handoff_log.details(handoff_log.latest(None, tables_fresh, Status.BACKFILL_COMMITTED))["backlog"]
+    assert record["table"] == "backlog"
+
+    lines.clear()  # the next commit starts from the merge without the tail, which it does not fold in again
+    commit_state(spark, PIPELINE, tables_fresh, out=lines.append)
+    assert f"  merging 0 newly tiled day(s) into the earlier merge (backlog version {record['version']})" in lines
+    assert_state_matches(spark, tables_fresh, expected)
+    _assert_same_state(_state_snapshot(spark, tables_fresh), _state_snapshot(spark, tables))
 
 
 def _some_file(tables):

@@ -1,0 +1,154 @@
+"""The backlog's keyed partials: every tile merged into one row per key, incrementally when the tiles only grew.
+
+A nightly backfill tiles one new day. Merging every tile of the archive into the state again would cost what the
+archive holds, not what the day holds. So each commit records where its merge of the tiles alone stands (no Kafka
+tail, no records past the archive's cut: those are folded in on top, every time) and which tiles it covered:
+
+- `state` at the commit's own version, when the state is the tiles' merge and nothing else (a plain backfill);
+- else `backlog`, a table written for this purpose (a rebase at a cut, whose state also holds the Kafka range
+  past the archive, or a backfill that folded in a Kafka tail).
+
+The next commit starts from that merge when every tile file it covered is still in `tiles` (Delta keeps files it
+replaced out of the snapshot: a day tiled again removes its old files). It then reads only the files added since,
+which a day's tiles run wrote, and merges them in: the cost follows the new days, plus one row per key. A day tiled
+again over itself, a record at another version, or a merge whose files are gone (vacuumed) make the commit merge
+every tile, as the first one did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from jobs.aggregation import state_from_partials
+from state_handoff import handoff_log
+from state_handoff.aggregates import partial_columns
+from state_handoff.io import storage
+from state_handoff.lifecycle import Status
+from state_handoff.spec import Pipeline
+from state_handoff.tables import Tables
+
+RECORD = "backlog"  # BACKFILL_COMMITTED's details key: {"table", "version", "tiles_version"}
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The tiles' merge this commit starts from, and what it adds."""
+
+    table: str                 # "state" or "backlog": where the earlier merge is
+    version: int               # that table's version holding it
+    new_days: tuple[date, ...]  # the days whose tile files were added since it
+    windows: dict | None = None  # the `windows` and `window_state` versions it wrote from the tiles alone
+
+
+def _delta(path: str, version: int | None = None):
+    from deltalake import DeltaTable
+
+    options = storage.delta_options(path)
+    return (DeltaTable(path, storage_options=options) if version is None
+            else DeltaTable(path, version=version, storage_options=options))
+
+
+def table_version(path: str) -> int | None:
+    """The table's latest version, read through delta-rs (None: no table)."""
+    if not storage.exists(storage.join(path, "_delta_log")):
+        return None
+    return _delta(path).version()
+
+
+def _tile_files(path: str, version: int | None = None) -> dict[str, date]:
+    """Each data file of `tiles` (at a version) with its day."""
+    actions = pa.table(_delta(path, version).get_add_actions(flatten=True))
+    return dict(zip(actions.column("path").to_pylist(), actions.column("partition.event_date").to_pylist()))
+
+
+def _readable(path: str, version: int) -> bool:
+    """The table at that version can be read: its log holds the version and no data file of it was vacuumed."""
+    try:
+        table = _delta(path, version)
+    except Exception:  # the version's log entry is gone (log retention)
+        return False
+    return all(storage.exists(uri) for uri in table.file_uris())
+
+
+def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, str]:
+    """The merge the latest committed backfill recorded, when the tiles only grew since; else None and why."""
+    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
+    record = handoff_log.details(committed).get(RECORD) if committed is not None else None
+    if not record:
+        return None, "no earlier commit recorded its merge of the tiles"
+    if record.get("columns") != _columns(pipeline):
+        return None, "the pipeline's keys or aggregations changed since the earlier merge"
+    try:
+        then = _tile_files(tables.tiles, record["tiles_version"])
+    except Exception:  # the version's log entry is gone (log retention)
+        return None, f"tiles version {record['tiles_version']} is no longer in the table's log"
+    now = _tile_files(tables.tiles)
+    retiled = sorted({day for f, day in then.items() if f not in now})
+    if retiled:
+        return None, f"days merged before were tiled again ({retiled[0]}{' ...' if len(retiled) > 1 else ''})"
+    if not _readable(tables.path(record["table"]), record["version"]):
+        return None, f"the earlier merge ({record['table']} version {record['version']}) is no longer readable"
+    added = tuple(sorted({day for f, day in now.items() if f not in then}))
+    return Merged(record["table"], record["version"], added, record.get("windows")), ""
+
+
+def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame,
+                 out=print) -> tuple[DataFrame, Merged | None]:
+    """One row per key over every tile: the earlier merge with the days tiled since, or every tile."""
+    earlier, why = earlier_merge(pipeline, tables)
+    columns = _columns(pipeline)
+    if earlier is None:
+        out(f"  merging every tile: {why}")
+        return state_from_partials(pipeline, tiles.select(*columns)), None
+    out(f"  merging {len(earlier.new_days)} newly tiled day(s) into the earlier merge "
+        f"({earlier.table} version {earlier.version})")
+    base = spark.read.format("delta").option("versionAsOf", earlier.version).load(tables.path(earlier.table))
+    added = tiles.where(F.col("event_date").isin(list(earlier.new_days))) if earlier.new_days else tiles.limit(0)
+    return state_from_partials(pipeline, base.select(*columns).unionByName(added.select(*columns))), earlier
+
+
+def _columns(pipeline: Pipeline) -> list[str]:
+    return [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
+
+
+def record(pipeline: Pipeline, table: str, version: int, tiles_version: int | None,
+           windows: dict | None = None) -> dict:
+    """What BACKFILL_COMMITTED records of this commit's merge, for the next one (none without tiles)."""
+    return {} if tiles_version is None else {RECORD: {"table": table, "version": version,
+                                                      "tiles_version": tiles_version,
+                                                      "columns": _columns(pipeline),
+                                                      **({"windows": windows} if windows else {})}}
+
+
+def window_versions(tables: Tables) -> dict[str, int | None]:
+    """`windows` and `window_state` at their latest versions, as a commit that wrote them from tiles records."""
+    return {name: table_version(tables.path(name)) for name in ("windows", "window_state")}
+
+
+def windows_to_redo(pipeline: Pipeline, tables: Tables, earlier: Merged | None) -> datetime | None:
+    """The start from which windows are made again from the tiles, the earlier ones kept below it: the first
+    window a newly tiled day's panes lie in. None (make every window again) unless the earlier commit wrote the
+    windows from its tiles alone, their files are unchanged since (a stream's MERGE replaces files), and no
+    closed window starts at or past it (a day tiled before the windows closed ones)."""
+    if earlier is None or not earlier.windows or not earlier.new_days:
+        return None
+    for name, version in earlier.windows.items():
+        path = tables.path(name)
+        if version is None or table_version(path) is None:
+            return None
+        if set(_delta(path, version).file_uris()) != set(_delta(path).file_uris()):
+            return None
+    day = earlier.new_days[0]
+    redo = datetime(day.year, day.month, day.day, tzinfo=UTC) - (pipeline.windows.per_record - 1) * \
+        pipeline.windows.slide
+    closed = pa.table(_delta(tables.windows).get_add_actions(flatten=True))
+    newest = [t for t in closed.column("max.window_start").to_pylist() if t is not None] \
+        if "max.window_start" in closed.column_names else []
+    if closed.num_rows and len(newest) < closed.num_rows:
+        return None  # a file without statistics: its windows' starts are not known without reading it
+    return None if newest and max(newest) >= redo else redo
