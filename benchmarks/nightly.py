@@ -1,0 +1,142 @@
+"""The nightly scheduled backfill: one new day added to an archive of many, against a backfill of every day.
+
+On a synthetic archive (benchmarks/synthetic_archive.py: --events over --days), in one fresh process and JVM:
+1. the archive before the night: every day but the last backfilled into a warehouse (untimed; it warms the JVM);
+2. a full backfill of every day into a second warehouse: what the new day is held against;
+3. the night: the last day backfilled into the first warehouse, its tiles merged into the earlier merge;
+4. the same day backfilled again over itself: its old tiles are in the earlier merge, so every tile is merged
+   (what every nightly commit cost before the merge was incremental).
+The two warehouses' states are compared key by key. The goal: the new day costs at most a tenth of the full
+backfill. Run it at two archive lengths with the same events per day to see the day's cost follow the day, not the
+archive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks.harness import ROOT, write_json
+from benchmarks.synthetic_archive import archive_is_current, archive_params, build_archive
+
+PIPELINE = "demo"
+GOAL = 0.10  # the new day at most this share of a full backfill
+SUM_TOLERANCE = 1e-9  # relative: the same amounts summed in another order
+
+
+def _timed(label: str, step, marks: list[str]):
+    lines: list[str] = []
+    started = time.monotonic()
+    result = step(lines.append)
+    seconds = round(time.monotonic() - started, 2)
+    print(f"  {label}: {seconds:.1f} s", flush=True)
+    marks.extend(f"    {line}" for line in lines if line.startswith("  "))
+    return result, seconds
+
+
+def _same_state(spark, left: str, right: str) -> dict:
+    from pyspark.sql import functions as F
+
+    a = spark.read.format("delta").load(left).drop("update_version")
+    b = spark.read.format("delta").load(right).drop("update_version")
+    joined = a.alias("a").join(b.alias("b"), "key", "full_outer")
+    differ = F.lit(False)
+    for column in (c for c in a.columns if c != "key"):
+        x, y = F.col(f"a.{column}"), F.col(f"b.{column}")
+        if column == "amount_sum":
+            differ = differ | (F.abs(x - y) > F.lit(SUM_TOLERANCE) * F.greatest(F.abs(x), F.abs(y), F.lit(1.0)))
+        else:
+            differ = differ | ~x.eqNullSafe(y)
+    return {"keys": a.count(), "keys_different": joined.where(differ).count()}
+
+
+def worker(argv: list[str]) -> dict:
+    """Inside the fresh process: the four steps of the module docstring, timed."""
+    from deploy.spark import build_spark
+    from jobs.backfill import run_backfill
+    from state_handoff.io.archive_files import list_archive
+    from state_handoff.pipelines import get_pipeline
+    from state_handoff.tables import Tables
+
+    out_dir, archive = Path(argv[0]), Path(argv[1])
+    pipeline = get_pipeline(PIPELINE)
+    warehouses = {}
+    for name in ("nightly", "full"):
+        tables = Tables(str(out_dir / name), PIPELINE)
+        shutil.rmtree(tables.root, ignore_errors=True)
+        Path(tables.root).mkdir(parents=True)
+        os.symlink(archive, tables.archive)
+        warehouses[name] = tables
+    days = sorted({f.day for f in list_archive(warehouses["full"].archive).files})
+    spark = build_spark("bench-nightly")
+    marks: list[str] = []
+    print(f"== {len(days)} archived days, {days[0]}..{days[-1]}", flush=True)
+    _, before_s = _timed(f"the archive before the night ({days[0]}..{days[-2]})", lambda out: run_backfill(
+        spark, pipeline, warehouses["nightly"], str(days[0]), str(days[-2]), out=out), marks)
+    full, full_s = _timed("a full backfill of every day", lambda out: run_backfill(
+        spark, pipeline, warehouses["full"], out=out), marks)
+    night, night_s = _timed(f"the night: {days[-1]} added", lambda out: run_backfill(
+        spark, pipeline, warehouses["nightly"], str(days[-1]), str(days[-1]), out=out), marks)
+    compared = _same_state(spark, warehouses["nightly"].state, warehouses["full"].state)
+    _, again_s = _timed(f"{days[-1]} backfilled again over itself", lambda out: run_backfill(
+        spark, pipeline, warehouses["nightly"], str(days[-1]), str(days[-1]), out=out), marks)
+    spark.stop()
+    print("\n".join(marks), flush=True)
+    return {"days": len(days), "records": full.records_read, "records_of_the_day": night.records_read,
+            "keys": full.keys, "before_the_night_s": before_s, "full_backfill_s": full_s, "new_day_s": night_s,
+            "day_again_s": again_s, "new_day_share": round(night_s / full_s, 3),
+            "day_again_share": round(again_s / full_s, 3), "states": compared}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks nightly", description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--partitions", type=int, default=4, help="Kafka partitions of the synthetic archive")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--malformed-rate", type=float, default=0.01)
+    parser.add_argument("--out-dir", help="benchmark warehouses (default ./bench-out/nightly/<events>-<days>)")
+    parser.add_argument("--json", help="write every figure here")
+    args = parser.parse_args(argv)
+    if args.events < 1 or args.days < 2 or args.keys < args.partitions:
+        parser.error("--events must be at least 1, --days at least 2 and --keys at least --partitions")
+    out_dir = Path(args.out_dir or ROOT / "bench-out" / "nightly" / f"{args.events}-{args.days}").resolve()
+    archive = out_dir / "archive"
+    params = archive_params(args)
+    figures: dict = {"params": params, "goal": {"new_day_share_at_most": GOAL},
+                     "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "host_cpus": os.cpu_count(),
+                     "command": "python -m benchmarks nightly " + " ".join(argv)}
+    if not archive_is_current(archive, params):
+        print(f"== building the archive: {args.events:,} events, {args.keys:,} keys, {args.days} days", flush=True)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        figures["archive"] = build_archive(archive, params)
+    print(f"== archive at {archive}", flush=True)
+    run = subprocess.run([sys.executable, "-m", "benchmarks", "worker", "nightly", str(out_dir), str(archive)],
+                         stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    lines = run.stdout.strip().splitlines()
+    print("\n".join(lines[:-1]), flush=True)
+    if run.returncode or not lines:
+        print("the nightly run failed", file=sys.stderr)
+        return 1
+    result = json.loads(lines[-1])
+    figures["result"] = result
+    met = result["new_day_share"] <= GOAL and result["states"]["keys_different"] == 0
+    figures["goal"]["met"] = met
+    print(f"\nfull backfill of {result['days']} days ({result['records']:,} records): {result['full_backfill_s']:.1f} s"
+          f"\nthe new day ({result['records_of_the_day']:,} records): {result['new_day_s']:.1f} s "
+          f"= {result['new_day_share']:.1%} of it (goal <= {GOAL:.0%}: {'met' if met else 'missed'})"
+          f"\nthe same day again over itself (every tile merged): {result['day_again_s']:.1f} s "
+          f"= {result['day_again_share']:.1%}"
+          f"\nstates of the two warehouses: {result['states']['keys_different']} of {result['states']['keys']:,} "
+          "keys different", flush=True)
+    if args.json:
+        write_json(args.json, figures)
+    return 0 if result["states"]["keys_different"] == 0 else 1
