@@ -57,6 +57,14 @@ def _same_state(spark, left: str, right: str) -> dict:
     return {"keys": a.count(), "keys_different": joined.where(differ).count()}
 
 
+def _commits(tables) -> list[dict]:
+    """BACKFILL_COMMITTED's details, in order: where each run's seconds went."""
+    from state_handoff import handoff_log
+    from state_handoff.lifecycle import Status
+
+    return [handoff_log.details(e) for e in handoff_log.entries(None, tables) if e.status == Status.BACKFILL_COMMITTED]
+
+
 def worker(argv: list[str]) -> dict:
     """Inside the fresh process: the four steps of the module docstring, timed."""
     from deploy.spark import build_spark
@@ -74,7 +82,7 @@ def worker(argv: list[str]) -> dict:
         Path(tables.root).mkdir(parents=True)
         os.symlink(archive, tables.archive)
         warehouses[name] = tables
-    days = sorted({f.day for f in list_archive(warehouses["full"].archive).files})
+    days = sorted({f.day for f in list_archive(warehouses["full"].archive)})
     spark = build_spark("bench-nightly")
     marks: list[str] = []
     print(f"== {len(days)} archived days, {days[0]}..{days[-1]}", flush=True)
@@ -89,10 +97,13 @@ def worker(argv: list[str]) -> dict:
         spark, pipeline, warehouses["nightly"], str(days[-1]), str(days[-1]), out=out), marks)
     spark.stop()
     print("\n".join(marks), flush=True)
+    steps = [{"days": f"{d['from']}..{d['to']}", "seconds": d["duration_s"], "tiles_s": d["tiles_s"],
+              "commit_s": d["commit_s"]} for d in _commits(warehouses["nightly"])]
     return {"days": len(days), "records": full.records_read, "records_of_the_day": night.records_read,
             "keys": full.keys, "before_the_night_s": before_s, "full_backfill_s": full_s, "new_day_s": night_s,
             "day_again_s": again_s, "new_day_share": round(night_s / full_s, 3),
-            "day_again_share": round(again_s / full_s, 3), "states": compared}
+            "day_again_share": round(again_s / full_s, 3), "states": compared,
+            "steps_of_the_nightly_warehouse": steps}
 
 
 def main(argv: list[str]) -> int:

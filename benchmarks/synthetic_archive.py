@@ -21,7 +21,7 @@ MALFORMED_KINDS = 5  # tombstone, not JSON, no key, unparseable event_time, quot
 
 def archive_params(args) -> dict:
     return {"events": args.events, "keys": args.keys, "days": args.days, "partitions": args.partitions,
-            "seed": args.seed, "malformed_rate": args.malformed_rate, "layout": 1}
+            "seed": args.seed, "malformed_rate": args.malformed_rate, "layout": 2}
 
 
 def archive_is_current(archive: Path, params: dict) -> bool:
@@ -89,6 +89,24 @@ def archive_frame(spark, params: dict):
         value.cast("binary").alias("value"), F.to_date("event_time").alias("event_date"))
 
 
+def _file_ranges(spark, archive: Path) -> dict[str, dict[str, list[int]]]:
+    """Per file, per partition: its lowest and highest offset and its records, as `switchyard archive` records them
+    (the backfill then counts and bounds the archive from the record, not by reading every file)."""
+    from urllib.parse import unquote, urlparse
+
+    from pyspark.sql import functions as F
+
+    rows = (spark.read.parquet(str(archive)).select(F.input_file_name().alias("file"), "kafka_partition",
+                                                    "kafka_offset")
+            .groupBy("file", "kafka_partition")
+            .agg(F.min("kafka_offset"), F.max("kafka_offset"), F.count(F.lit(1))).collect())
+    files: dict[str, dict[str, list[int]]] = {}
+    for file, partition, lo, hi, n in rows:
+        relative = os.path.relpath(unquote(urlparse(file).path), archive)
+        files.setdefault(relative, {})[str(partition)] = [int(lo), int(hi), int(n)]
+    return files
+
+
 def build_archive(archive: Path, params: dict) -> dict:
     from deploy.spark import build_spark
     from state_handoff.io.archive_files import write_archive_meta
@@ -103,7 +121,7 @@ def build_archive(archive: Path, params: dict) -> dict:
     ends = {str(p): min(n, (p + 1) * per) - p * per for p in range(parts)}
     write_archive_meta(str(archive), {"topic": f"bench.backfill.{n}", "cut": ends,
                                       "first": {str(p): 0 for p in range(parts)}, "records": n,
-                                      "benchmark": params})
+                                      "files": _file_ranges(spark, archive), "benchmark": params})
     seconds = time.monotonic() - started
     files = glob.glob(str(archive / "event_date=*" / "*.parquet"))
     size = sum(os.path.getsize(f) for f in files)
