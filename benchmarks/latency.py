@@ -215,6 +215,20 @@ def _measure(bootstrap: str, topic: str, updates_topic: str, rate: int, seconds:
                       _percentile(latencies, 0.99), latencies[-1] if latencies else float("nan"))
 
 
+GOALS = {"p99_ms_at_1000_per_s_at_most": 1000, "highest_rate_with_p99_ms_at_most": 2000}
+
+
+def goals(results: list[dict]) -> dict:
+    """The goals against a run's rates: p99 at 1,000 events/s, and the highest rate measured whose p99 is within
+    the bound (None where the run has no such rate)."""
+    at_1000 = next((r["p99_ms"] for r in results if r["rate"] == 1000), None)
+    bound = GOALS["highest_rate_with_p99_ms_at_most"]
+    within = [r["rate"] for r in results if r["p99_ms"] <= bound]
+    return {**GOALS, "p99_ms_at_1000_per_s": at_1000,
+            "p99_at_1000_per_s_met": None if at_1000 is None else at_1000 <= GOALS["p99_ms_at_1000_per_s_at_most"],
+            "highest_rate_measured_with_p99_within": max(within) if within else None}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks latency", description=__doc__)
     parser.add_argument("--rates", default="500,1000,2000", help="comma-separated events/s, measured in turn")
@@ -238,6 +252,8 @@ def main(argv: list[str]) -> int:
                   if report.switched_in_process_s is not None else "")
     print(f"SWITCHED {report.seconds_to_switched:.1f}s{in_process} and CAUGHT_UP {report.seconds_to_caught_up:.1f}s "
           "after stream start")
+    figures = dataclasses.asdict(report)
+    figures["goals"] = goals(figures["results"])
     if args.json_file:
-        write_json(args.json_file, dataclasses.asdict(report))
+        write_json(args.json_file, figures)
     return 0
