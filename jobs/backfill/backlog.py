@@ -97,19 +97,24 @@ def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, st
     return Merged(record["table"], record["version"], added, record.get("windows")), ""
 
 
-def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame,
-                 out=print) -> tuple[DataFrame, Merged | None]:
-    """One row per key over every tile: the earlier merge with the days tiled since, or every tile."""
+def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=print,
+                 also: DataFrame | None = None) -> tuple[DataFrame, Merged | None]:
+    """One row per key over every tile: the earlier merge with the days tiled since, or every tile; `also`: more
+    keyed partials merged in the same aggregation (a Kafka tail's tiles)."""
     earlier, why = earlier_merge(pipeline, tables)
     columns = _columns(pipeline)
     if earlier is None:
         out(f"  merging every tile: {why}")
-        return state_from_partials(pipeline, tiles.select(*columns)), None
-    out(f"  merging {len(earlier.new_days)} newly tiled day(s) into the earlier merge "
-        f"({earlier.table} version {earlier.version})")
-    base = spark.read.format("delta").option("versionAsOf", earlier.version).load(tables.path(earlier.table))
-    added = tiles.where(F.col("event_date").isin(list(earlier.new_days))) if earlier.new_days else tiles.limit(0)
-    return state_from_partials(pipeline, base.select(*columns).unionByName(added.select(*columns))), earlier
+        partials = tiles.select(*columns)
+    else:
+        out(f"  merging {len(earlier.new_days)} newly tiled day(s) into the earlier merge "
+            f"({earlier.table} version {earlier.version})")
+        base = spark.read.format("delta").option("versionAsOf", earlier.version).load(tables.path(earlier.table))
+        added = tiles.where(F.col("event_date").isin(list(earlier.new_days))) if earlier.new_days else tiles.limit(0)
+        partials = base.select(*columns).unionByName(added.select(*columns))
+    if also is not None:
+        partials = partials.unionByName(also.select(*columns))
+    return state_from_partials(pipeline, partials), earlier
 
 
 def _columns(pipeline: Pipeline) -> list[str]:

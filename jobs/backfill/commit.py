@@ -110,7 +110,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     problems = {f.path: file_problem(archive, f) for f in files if f.path not in just_read}
     readable = [f for f in files if problems.get(f.path) is None]
     run = tiles_run or pending_tiles_run(tables) or BackfillResult(handoff_log.new_handoff_id(), first, last)
-    tail = tail_parsed = None
+    tail = tail_parsed = tail_tiles = None
     with failure_logged(spark, tables, run.handoff_id):
         # a committed file gone bad since the tiles run (or a rebase's tiles made long ago) is refused, never
         # skipped: only files that run skipped under --skip-bad-files leave the recorded gap the handoff refuses
@@ -122,7 +122,6 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if tiles_version is not None:
             reader = reader.option("versionAsOf", tiles_version)
         tiles = archive_tiles = reader.load(tables.tiles)
-        extra = []  # keyed partials folded in on top of the tiles' merge: the Kafka tail, the range past the archive
         if kafka_tail_from is not None and at_cut is None:
             tail = kafka_tail_to_latest(tables, kafka_tail_from)
             out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
@@ -130,23 +129,18 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             tail_parsed, tail_tiles, tail_accounting = kafka_tail_tiles(spark, pipeline, tables, tail)
             run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
             tiles = tiles.unionByName(tail_tiles)
-            extra.append(tail_tiles)
             times.end("kafka_tail")
-        if at_cut is not None:
-            extra.append(at_cut.kafka_partials)
         out("[5/5] merging the tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
-        merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out)
+        merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out, also=tail_tiles)
         merge_record = {}
-        if extra:  # the tiles' merge alone is kept apart, for the next commit to start from
+        columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
+        if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
             (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .options(**fencing.spark_options(tables.backlog)).save(tables.backlog))
             merge_record = backlog.record(pipeline, "backlog", _delta_version(tables.backlog), tiles_version)
-            columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
-            partials = spark.read.format("delta").load(tables.backlog).select(*columns)
-            for frame in extra:
-                partials = partials.unionByName(frame.select(*columns))
-            merged = state_from_partials(pipeline, partials)
+            merged = state_from_partials(pipeline, spark.read.format("delta").load(tables.backlog).select(*columns)
+                                         .unionByName(at_cut.kafka_partials.select(*columns)))
             times.end("tiles_merge")
         state = merged.persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
@@ -171,7 +165,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             if tail is None:  # windows of the tiles alone: the next commit may keep them
                 windows_record = backlog.window_versions(tables)
         times.end("windows")
-        if not merge_record:  # the state is the tiles' merge and nothing else
+        if at_cut is None and tail is None:  # the state is the tiles' merge and nothing else
             merge_record = backlog.record(pipeline, "state", state_version, tiles_version, windows_record)
         boundary = ({p: o - 1 for p, o in at_cut.cut.items()} if at_cut is not None
                     else archived_boundary(spark, tables, archive, readable))
