@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from state_handoff import settings
+from jobs.cli.parser import common_options
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -25,12 +25,7 @@ MB = 1024 * 1024
 
 def add_connection(parser: argparse.ArgumentParser) -> None:
     """--warehouse and --bootstrap, with the defaults and environment settings of the `switchyard` commands."""
-    parser.add_argument("--warehouse", default=settings.value("SWITCHYARD_WAREHOUSE"),
-                        help="warehouse directory (env SWITCHYARD_WAREHOUSE, default "
-                             f"{settings.BY_NAME['SWITCHYARD_WAREHOUSE'].default})")
-    parser.add_argument("--bootstrap", default=settings.value("SWITCHYARD_BOOTSTRAP"),
-                        help="Kafka bootstrap HOST:PORT (env SWITCHYARD_BOOTSTRAP, default "
-                             f"{settings.BY_NAME['SWITCHYARD_BOOTSTRAP'].default})")
+    common_options(parser)
 
 
 def worker_command(module: str, *args: str) -> list[str]:

@@ -33,3 +33,16 @@ def test_a_run_without_latency_or_some_arms_measures_only_what_ran():
     assert verdicts["switchyard_over_batch_full"]["met"] is True
     assert all(g["figure"] is None and g["met"] is None for name, g in verdicts.items()
                if name != "switchyard_over_batch_full")
+
+
+def test_the_latency_goals_read_p99_at_1000_per_s_and_the_highest_rate_within_2_s():
+    from benchmarks.latency import goals as latency_goals
+
+    def rate(events_per_s, p99_ms):
+        return {"rate": events_per_s, "p99_ms": p99_ms}
+
+    verdict = latency_goals([rate(1000, 1001), rate(8000, 1990), rate(16000, 2000), rate(24000, 3650)])
+    assert verdict["p99_ms_at_1000_per_s"] == 1001 and verdict["p99_at_1000_per_s_met"] is False
+    assert verdict["highest_rate_measured_with_p99_within"] == 16000  # at the bound is within
+    none = latency_goals([rate(24000, 3650)])
+    assert none["p99_at_1000_per_s_met"] is None and none["highest_rate_measured_with_p99_within"] is None
