@@ -5,8 +5,11 @@ archive holds, not what the day holds. So each commit records where its merge of
 tail, no records past the archive's cut: those are folded in on top, every time) and which tiles it covered:
 
 - `state` at the commit's own version, when the state is the tiles' merge and nothing else (a plain backfill);
-- else `backlog`, a table written for this purpose (a rebase at a cut, whose state also holds the Kafka range
-  past the archive, or a backfill that folded in a Kafka tail).
+- `backlog`, a table written for this purpose, after a rebase at a cut, whose state also holds the Kafka range
+  past the archive.
+
+A backfill that folds in a Kafka tail records none (the tail joins the same aggregation): the commit after it
+merges every tile.
 
 The next commit starts from that merge when every tile file it covered is still in `tiles` (Delta keeps files it
 replaced out of the snapshot: a day tiled again removes its old files). It then reads only the files added since,
