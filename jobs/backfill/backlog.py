@@ -57,7 +57,8 @@ def _delta(path: str, version: int | None = None):
 
 
 def table_version(path: str) -> int | None:
-    """The table's latest version, read through delta-rs (None: no table)."""
+    """The table's latest version, from its log through delta-rs (Spark's `history` is a job and a snapshot; None:
+    no table)."""
     if not storage.exists(storage.join(path, "_delta_log")):
         return None
     return _delta(path).version()

@@ -50,13 +50,6 @@ class AtCut:
     before_replace: Callable[[dict], datetime | None] | None = None
 
 
-def _delta_version(path: str) -> int:
-    """The table's latest version, from its log through delta-rs (Spark's `history` is a job and a snapshot)."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(path, storage_options=storage.delta_options(path)).version()
-
-
 def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime,
                    redo: datetime | None = None) -> None:
     """The windows of all tiles, split at the backlog watermark into `windows` (closed) and `window_state` (open).
@@ -138,7 +131,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
             (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
              .options(**fencing.spark_options(tables.backlog)).save(tables.backlog))
-            merge_record = backlog.record(pipeline, "backlog", _delta_version(tables.backlog), tiles_version)
+            merge_record = backlog.record(pipeline, "backlog", backlog.table_version(tables.backlog), tiles_version)
             merged = state_from_partials(pipeline, spark.read.format("delta").load(tables.backlog).select(*columns)
                                          .unionByName(at_cut.kafka_partials.select(*columns)))
             times.end("tiles_merge")
@@ -150,7 +143,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
          .options(**fencing.spark_options(tables.state)).save(tables.state))
-        state_version = _delta_version(tables.state)
+        state_version = backlog.table_version(tables.state)
         times.end("state")
         watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))
         times.end("watermark")
