@@ -26,9 +26,19 @@ def checkpoint_conf(checkpoint: str) -> dict[str, str]:
     """
     conf = {"spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "false"}
     if not storage.is_object_store(checkpoint):
+        # Spark 4.1 moved the class from `streaming` into `streaming.checkpointing`
+        package = "streaming" if _spark_line() < (4, 1) else "streaming.checkpointing"
         conf["spark.sql.streaming.checkpointFileManagerClass"] = \
-            "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+            f"org.apache.spark.sql.execution.{package}.FileSystemBasedCheckpointFileManager"
     return conf
+
+
+def _spark_line() -> tuple[int, int]:
+    """pyspark's (major, minor): the Spark whose jars the driver runs."""
+    import pyspark
+
+    major, minor = re.findall(r"\d+", pyspark.__version__)[:2]
+    return int(major), int(minor)
 
 
 def first_line(err) -> str:
