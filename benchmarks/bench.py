@@ -52,6 +52,17 @@ def _state_checksum(spark, warehouse: str) -> tuple:
     return tuple(row)
 
 
+def versions() -> dict:
+    """The Spark the bench ran on (pyspark's) and the Delta of its fetched jars (None when no Delta jar is there)."""
+    import pyspark
+
+    from deploy.jars import artifact_name, fetched_jars
+
+    delta = next((j.name[len(artifact_name(j)) + 1:-len(".jar")] for j in fetched_jars("spark")
+                  if artifact_name(j).startswith("delta-spark")), None)
+    return {"spark_version": pyspark.__version__, "delta_version": delta}
+
+
 def states_identical(warehouses: list[str]) -> tuple[bool, list]:
     from deploy.spark import build_spark
 
@@ -140,7 +151,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
     compared = [m for m in ("streaming_only", "switchyard", "batch_only", "batch_full") if m in runs]
     identical, sums = states_identical([fresh[m] for m in compared]) if len(compared) > 1 else (None, [])
     result = {"events": events, "keys": keys, "partitions": partitions, "archived_fraction": fraction,
-              "machine": machine(), "spark_master": spark_master()}
+              "machine": machine(), "spark_master": spark_master(), **versions()}
     figures = {"states_identical": identical, "state_checksums": [list(map(str, s)) for s in sums],
                "runs": {m: {**asdict(r), "records_per_s": round(r.records_per_s)} for m, r in runs.items()}}
     if set(arms) != set(ARMS):
@@ -150,7 +161,7 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         write_json(json_file, result)
         for mode, r in runs.items():
             out(f"{mode:<16} {r.seconds:>8.1f}s {r.records_per_s:>11,.0f} records/s  JVM {r.peak_jvm_mb} MB  "
-                f"on {spark_master()}")
+                f"on {spark_master()}, Spark {result['spark_version']}")
         out(goals_table(result["goals"]))
         if identical is False:
             raise RuntimeError(f"the runs ended in different keyed state: {sums}")
@@ -244,7 +255,8 @@ def goals_table(verdicts: dict) -> str:
 
 def _table(result: dict) -> str:
     lines = [f"switchyard bench: {result['events']:,} events, {result['keys']:,} keys, {result['partitions']} partitions, "
-             f"{result['archived_fraction']:.0%} archived ({result['machine']}); archive {result['archive_s']:.1f}s",
+             f"{result['archived_fraction']:.0%} archived ({result['machine']}, Spark {result['spark_version']}); "
+             f"archive {result['archive_s']:.1f}s",
              f"{'run':<22} {'wall s':>8} {'records/s':>11} {'JVM MB':>8} {'Python MB':>10}"]
     for mode, label in (("streaming_only", "A streaming-only"), ("switchyard", "B switchyard"),
                         ("batch_only", "C batch-only"), ("batch_full", "C, every table"),

@@ -1,11 +1,13 @@
 """How the bench's cost grows with size: each arm's wall time against the events written (log-log) and B's JVM
-peak beside it (flat when the sort spills rather than grows), charted from several `bench --json` results."""
+peak beside it (flat when the sort spills rather than grows), charted from several `bench --json` results. Results
+of different Spark versions draw one line per arm and version: the newest solid, older ones dashed or dotted."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import re
 from pathlib import Path
 
 from benchmarks.harness import pyplot, save_figure, write_json
@@ -13,42 +15,80 @@ from state_handoff.errors import UserError
 
 ARMS = (("streaming_only", "A streaming-only", "#b0b0b0"), ("switchyard", "B switchyard", "#2a7ab9"),
         ("batch_only", "C batch-only", "#6fbf73"), ("batch_full", "C, every table", "#a9d8ab"))
+#: Line styles of the Spark versions, newest first; results without a version (written before the bench recorded
+#: it) come last.
+STYLES = (("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"))
+UNKNOWN = "unknown"
+
+
+def _version_order(version: str | None) -> tuple:
+    """Oldest first; an unknown version before every known one."""
+    return (0,) if version is None else (1, *(int(n) for n in re.findall(r"\d+", version)))
 
 
 def scaling(results: list[dict]) -> dict:
-    """Wall time per arm and B's JVM peak at each size, from bench JSON results (full or `--arms` runs)."""
-    sizes: dict[int, dict] = {}
+    """Wall time per arm and B's JVM peak at each size and Spark version (None where a result does not say), from
+    bench JSON results (full or `--arms` runs)."""
+    sizes: dict[tuple, dict] = {}
     for result in results:
-        row = sizes.setdefault(result["events"], {"events": result["events"]})
+        version = result.get("spark_version")
+        row = sizes.setdefault((result["events"], version), {"events": result["events"], "spark_version": version})
+        if result.get("delta_version"):
+            row["delta_version"] = result["delta_version"]
         for mode, _label, _color in ARMS:
             run = result["runs"].get(mode)
             if run:
                 row[f"{mode}_s"] = run["seconds"]
                 row[f"{mode}_jvm_mb"] = run["peak_jvm_mb"]
-    return {"sizes": [sizes[n] for n in sorted(sizes)]}
+    order = sorted(sizes, key=lambda size: (size[0], _version_order(size[1])))
+    return {"sizes": [sizes[size] for size in order]}
+
+
+def _spark(version: str | None) -> str:
+    """`Spark 4.2.0`, as a label says it."""
+    return f"Spark {version}" if version else "Spark version unknown"
+
+
+def _versions(rows: list[dict]) -> list[str | None]:
+    """The Spark versions of the rows, newest first."""
+    return sorted({r["spark_version"] for r in rows}, key=_version_order, reverse=True)
 
 
 def _chart(rows: list[dict], chart: str) -> None:
-    fig, (times, memory) = pyplot().subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (times, memory) = pyplot().subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    versions = _versions(rows)
+    several = len(versions) > 1
+    styles = dict(zip(versions, STYLES * len(versions)))
     for mode, label, color in ARMS:
-        points = [(r["events"], r[f"{mode}_s"]) for r in rows if f"{mode}_s" in r]
-        if points:
-            times.plot(*zip(*points), marker="o", label=label, color=color)
+        for version, (line, marker) in styles.items():
+            points = [(r["events"], r[f"{mode}_s"]) for r in rows
+                      if r["spark_version"] == version and f"{mode}_s" in r]
+            if points:
+                times.plot(*zip(*points), marker=marker, linestyle=line, color=color,
+                           label=f"{label}, {_spark(version)}" if several else label)
+    for version, (line, marker) in styles.items():
+        peaks = [(r["events"], r["switchyard_jvm_mb"]) for r in rows
+                 if r["spark_version"] == version and "switchyard_jvm_mb" in r]
+        if peaks:
+            memory.plot(*zip(*peaks), marker=marker, linestyle=line, color="#2a7ab9",
+                        label=_spark(version) if several else None)
     times.set_xscale("log")
     times.set_yscale("log")
     times.set_xlabel("events written")
     times.set_ylabel("wall time to an up-to-date state (s)")
-    times.legend()
+    times.legend(fontsize="small")
     times.grid(True, which="both", alpha=0.3)
-    peaks = [(r["events"], r["switchyard_jvm_mb"]) for r in rows if "switchyard_jvm_mb" in r]
-    if peaks:
-        memory.plot(*zip(*peaks), marker="o", color="#2a7ab9")
+    all_peaks = [r["switchyard_jvm_mb"] for r in rows if "switchyard_jvm_mb" in r]
+    if all_peaks:
         memory.set_xscale("log")
-        memory.set_ylim(0, max(p for _, p in peaks) * 1.3)
+        memory.set_ylim(0, max(all_peaks) * 1.3)
+        if several:
+            memory.legend(fontsize="small")
     memory.set_xlabel("events written")
     memory.set_ylabel("B's JVM peak RSS (MB)")
     memory.grid(True, which="both", alpha=0.3)
-    fig.suptitle(f"switchyard bench, {os.cpu_count()} cores: cost against size")
+    spark = "" if several or versions[0] is None else f", {_spark(versions[0])}"
+    fig.suptitle(f"switchyard bench, {os.cpu_count()} cores{spark}: cost against size")
     save_figure(fig, chart)
 
 
@@ -64,10 +104,10 @@ def run_scaling(json_files: list[str], chart: str, out=print) -> dict:
     table = scaling(results)
     rows = table["sizes"]
     _chart(rows, chart)
-    out(f"{'events':>12} " + " ".join(f"{label:>16}" for _, label, _ in ARMS) + f" {'B JVM MB':>9}")
+    out(f"{'events':>12} {'Spark':>8} " + " ".join(f"{label:>16}" for _, label, _ in ARMS) + f" {'B JVM MB':>9}")
     for r in rows:
-        out(f"{r['events']:>12,} " + " ".join(f"{r[f'{m}_s']:>15.1f}s" if f"{m}_s" in r else f"{'-':>16}"
-                                              for m, _, _ in ARMS)
+        out(f"{r['events']:>12,} {r['spark_version'] or UNKNOWN:>8} "
+            + " ".join(f"{r[f'{m}_s']:>15.1f}s" if f"{m}_s" in r else f"{'-':>16}" for m, _, _ in ARMS)
             + f" {r.get('switchyard_jvm_mb', '-'):>9}")
     write_json(Path(chart).with_suffix(".json"), table)
     return table

@@ -37,3 +37,40 @@ def test_a_file_that_is_not_a_result_is_a_one_line_error(tmp_path, capsys):
     assert main(["scaling", str(bad), "--chart", str(tmp_path / "c.png")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.json" in err and "bench --json" in err
+
+
+def test_results_of_two_spark_versions_keep_a_row_each_and_older_results_count_as_unknown(tmp_path):
+    def on(version, result):
+        return {**result, "spark_version": version} if version else result
+
+    results = [on("4.2.0", _result(10**6, {"switchyard": 64.0}, {"switchyard": 1600})),
+               on("4.0.0", _result(10**6, {"switchyard": 62.0, "batch_full": 48.0},
+                                   {"switchyard": 1500, "batch_full": 1200})),
+               on("4.10.0", _result(10**5, {"switchyard": 30.0}, {"switchyard": 1100})),
+               on(None, _result(10**6, {"switchyard": 70.0}, {"switchyard": 1700}))]  # written before the bench said
+    files = []
+    for i, result in enumerate(results):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(result))
+    lines: list[str] = []
+    table = run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append)
+
+    assert [(r["events"], r["spark_version"]) for r in table["sizes"]] == [
+        (10**5, "4.10.0"), (10**6, None), (10**6, "4.0.0"), (10**6, "4.2.0")]  # by size, then oldest version first
+    assert table["sizes"][2]["batch_full_s"] == 48.0 and "batch_full_s" not in table["sizes"][3]
+    assert [line.split()[:3] for line in lines[1:]] == [["100,000", "4.10.0", "-"], ["1,000,000", "unknown", "-"],
+                                                        ["1,000,000", "4.0.0", "-"], ["1,000,000", "4.2.0", "-"]]
+    assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "scaling.json").read_text()) == table
+
+
+def test_each_spark_version_is_a_line_of_its_own_the_newest_solid(tmp_path, monkeypatch):
+    from benchmarks import scaling
+
+    drawn = {}
+    monkeypatch.setattr(scaling, "save_figure", lambda fig, path: drawn.update(
+        {line.get_label(): line.get_linestyle() for line in fig.axes[0].get_lines()}))
+    rows = scaling.scaling([{**_result(n, {"switchyard": 1.0}, {"switchyard": 1}), "spark_version": v}
+                            for n in (10**5, 10**6) for v in ("4.0.0", "4.2.0")])["sizes"]
+    scaling._chart(rows, str(tmp_path / "c.png"))
+    assert drawn == {"B switchyard, Spark 4.2.0": "-", "B switchyard, Spark 4.0.0": "--"}
