@@ -11,8 +11,8 @@ from jobs.backfill.accounting import dense_spans
 from jobs.backfill.commit import AtCut, commit_state, run_backfill
 from jobs.backfill.read import kafka_range, newest_archived_event_time, read_archive, verify_archive
 from jobs.backfill.tail import TAIL_PHASE
-from jobs.backfill.tiles import BackfillResult, backfill_tiles
+from jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles
 
-__all__ = ["AtCut", "BackfillResult", "TAIL_PHASE", "backfill_tiles", "commit_state", "dense_spans", "kafka_range",
+__all__ = ["AtCut", "BackfillResult", "KeptTiles", "TAIL_PHASE", "backfill_tiles", "commit_state", "dense_spans", "kafka_range",
            "newest_archived_event_time", "read_archive", "run_backfill",
            "verify_archive"]

@@ -101,15 +101,26 @@ def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, st
     return Merged(record["table"], record["version"], added, record.get("windows")), ""
 
 
+def tile_days(path: str) -> set[date]:
+    """The days `tiles` holds tiles of now."""
+    return set(_tile_files(path).values()) if table_version(path) is not None else set()
+
+
 def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=print,
-                 also: DataFrame | None = None) -> tuple[DataFrame, Merged | None]:
+                 also: DataFrame | None = None, by_key: bool = False) -> tuple[DataFrame, Merged | None]:
     """One row per key over every tile: the earlier merge with the days tiled since, or every tile; `also`: more
-    keyed partials merged in the same aggregation (a Kafka tail's tiles)."""
+    keyed partials merged in the same aggregation (a Kafka tail's tiles). `by_key`: `tiles` are partitioned and
+    sorted by key as the tiles run made them, so every tile is merged in place first and `also` joins the merged
+    rows (one row per key) rather than the tiles."""
     earlier, why = earlier_merge(pipeline, tables)
     columns = _columns(pipeline)
     if earlier is None:
         out(f"  merging every tile: {why}")
         partials = tiles.select(*columns)
+        if by_key:
+            partials = state_from_partials(pipeline, partials).select(*columns)
+            if also is None:
+                return partials, None
     else:
         out(f"  merging {len(earlier.new_days)} newly tiled day(s) into the earlier merge "
             f"({earlier.table} version {earlier.version})")

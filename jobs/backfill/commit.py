@@ -19,7 +19,7 @@ from jobs.backfill.accounting import archive_accounting
 from jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
 from jobs.backfill.reconciliation import reconcile
 from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
-from jobs.backfill.tiles import BackfillResult, backfill_tiles, failure_logged, pending_tiles_run
+from jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
 from jobs.seed import UPDATE_VERSION, prepare_stream
 from state_handoff import faults, handoff_log, kept_versions
 from state_handoff.aggregates import partial_columns
@@ -90,9 +90,11 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
-                 out=print, at_cut: AtCut | None = None, kafka_tail_from: str | None = None) -> BackfillResult:
+                 out=print, at_cut: AtCut | None = None, kafka_tail_from: str | None = None,
+                 kept: KeptTiles | None = None) -> BackfillResult:
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
-    `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too."""
+    `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too.
+    `kept`: the tiles this process's tiles run kept (read instead of the table when they are all of it; released)."""
     started = time.monotonic()
     times = StepTimes(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
     first, last, archive, _ = resolve_range(tables, None, None)
@@ -111,10 +113,14 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if bad is not None:
             raise bad_file(archive, bad, problems[bad.path])
         tiles_version = backlog.table_version(tables.tiles)  # the tiles this commit merges, read at that version
-        reader = spark.read.format("delta")
-        if tiles_version is not None:
-            reader = reader.option("versionAsOf", tiles_version)
-        tiles = archive_tiles = reader.load(tables.tiles)
+        by_key = kept is not None and kept.covers(tiles_version, backlog.tile_days(tables.tiles))
+        if by_key:  # this process's tiles run wrote every tile the table holds: read from local disk, by key
+            tiles = archive_tiles = kept.frame
+        else:
+            reader = spark.read.format("delta")
+            if tiles_version is not None:
+                reader = reader.option("versionAsOf", tiles_version)
+            tiles = archive_tiles = reader.load(tables.tiles)
         if kafka_tail_from is not None and at_cut is None:
             tail = kafka_tail_to_latest(tables, kafka_tail_from)
             out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
@@ -125,7 +131,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             times.end("kafka_tail")
         out("[5/5] merging the tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
-        merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out, also=tail_tiles)
+        merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out, also=tail_tiles,
+                                               by_key=by_key)
         merge_record = {}
         columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
@@ -176,6 +183,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                    if a["read"] != a["well_formed"] + a["dead_lettered"]}
         keys = state.count()
         state.unpersist()
+        if kept is not None:
+            kept.release()
         gaps = skipped_gaps(archive, [f.path for f in files if f not in readable], boundary)
         times.end("keys_and_gaps")
     result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
@@ -216,7 +225,11 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
                  out=print, kafka_tail_from: str | None = None) -> BackfillResult:
     """`switchyard backfill`: the day tiles of a range, then the state over all tiles (and, given
     `kafka_tail_from`, the archived topic's records after the archive up to the topic's end)."""
-    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out)
-    if tiles_run.handoff_id is None:
-        return tiles_run
-    return commit_state(spark, pipeline, tables, tiles_run, out, kafka_tail_from=kafka_tail_from)
+    kept = KeptTiles()
+    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out, kept)
+    try:
+        if tiles_run.handoff_id is None:
+            return tiles_run
+        return commit_state(spark, pipeline, tables, tiles_run, out, kafka_tail_from=kafka_tail_from, kept=kept)
+    finally:
+        kept.release()

@@ -8,10 +8,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, tiles_from_events
+from jobs.backfill.backlog import table_version
 from jobs.backfill.accounting import Counts, archive_accounting, check_against_record
 from jobs.backfill.read import check_files, read_archive, resolve_range
 from jobs.sinks import dead_letter_rows
@@ -57,6 +59,27 @@ class BackfillResult:
                 + f", {self.keys:,} keys, {dead:,} dead-lettered, {self.seconds:.1f}s, {rate:,.0f} records/s")
 
 
+@dataclass
+class KeptTiles:
+    """The tiles a run wrote, kept on local disk as the run made them: hash-partitioned by key and sorted within by
+    key, tile and partition. A commit in the same process reads them instead of the table when they are all the
+    table holds; then the keyed merge and the windows follow the tiles' own partitioning, with no shuffle."""
+
+    frame: DataFrame | None = None
+    version: int | None = None  # the `tiles` version the run's write made
+    days: tuple[date, date] | None = None  # the run's first and last day: it replaced every tile in between
+
+    def covers(self, version: int | None, days: set[date]) -> bool:
+        """Whether the kept tiles are the table's at `version`, whose tiles lie on `days`."""
+        return (self.frame is not None and version is not None and version == self.version
+                and all(self.days[0] <= d <= self.days[1] for d in days))
+
+    def release(self) -> None:
+        if self.frame is not None:
+            self.frame.unpersist()
+            self.frame = None
+
+
 @contextmanager
 def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
     """A run that dies appends FAILED with the reason; committed entries and tables stay as they were."""
@@ -76,8 +99,9 @@ def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: 
 
 def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                    last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                   out=print) -> BackfillResult:
-    """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given)."""
+                   out=print, keep: KeptTiles | None = None) -> BackfillResult:
+    """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given).
+    `keep`: the tiles written stay on local disk there, for a commit in this process (it releases them)."""
     started = time.monotonic()
     times = StepTimes(started)
     first, last, archive, days = resolve_range(tables, first_day, last_day)
@@ -98,8 +122,12 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
         parsed = cached_for_two_passes(pipeline, parse_events(pipeline, read_archive(spark, tables, in_range)))
         try:
             out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
-            _replace_days(tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy),
-                          tables.tiles, first, last)
+            tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy)
+            if keep is not None:
+                tiles = tiles.persist(StorageLevel.DISK_ONLY)  # filled by the write, read again by the commit
+            _replace_days(tiles, tables.tiles, first, last)
+            if keep is not None:
+                keep.frame, keep.version, keep.days = tiles, table_version(tables.tiles), (first, last)
             times.end("parse_and_tiles")
             out("[3/5] dead-lettering malformed records")
             dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
