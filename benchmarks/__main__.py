@@ -13,7 +13,8 @@ from jobs.cli.parser import run_reporting_errors
 SCENARIOS = {
     "bench": ("benchmarks.bench", "A streaming-only vs B switchyard vs C batch-only, side by side"),
     "burst": ("benchmarks.burst", "a burst into a live stream: caught up with vs without switch back"),
-    "nightly": ("benchmarks.nightly", "the nightly backfill: one new day added to an archive of many, against all"),
+    "nightly": ("benchmarks.nightly", "the nightly backfill: one new day added to an archive of many, against all "
+                                      "(--live: under a live stream)"),
     "latency": ("benchmarks.latency", "stream update latency at fixed input rates"),
     "scaling": ("benchmarks.scaling", "a log-log chart of the bench's wall times against size, from bench results"),
     "sort-vs-hash": ("benchmarks.sort_vs_hash", "the backfill's sort-based tiles aggregation against Spark's hash"),

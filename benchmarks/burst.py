@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from benchmarks.burst_arm import PIPELINE, Arm, ArmRun
-from benchmarks.harness import add_connection, machine, write_json
+from benchmarks.harness import add_connection, delete_topics, machine, write_json
 from state_handoff.errors import UserError
 from state_handoff.io import delta_cas
 from state_handoff.tables import Tables
@@ -39,16 +38,18 @@ ARMS = {"A": "no switch back", "B": "switch back"}
 
 # ---------------------------------------------------------------- the comparison
 
-def read_state(warehouse: str):
+def read_state(warehouse: str, version: int | None = None):
+    """The warehouse's `state` (at `version`, else its latest), ordered by key."""
     from deltalake import DeltaTable
 
-    return delta_cas.read(DeltaTable(Tables(warehouse, PIPELINE).state), order_by="key")
+    return delta_cas.read(DeltaTable(Tables(warehouse, PIPELINE).state, version=version), order_by="key")
 
 
-def compare_states(left, right, rel: float = 1e-9) -> dict:
+def compare_states(left, right, rel: float = 1e-9, abs_tol: dict[str, list[float]] | None = None) -> dict:
     """Key by key, column by column; doubles to `rel` relative (sums add in a different order per arm). A key's
     `update_version` is left out: it counts from each handoff's own commit time, which the arms do not share (B's
-    rebase is a handoff of its own)."""
+    rebase is a handoff of its own). `abs_tol`: per column, an absolute tolerance for each row (in key order) beside
+    `rel`."""
     import math
 
     import pyarrow as pa
@@ -63,27 +64,32 @@ def compare_states(left, right, rel: float = 1e-9) -> dict:
         lk, rk = set(left.column("key").to_pylist()), set(right.column("key").to_pylist())
         result["keys_only_left"] = sorted(lk - rk)[:5]
         result["keys_only_right"] = sorted(rk - lk)[:5]
+        result["keys_different"] = len(lk ^ rk)
         return result
     keys = left.column("key").to_pylist()
+    different: set[int] = set()  # the rows (keys) with any column different
     for name in left.column_names:
         a, b = left.column(name).to_pylist(), right.column(name).to_pylist()
         floating = pa.types.is_floating(left.schema.field(name).type)
+        bounds = (abs_tol or {}).get(name) or [0.0] * len(a)
 
-        def same(x, y):
+        def same(x, y, bound):
             if x is None or y is None:
                 return x is None and y is None
             if floating:
                 if math.isnan(x) or math.isnan(y):
                     return math.isnan(x) and math.isnan(y)
-                return x == y or abs(x - y) <= rel * max(abs(x), abs(y))
+                return x == y or abs(x - y) <= max(rel * max(abs(x), abs(y)), bound)
             return x == y
 
-        bad = [i for i, (x, y) in enumerate(zip(a, b)) if not same(x, y)]
+        bad = [i for i, (x, y, bound) in enumerate(zip(a, b, bounds)) if not same(x, y, bound)]
+        different.update(bad)
         if bad:
             result["columns_different"][name] = len(bad)
             result["examples"] += [{"key": keys[i], "column": name, "left": str(a[i]), "right": str(b[i])}
                                    for i in bad[:3]]
     result["identical"] = not result["columns_different"]
+    result["keys_different"] = len(different)
     return result
 
 
@@ -139,7 +145,7 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
                 run.close()
     finally:
         if not keep_topics:
-            _delete_topics(bootstrap, topics)
+            delete_topics(bootstrap, topics)
     comparison = compare_states(read_state(arms["A"].warehouse), read_state(arms["B"].warehouse))
     for arm in arms.values():
         arm.state_rows = comparison["rows"][0 if arm.arm == "A" else 1]
@@ -162,16 +168,6 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
     if not comparison["identical"]:
         raise RuntimeError(f"A and B ended in different state: {json.dumps(comparison, default=str)[:2000]}")
     return result
-
-
-def _delete_topics(bootstrap: str, topics: list[str]) -> None:
-    from state_handoff.io.kafka_io import admin_client
-
-    try:
-        with admin_client(bootstrap) as admin:
-            admin.delete_topics(topics)
-    except Exception as err:  # housekeeping only
-        print(f"could not delete the bench topics {topics}: {err}", file=sys.stderr)
 
 
 def _first_under(arm: Arm, bar: int) -> float | None:

@@ -85,23 +85,26 @@ def _wall(at: datetime) -> float:
     return (at if at.tzinfo else at.replace(tzinfo=timezone.utc)).timestamp()
 
 
-def _current_handoff_id(entries: list) -> str | None:
+def current_handoff_id(entries: list) -> str | None:
+    """The handoff the stream streams (the last HANDOFF_COMMITTED in `entries`)."""
     committed = [e for e in entries if e.status == Status.HANDOFF_COMMITTED]
     return committed[-1].handoff_id if committed else None
 
 
-def _progress(tables: Tables, handoff_id: str | None) -> dict | None:
+def progress_of(tables: Tables, handoff_id: str | None) -> dict | None:
+    """The stream's progress.json of a handoff: its lag, the latest offsets, `state`'s updates behind."""
     from state_handoff.stream_layout import read_json, stream_dir
 
     return read_json(stream_dir(tables, handoff_id) / "progress.json") if handoff_id else None
 
 
-def _behind(figures: dict | None) -> int | None:
+def offsets_behind(figures: dict | None) -> int | None:
+    """Offsets behind latest over every partition, from a progress snapshot or a log entry's figures."""
     lag = (figures or {}).get("offsets_behind")
     return sum(int(v) for v in lag.values()) if isinstance(lag, dict) else None
 
 
-def _position_passed(figures: dict, end: dict[int, int]) -> bool:
+def position_passed(figures: dict, end: dict[int, int]) -> bool:
     """Whether latest - behind (the slower reader's position) has reached `end` in every partition."""
     latest, lag = figures.get("latest_offsets") or {}, figures.get("offsets_behind") or {}
     try:
@@ -148,15 +151,15 @@ class ArmRun:
             self.arm.peak_python_mb = max(self.arm.peak_python_mb, round(python))
             if self.burst_start is not None:
                 try:
-                    progress = _progress(self.tables, _current_handoff_id(self.entries())) or {}
+                    progress = progress_of(self.tables, current_handoff_id(self.entries())) or {}
                 except Exception:  # the log mid-commit: next time
                     progress = {}
                 fresh = progress.get("updated", 0) >= time.time() - 2
-                behind = _behind(progress) if fresh else None
+                behind = offsets_behind(progress) if fresh else None
                 if behind is not None:
                     self.arm.peak_offsets_behind = max(self.arm.peak_offsets_behind, behind)
                     end = self.arm.burst_end_offsets
-                    if self.arm.burst_read_s is None and end and _position_passed(progress, end):
+                    if self.arm.burst_read_s is None and end and position_passed(progress, end):
                         self.arm.burst_read_s = round(progress["updated"] - self.burst_start, 2)
                 since = round(time.time() - self.burst_start)
                 if not self.arm.timeline or self.arm.timeline[-1][0] != since:
@@ -192,7 +195,7 @@ class ArmRun:
         threading.Thread(target=self._sample, daemon=True).start()
         started = time.monotonic()
         shown = started
-        handoff_id = _current_handoff_id(self.entries())
+        handoff_id = current_handoff_id(self.entries())
         while True:
             entries = self.entries()
             self.check_alive(entries)
@@ -218,16 +221,16 @@ class ArmRun:
         while True:
             entries = self.entries()
             self.check_alive(entries)
-            handoff_id = _current_handoff_id(entries)
+            handoff_id = current_handoff_id(entries)
             mine = [e for e in entries if e.handoff_id == handoff_id]
             if mine and mine[-1].status == Status.CAUGHT_UP:
                 break
             if time.monotonic() - started > a["timeout"]:
                 raise RuntimeError(f"arm {self.arm.arm}: not caught up under the trickle within {a['timeout']:.0f}s")
             time.sleep(0.5)
-        progress = _progress(self.tables, _current_handoff_id(self.entries())) or {}
+        progress = progress_of(self.tables, current_handoff_id(self.entries())) or {}
         self.say(f"trickle at {a['rate']:,}/s for {time.monotonic() - started:.0f}s ({self.trickle.sent:,} sent), "
-                 f"offsets behind {_behind(progress)}; the burst of {a['events']:,} records")
+                 f"offsets behind {offsets_behind(progress)}; the burst of {a['events']:,} records")
 
     def burst(self) -> None:
         from state_handoff.io.kafka_io import offset_bounds, produce
@@ -254,13 +257,13 @@ class ArmRun:
             entries = self.entries()
             self.check_alive([e for e in entries if _wall(e.at) >= t0])
             after = [e for e in entries if _wall(e.at) >= t0]
-            current = _current_handoff_id(entries)
+            current = current_handoff_id(entries)
             for e in after:
                 s = round(_wall(e.at) - t0, 2)
                 details = handoff_log.details(e)
                 if e.status == Status.FALLING_BEHIND and arm.falling_behind_s is None:
                     arm.falling_behind_s = s
-                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, _behind(details) or 0)
+                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, offsets_behind(details) or 0)
                 elif e.status == Status.REBASE_REQUESTED and arm.switch_back_s is None:
                     arm.switch_back_s, arm.switch_back_behind = s, details.get("behind")
                     arm.peak_offsets_behind = max(arm.peak_offsets_behind, details.get("behind") or 0)
@@ -271,31 +274,32 @@ class ArmRun:
                 elif e.status == Status.SWITCHED and arm.switched_again_s is None:
                     arm.switched_again_s = s
             caught = next((e for e in after if e.status == Status.CAUGHT_UP and e.handoff_id == current
-                           and _position_passed(handoff_log.details(e), end)), None)
+                           and position_passed(handoff_log.details(e), end)), None)
             if caught is not None:
                 arm.caught_up_s, arm.caught_up_from = round(_wall(caught.at) - t0, 2), "log"
-                arm.caught_up_offsets_behind = _behind(handoff_log.details(caught))
+                arm.caught_up_offsets_behind = offsets_behind(handoff_log.details(caught))
                 arm.caught_up_state_updates_behind = handoff_log.details(caught).get("state_updates_behind")
                 break
             # Under live input the events query's batches set how far behind a caught-up stream hovers (after a
             # burst its window tables are larger, its batches longer): both readers past the burst's end is
             # caught up whether or not the lag has come under the stream's own bar. How far `state` trails the
             # updates then is a figure of its own (it converges once the input stops, before the comparison).
-            progress = _progress(self.tables, current) or {}
-            if progress.get("updated", 0) > t0 + arm.burst_produce_s and _position_passed(progress, end):
+            progress = progress_of(self.tables, current) or {}
+            if progress.get("updated", 0) > t0 + arm.burst_produce_s and position_passed(progress, end):
                 arm.caught_up_s = round(progress["updated"] - t0, 2)
                 arm.caught_up_from = "progress"
-                arm.caught_up_offsets_behind = _behind(progress)
+                arm.caught_up_offsets_behind = offsets_behind(progress)
                 arm.caught_up_state_updates_behind = progress.get("state_updates_behind")
                 break
             if time.time() - t0 > a["timeout"]:
                 raise RuntimeError(f"arm {arm.arm}: not caught up within {a['timeout']:.0f}s of the burst")
             if time.monotonic() - shown >= 15:
                 shown = time.monotonic()
-                progress = _progress(self.tables, current) or {}
+                progress = progress_of(self.tables, current) or {}
                 state = after[-1].status if after else "CAUGHT_UP (before the burst)"
-                self.say(f"{time.time() - t0:.0f}s since the burst: {state}, offsets behind {_behind(progress)}, "
-                         f"peak {arm.peak_offsets_behind:,}, trickle {self.trickle.sent:,} sent")
+                self.say(f"{time.time() - t0:.0f}s since the burst: {state}, offsets behind "
+                         f"{offsets_behind(progress)}, peak {arm.peak_offsets_behind:,}, "
+                         f"trickle {self.trickle.sent:,} sent")
             time.sleep(0.5)
         arm.trickle_at_caught_up = self.trickle.sent
         arm.trickle_stopped_before_caught_up = self.trickle.stop_at is not None and \
@@ -323,8 +327,8 @@ class ArmRun:
         while True:
             entries = self.entries()
             self.check_alive([e for e in entries if _wall(e.at) >= self.burst_start])
-            progress = _progress(self.tables, _current_handoff_id(entries)) or {}
-            if progress.get("updated", 0) > ended + 1 and _behind(progress) == 0 and \
+            progress = progress_of(self.tables, current_handoff_id(entries)) or {}
+            if progress.get("updated", 0) > ended + 1 and offsets_behind(progress) == 0 and \
                     progress.get("state_updates_behind") == 0 and progress.get("lag_error") is None:
                 break
             if time.time() - ended > a["timeout"]:

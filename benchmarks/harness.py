@@ -44,6 +44,17 @@ def switchyard_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "jobs.cli", *map(str, args)]
 
 
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    """A benchmark's own topics deleted once it is done with them; a failure is reported, never raised."""
+    from state_handoff.io.kafka_io import admin_client
+
+    try:
+        with admin_client(bootstrap) as admin:
+            admin.delete_topics(topics)
+    except Exception as err:  # housekeeping only
+        print(f"could not delete the bench topics {topics}: {err}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------- memory of a process tree
 
 def _read(path: str, mode: str = "r"):

@@ -8,7 +8,7 @@ On a synthetic archive (benchmarks/synthetic_archive.py: --events over --days), 
    (what every nightly commit cost before the merge was incremental).
 The two warehouses' states are compared key by key. The goal: the new day costs at most a tenth of the full
 backfill. Run it at two archive lengths with the same events per day to see the day's cost follow the day, not the
-archive.
+archive. `--live`: the same night under a live stream, a rebase at a cut (benchmarks/nightly_live.py).
 """
 
 from __future__ import annotations
@@ -25,13 +25,16 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, write_json
 from benchmarks.synthetic_archive import archive_is_current, archive_params, build_archive
+from state_handoff import settings
 
 PIPELINE = "demo"
 GOAL = 0.10  # the new day at most this share of a full backfill
 SUM_TOLERANCE = 1e-9  # relative: the same amounts summed in another order
 
 
-def _timed(label: str, step, marks: list[str]):
+def timed(label: str, step, marks: list[str]):
+    """step(out) run, its label and seconds printed, the indented lines it printed kept in `marks`; its result and
+    seconds."""
     lines: list[str] = []
     started = time.monotonic()
     result = step(lines.append)
@@ -65,6 +68,12 @@ def _commits(tables) -> list[dict]:
     return [handoff_log.details(e) for e in handoff_log.entries(None, tables) if e.status == Status.BACKFILL_COMMITTED]
 
 
+def steps(tables) -> list[dict]:
+    """Each committed backfill of a warehouse: its days, seconds, and the tiles run's and the commit's steps."""
+    return [{"days": f"{d['from']}..{d['to']}", "seconds": d["duration_s"], "tiles_s": d["tiles_s"],
+             "commit_s": d["commit_s"]} for d in _commits(tables)]
+
+
 def worker(argv: list[str]) -> dict:
     """Inside the fresh process: the four steps of the module docstring, timed."""
     from deploy.spark import build_spark
@@ -86,24 +95,47 @@ def worker(argv: list[str]) -> dict:
     spark = build_spark("bench-nightly")
     marks: list[str] = []
     print(f"== {len(days)} archived days, {days[0]}..{days[-1]}", flush=True)
-    _, before_s = _timed(f"the archive before the night ({days[0]}..{days[-2]})", lambda out: run_backfill(
+    _, before_s = timed(f"the archive before the night ({days[0]}..{days[-2]})", lambda out: run_backfill(
         spark, pipeline, warehouses["nightly"], str(days[0]), str(days[-2]), out=out), marks)
-    full, full_s = _timed("a full backfill of every day", lambda out: run_backfill(
+    full, full_s = timed("a full backfill of every day", lambda out: run_backfill(
         spark, pipeline, warehouses["full"], out=out), marks)
-    night, night_s = _timed(f"the night: {days[-1]} added", lambda out: run_backfill(
+    night, night_s = timed(f"the night: {days[-1]} added", lambda out: run_backfill(
         spark, pipeline, warehouses["nightly"], str(days[-1]), str(days[-1]), out=out), marks)
     compared = _same_state(spark, warehouses["nightly"].state, warehouses["full"].state)
-    _, again_s = _timed(f"{days[-1]} backfilled again over itself", lambda out: run_backfill(
+    _, again_s = timed(f"{days[-1]} backfilled again over itself", lambda out: run_backfill(
         spark, pipeline, warehouses["nightly"], str(days[-1]), str(days[-1]), out=out), marks)
     spark.stop()
     print("\n".join(marks), flush=True)
-    steps = [{"days": f"{d['from']}..{d['to']}", "seconds": d["duration_s"], "tiles_s": d["tiles_s"],
-              "commit_s": d["commit_s"]} for d in _commits(warehouses["nightly"])]
     return {"days": len(days), "records": full.records_read, "records_of_the_day": night.records_read,
             "keys": full.keys, "before_the_night_s": before_s, "full_backfill_s": full_s, "new_day_s": night_s,
             "day_again_s": again_s, "new_day_share": round(night_s / full_s, 3),
             "day_again_share": round(again_s / full_s, 3), "states": compared,
-            "steps_of_the_nightly_warehouse": steps}
+            "steps_of_the_nightly_warehouse": steps(warehouses["nightly"])}
+
+
+def figures_of(params: dict, argv: list[str]) -> dict:
+    """What a nightly run's JSON begins with: its parameters, the goal, when, where and the command."""
+    return {"params": params, "goal": {"new_day_share_at_most": GOAL},
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "host_cpus": os.cpu_count(),
+            "command": "python -m benchmarks nightly " + " ".join(argv)}
+
+
+def report(figures: dict, result: dict, json_file: str | None) -> int:
+    """The verdict printed, and with every figure written to `json_file`; 1 when the states differ."""
+    figures["result"] = result
+    exact = result["states"]["keys_different"] == 0
+    met = result["new_day_share"] <= GOAL and exact
+    figures["goal"]["met"] = met
+    print(f"\nfull backfill of {result['days']} days ({result['records']:,} records): {result['full_backfill_s']:.1f} s"
+          f"\nthe new day ({result['records_of_the_day']:,} records): {result['new_day_s']:.1f} s "
+          f"= {result['new_day_share']:.1%} of it (goal <= {GOAL:.0%}: {'met' if met else 'missed'})"
+          f"\nthe same day again over itself (every tile merged): {result['day_again_s']:.1f} s "
+          f"= {result['day_again_share']:.1%}"
+          f"\nstates of the two warehouses: {result['states']['keys_different']} of {result['states']['keys']:,} "
+          "keys different", flush=True)
+    if json_file:
+        write_json(json_file, figures)
+    return 0 if exact else 1
 
 
 def main(argv: list[str]) -> int:
@@ -114,17 +146,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--partitions", type=int, default=4, help="Kafka partitions of the synthetic archive")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--malformed-rate", type=float, default=0.01)
-    parser.add_argument("--out-dir", help="benchmark warehouses (default ./bench-out/nightly/<events>-<days>)")
+    parser.add_argument("--out-dir", help="benchmark warehouses (default ./bench-out/nightly/<events>-<days>, "
+                                          "with --live ./bench-out/nightly-live/<events>-<days>)")
     parser.add_argument("--json", help="write every figure here")
+    parser.add_argument("--live", action="store_true",
+                        help="the night under a live stream, a rebase at a cut, on a topic of the local broker "
+                             "(benchmarks/nightly_live.py)")
+    parser.add_argument("--bootstrap", default=settings.value("SWITCHYARD_BOOTSTRAP"),
+                        help="with --live: the Kafka broker (env SWITCHYARD_BOOTSTRAP)")
+    parser.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                        help="with --live: the limit of each wait on the stream")
     args = parser.parse_args(argv)
     if args.events < 1 or args.days < 2 or args.keys < args.partitions:
         parser.error("--events must be at least 1, --days at least 2 and --keys at least --partitions")
+    if args.live:
+        from benchmarks.nightly_live import run_live
+
+        return run_live(args, argv)
     out_dir = Path(args.out_dir or ROOT / "bench-out" / "nightly" / f"{args.events}-{args.days}").resolve()
     archive = out_dir / "archive"
     params = archive_params(args)
-    figures: dict = {"params": params, "goal": {"new_day_share_at_most": GOAL},
-                     "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "host_cpus": os.cpu_count(),
-                     "command": "python -m benchmarks nightly " + " ".join(argv)}
+    figures = figures_of(params, argv)
     if not archive_is_current(archive, params):
         print(f"== building the archive: {args.events:,} events, {args.keys:,} keys, {args.days} days", flush=True)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -137,17 +179,4 @@ def main(argv: list[str]) -> int:
     if run.returncode or not lines:
         print("the nightly run failed", file=sys.stderr)
         return 1
-    result = json.loads(lines[-1])
-    figures["result"] = result
-    met = result["new_day_share"] <= GOAL and result["states"]["keys_different"] == 0
-    figures["goal"]["met"] = met
-    print(f"\nfull backfill of {result['days']} days ({result['records']:,} records): {result['full_backfill_s']:.1f} s"
-          f"\nthe new day ({result['records_of_the_day']:,} records): {result['new_day_s']:.1f} s "
-          f"= {result['new_day_share']:.1%} of it (goal <= {GOAL:.0%}: {'met' if met else 'missed'})"
-          f"\nthe same day again over itself (every tile merged): {result['day_again_s']:.1f} s "
-          f"= {result['day_again_share']:.1%}"
-          f"\nstates of the two warehouses: {result['states']['keys_different']} of {result['states']['keys']:,} "
-          "keys different", flush=True)
-    if args.json:
-        write_json(args.json, figures)
-    return 0 if result["states"]["keys_different"] == 0 else 1
+    return report(figures, json.loads(lines[-1]), args.json)
