@@ -150,8 +150,12 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     assert [s for s in rebase_steps if s in ("PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED")][:8] \
         == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"] * 2, statuses
     assert statuses.count("STREAM_STARTED") == 3 and statuses[-1] == "STOPPED"
-    requests = [handoff_log.details(e) for e in handoff_log.entries(None, tables)
-                if e.status == Status.REBASE_REQUESTED]
+    entries = handoff_log.entries(None, tables)
+    for paused, committed in zip([e for e in entries if e.status == Status.PAUSED],
+                                 [e for e in entries if e.status == Status.HANDOFF_COMMITTED][1:]):
+        # the rebase's own seconds run after the pause: each step counted once
+        assert 0 < handoff_log.details(committed)["rebase_s"] <= (committed.at - paused.at).total_seconds() + 1
+    requests = [handoff_log.details(e) for e in entries if e.status == Status.REBASE_REQUESTED]
     assert [r["reason"] for r in requests] == ["backfill", "switch back"], requests
     assert requests[1]["behind"] > 1200 and requests[1]["behind_for_s"] >= 2
     assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"
