@@ -18,10 +18,28 @@ def _shown_key(keys: list) -> F.Column:
     return (keys[0] if len(keys) == 1 else F.to_json(F.struct(*keys))).alias("key")
 
 
+UNIT_ROUNDOFF = 2.0 ** -53
+
+
+def _reordering_bound(pipeline: Pipeline, name: str) -> F.Column | None:
+    """How far two sums of the same doubles may lie apart, added in two orders: 2·n²·u·max|x| (each order is off
+    by at most (n-1)·u·Σ|x|, and Σ|x| ≤ n·max|x|). Known when the pipeline keeps a count of the key's events (at
+    least the values summed) and the summed column's min and max; amounts of 10^15 and more that cancel within a
+    key move a sum by far more than 1e-9 of it."""
+    summed = next((a.column for a in pipeline.aggregations if a.kind == "sum" and a.name == name), None)
+    counted = next((a.name for a in pipeline.aggregations if a.kind == "count"), None)
+    bounds = [a.name for a in pipeline.aggregations if a.kind in ("min", "max") and a.column == summed]
+    if summed is None or counted is None or len(bounds) < 2:
+        return None
+    n = F.greatest(F.col(f"r.`{counted}`"), F.col(f"s.`{counted}`")).cast("double")
+    largest = F.greatest(*(F.abs(F.col(f"{side}.`{b}`")) for side in ("r", "s") for b in bounds))
+    return F.lit(2 * UNIT_ROUNDOFF) * n * n * largest
+
+
 def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, examples: int = 5) -> dict:
     """How many keys' recomputed state differs from the streamed state (expected 0), with a few examples.
-    Doubles compare to 1e-9 relative: the two phases add the same values in different orders; sketches by their
-    estimates."""
+    Doubles compare to 1e-9 relative, sums to their reordering bound when that is larger: the two phases add the
+    same values in different orders; sketches by their estimates."""
     keys = pipeline.keys
     columns = partial_columns(pipeline.aggregations, keyed=True)
     types = dict(recomputed.dtypes)
@@ -33,6 +51,9 @@ def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, ex
             differs = differs | ~F.hll_sketch_estimate(a).eqNullSafe(F.hll_sketch_estimate(b))
         elif types[c] in ("double", "float"):
             tolerance = F.greatest(F.lit(1.0), F.abs(a), F.abs(b)) * F.lit(1e-9)
+            reordering = _reordering_bound(pipeline, c)
+            if reordering is not None:
+                tolerance = F.greatest(tolerance, F.coalesce(reordering, tolerance))
             differs = differs | ~(a.eqNullSafe(b) | (F.abs(a - b) <= tolerance))
         else:
             differs = differs | ~a.eqNullSafe(b)
