@@ -13,8 +13,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, tiles_from_events
-from jobs.backfill.backlog import table_version
 from jobs.backfill.accounting import Counts, archive_accounting, check_against_record
+from jobs.backfill.backlog import table_version
 from jobs.backfill.read import check_files, read_archive, resolve_range
 from jobs.sinks import dead_letter_rows
 from state_handoff import faults, handoff_log
