@@ -21,8 +21,9 @@ tiled with it).
    key with the full backfill's. Nothing is produced after the archive, so the cut is the archive's end and the
    stream adds nothing past it: the states must be equal, amount_sum within what adding the same amounts in another
    order may change (the generator's rare amounts of up to 10^18 cancel in some keys' sums).
-The rebases are requested accepting differences, so that one their reconciliation reports (expected 0; doubles to
-1e-9 relative) is recorded, with whether the examples it shows lie within that rounding, rather than ending the run.
+The rebases are requested accepting differences, so that one their reconciliation reports (expected 0; sums within
+their reordering bound, jobs/backfill/reconciliation.py) is recorded, with whether the examples it shows lie within
+that rounding, rather than ending the run.
 """
 
 from __future__ import annotations

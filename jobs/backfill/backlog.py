@@ -101,9 +101,9 @@ def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, st
     return Merged(record["table"], record["version"], added, record.get("windows")), ""
 
 
-def tile_days(path: str) -> set[date]:
-    """The days `tiles` holds tiles of now."""
-    return set(_tile_files(path).values()) if table_version(path) is not None else set()
+def tile_days(path: str, version: int | None) -> set[date]:
+    """The days `tiles` holds tiles of at `version` (None: no table, no days)."""
+    return set() if version is None else set(_tile_files(path, version).values())
 
 
 def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=print,

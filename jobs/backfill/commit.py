@@ -113,7 +113,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         if bad is not None:
             raise bad_file(archive, bad, problems[bad.path])
         tiles_version = backlog.table_version(tables.tiles)  # the tiles this commit merges, read at that version
-        by_key = kept is not None and kept.covers(tiles_version, backlog.tile_days(tables.tiles))
+        by_key = kept is not None and kept.covers(tiles_version, backlog.tile_days(tables.tiles, tiles_version))
         if by_key:  # this process's tiles run wrote every tile the table holds: read from local disk, by key
             tiles = archive_tiles = kept.frame
         else:
