@@ -22,7 +22,6 @@ layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkp
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range, verify_archive
+from jobs.backfill.reconciliation import described
 from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
 from state_handoff import faults, handoff_log, lease, stream_progress
@@ -78,11 +78,10 @@ class ReconciliationFailed(UserError):
 
     def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
         self.reconciliation, self.resumable = reconciliation, resumable
-        examples = json.dumps(reconciliation["examples"][:2])[:600]
         super().__init__(
             f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
-            f"keys differ between the streamed and the recomputed state at the cut (e.g. {examples}); nothing was "
-            "replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
+            f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
+            "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
 
 
 def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
@@ -208,7 +207,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     if reconciliation["keys_different"]:
         out(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
             f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed state; "
-            f"examples: {json.dumps(reconciliation['examples'])[:1000]}")
+            f"{described(reconciliation)}")
     else:
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
             f"({reconciliation['keys_recomputed']} keys)")

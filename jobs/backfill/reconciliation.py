@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from functools import reduce
 from operator import and_
 
@@ -9,7 +10,7 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state_handoff.aggregates import partial_columns
+from state_handoff.aggregates import HLL_LG_K, partial_columns
 from state_handoff.spec import Pipeline
 
 
@@ -36,38 +37,86 @@ def _reordering_bound(pipeline: Pipeline, name: str) -> F.Column | None:
     return F.lit(2 * UNIT_ROUNDOFF) * n * n * largest
 
 
+# DataSketches' HLL image (the same from Spark and the `datasketches` package): byte 7 holds the mode in its low two
+# bits and the target type in the next two; an HLL-mode HLL_8 image has a 40-byte preamble, then one byte per register.
+_HLL8_IN_HLL_MODE = 2 | 2 << 2
+_PREAMBLE = 40
+
+
+def _registers(sketch: F.Column) -> F.Column:
+    """An HLL_8 sketch's registers (null for a sketch still in its exact coupon mode, or of another type)."""
+    mode = F.conv(F.hex(F.substring(sketch, 8, 1)), 16, 10).cast("int")
+    return F.when(mode.bitwiseAND(F.lit(15)) == _HLL8_IN_HLL_MODE,
+                  F.substring(sketch, _PREAMBLE + 1, 1 << HLL_LG_K))
+
+
+def _sketches_differ(a: F.Column, b: F.Column) -> F.Column:
+    """Two sketches hold different values: by their registers in HLL mode, where the estimate also depends on the
+    order the values arrived and on how sketches were combined (HIP against the composite estimator: 899.27 against
+    909.87 for identical registers); by their estimates in the exact coupon modes, which the coupons alone decide."""
+    ra, rb = _registers(a), _registers(b)
+    by_estimate = ~F.hll_sketch_estimate(a).eqNullSafe(F.hll_sketch_estimate(b))
+    return F.when(ra.isNotNull() & rb.isNotNull(), ra != rb).otherwise(by_estimate)
+
+
+def _shown(column: F.Column, binary: bool) -> F.Column:
+    """A column's value as the reconciliation shows it: a sketch as its estimate, anything else as Spark's text."""
+    return F.concat(F.lit("estimate "), F.hll_sketch_estimate(column).cast("string")) if binary \
+        else column.cast("string")
+
+
 def reconcile(pipeline: Pipeline, recomputed: DataFrame, streamed: DataFrame, examples: int = 5) -> dict:
-    """How many keys' recomputed state differs from the streamed state (expected 0), with a few examples.
-    Doubles compare to 1e-9 relative, sums to their reordering bound when that is larger: the two phases add the
-    same values in different orders; sketches by their estimates."""
+    """How many keys' recomputed state differs from the streamed state (expected 0), with a few examples: per key,
+    the first column that differs and both values. Doubles compare to 1e-9 relative, sums to their reordering bound
+    when that is larger: the two phases add the same values in different orders; sketches by what they hold."""
     keys = pipeline.keys
     columns = partial_columns(pipeline.aggregations, keyed=True)
     types = dict(recomputed.dtypes)
     r, s = F.col("r.__present"), F.col("s.__present")
+    first_difference = F.when(r.isNull() | s.isNull(), F.struct(
+        F.lit("(key)").alias("column"), F.when(r.isNull(), F.lit("absent")).otherwise(F.lit("present")).alias("r"),
+        F.when(s.isNull(), F.lit("absent")).otherwise(F.lit("present")).alias("s")))
     differs = r.isNull() | s.isNull()
     for c in columns:
         a, b = F.col(f"r.`{c}`"), F.col(f"s.`{c}`")
-        if types[c] == "binary":  # HLL sketches: the same values however the unions ran give the same estimate
-            differs = differs | ~F.hll_sketch_estimate(a).eqNullSafe(F.hll_sketch_estimate(b))
+        if types[c] == "binary":  # HLL sketches
+            differ = _sketches_differ(a, b)
         elif types[c] in ("double", "float"):
             tolerance = F.greatest(F.lit(1.0), F.abs(a), F.abs(b)) * F.lit(1e-9)
             reordering = _reordering_bound(pipeline, c)
             if reordering is not None:
                 tolerance = F.greatest(tolerance, F.coalesce(reordering, tolerance))
-            differs = differs | ~(a.eqNullSafe(b) | (F.abs(a - b) <= tolerance))
+            differ = ~(a.eqNullSafe(b) | (F.abs(a - b) <= tolerance))
         else:
-            differs = differs | ~a.eqNullSafe(b)
+            differ = ~a.eqNullSafe(b)
+        differs = differs | differ
+        binary = types[c] == "binary"
+        first_difference = first_difference.when(differ, F.struct(
+            F.lit(c).alias("column"), _shown(a, binary).alias("r"), _shown(b, binary).alias("s")))
     joined = (recomputed.withColumn("__present", F.lit(True)).alias("r")
               .join(streamed.select(*keys, *columns).withColumn("__present", F.lit(True)).alias("s"),
                     reduce(and_, [F.col(f"r.`{k}`") == F.col(f"s.`{k}`") for k in keys]), "full_outer")
               .where(differs)
               .select(_shown_key([F.coalesce(F.col(f"r.`{k}`"), F.col(f"s.`{k}`")).alias(k) for k in keys]),
-                      F.to_json(F.struct(*[F.col(f"r.`{c}`").alias(c) for c in columns])).alias("recomputed"),
-                      F.to_json(F.struct(*[F.col(f"s.`{c}`").alias(c) for c in columns])).alias("streamed"))
+                      first_difference.alias("first"))
+              .select("key", F.col("first.column").alias("column"), F.col("first.r").alias("recomputed"),
+                      F.col("first.s").alias("streamed"))
               .persist(StorageLevel.DISK_ONLY))
     try:
         different = joined.count()
-        shown = [row.asDict() for row in joined.limit(examples).collect()] if different else []
+        shown = [row.asDict() for row in joined.orderBy("key").limit(examples).collect()] if different else []
     finally:
         joined.unpersist()
     return {"keys_different": different, "keys_recomputed": recomputed.count(), "examples": shown}
+
+
+def described(reconciliation: dict, examples: int = 2) -> str:
+    """A reconciliation's examples in one line, each value in full: key 'k', column amount_sum: recomputed 12.5,
+    streamed 12.25."""
+    def one(x: dict) -> str:
+        return (f"key {json.dumps(x['key'], ensure_ascii=False)}, column {x['column']}: recomputed "
+                f"{json.dumps(x['recomputed'], ensure_ascii=False)}, streamed {json.dumps(x['streamed'], ensure_ascii=False)}")
+
+    shown = reconciliation.get("examples") or []
+    more = reconciliation.get("keys_different", len(shown)) - min(examples, len(shown))
+    return "; ".join(one(x) for x in shown[:examples]) + (f"; and {more} more" if more > 0 else "")
