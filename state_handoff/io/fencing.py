@@ -56,7 +56,7 @@ class Lease(Protocol):
     def lose(self, reason: str) -> Exception: ...
 
 
-_held: dict[str, Lease] = {}  # by each table path it guards, the leases this process holds
+_held: dict[str, Lease] = {}  # by the identity (storage.identity) of each table it guards, the leases held here
 _lock = threading.Lock()
 _spark_writes = itertools.count(1)  # this process's fenced Spark writes: each above the one before
 
@@ -71,15 +71,11 @@ def fenced_epoch(version: int | None) -> int | None:
     return None if version is None else version >> EPOCH_SHIFT
 
 
-def _location(uri: str) -> str:
-    return uri.removeprefix("file://").rstrip("/")
-
-
 def register(lease: Lease, paths: list[str]) -> None:
     """From now on this process's commits to the tables at `paths` (those the lease guards) carry its epoch."""
     with _lock:
         for path in paths:
-            _held[_location(path)] = lease
+            _held[storage.identity(path)] = lease
 
 
 def unregister(lease: Lease) -> None:
@@ -89,8 +85,9 @@ def unregister(lease: Lease) -> None:
 
 
 def holder(table_uri: str) -> Lease | None:
-    """The lease this process holds over the table at `table_uri`, if any."""
-    location = _location(table_uri)
+    """The lease this process holds over the table at `table_uri`, if any: found by the table's identity, so a
+    table named by delta-rs (symlinks resolved, percent-encoded) is the table its lease was registered under."""
+    location = storage.identity(table_uri)
     with _lock:
         return _held.get(location)
 

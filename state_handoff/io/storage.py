@@ -1,7 +1,8 @@
 """Where the warehouse lives: a local folder or an S3-compatible object store (`s3a://bucket/prefix`).
 
 The one place that turns a warehouse URI into a file system (pyarrow's, so `status`, the Dagster sensor and the
-control code read without a JVM) and into delta-rs storage options. Object-store settings come only from the
+control code read without a JVM), into delta-rs storage options, and into the location's one identity
+(how fencing knows a table however it is spelled). Object-store settings come only from the
 environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, SWITCHYARD_S3_ENDPOINT (e.g. http://127.0.0.1:9000; unset
 means AWS itself) and AWS_REGION (default us-east-1)."""
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
-from urllib.parse import urlparse
+import posixpath
+from urllib.parse import unquote, urlparse
 
 from state_handoff import settings
 from state_handoff.errors import UserError
@@ -93,6 +95,50 @@ def filesystem(uri: str):
     if parsed.scheme == "file":
         return fs.LocalFileSystem(), parsed.path
     return fs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def identity(uri: str) -> str:
+    """The one name of the location `uri` spells, however it is spelled: a local path (or `file://` URL, its
+    percent-escapes decoded) absolute, normalized, its symlinks resolved and each existing folder named as the file
+    system stores it (case and Unicode form, where the file system ignores them); an object-store URL as `s3://`,
+    its bucket in lower case and its key decoded and normalized. Two spellings of one table (a Tables path and
+    delta-rs's `table_uri`, say) have the same identity."""
+    uri = str(uri)
+    parsed = urlparse(uri)
+    if parsed.scheme in S3_SCHEMES:
+        key = posixpath.normpath("/" + unquote(parsed.path)).lstrip("/")
+        return f"s3://{parsed.netloc.lower()}/{key}".rstrip("/")
+    path = unquote(parsed.path) if parsed.scheme == "file" else uri
+    return _as_stored(os.path.realpath(os.path.abspath(path)))
+
+
+def _as_stored(path: str) -> str:
+    """`path` (absolute, symlinks resolved) with each existing component as its folder lists it: on a file system
+    that ignores case or Unicode form, the spelling the folder holds rather than the one asked for."""
+    parts = [part for part in path.split("/") if part]
+    stored = "/"
+    for depth, part in enumerate(parts):
+        asked = os.path.join(stored, part)
+        if not os.path.exists(asked):  # below here nothing exists yet: the rest as given
+            return posixpath.join(stored, *parts[depth:])
+        stored = os.path.join(stored, _stored_name(stored, part))
+    return stored
+
+
+def _stored_name(folder: str, name: str) -> str:
+    """The spelling under which `folder` lists its existing entry `name`."""
+    names = os.listdir(folder)
+    if name in names:
+        return name
+    asked = os.path.join(folder, name)
+    return next((entry for entry in names if _same(os.path.join(folder, entry), asked)), name)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def join(base: str, *segments: str) -> str:
