@@ -11,7 +11,6 @@ keeps it whole: a `SWITCHYARD_*` name read anywhere in the code and missing here
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -40,24 +39,24 @@ class Kind:
     parse: Callable[[str], Any]
 
 
-def _whole(at_least: int, unit: str) -> Kind:
+def _whole(at_least: int, at_most: int, unit: str) -> Kind:
     def parse(text: str) -> int:
         number = int(text)
-        if number < at_least:
+        if not at_least <= number <= at_most:
             raise ValueError(text)
         return number
 
-    return Kind(f"a whole number of {unit} of at least {at_least}", parse)
+    return Kind(f"a whole number of {unit} from {at_least} to {at_most}", parse)
 
 
-def _number(above: float, unit: str) -> Kind:
+def _number(above: float, at_most: float, unit: str) -> Kind:
     def parse(text: str) -> float:
         number = float(text)
-        if not (math.isfinite(number) and number > above):
+        if not above < number <= at_most:  # nan and the infinities too
             raise ValueError(text)
         return number
 
-    return Kind(f"a number of {unit} above {above:g}", parse)
+    return Kind(f"a number of {unit} above {above:g} and at most {at_most:g}", parse)
 
 
 def _one_of(*choices: str) -> Kind:
@@ -104,6 +103,17 @@ def _crash_point(text: str) -> tuple[str, int]:
     return point, n
 
 
+MASK = "********"
+# an option whose name says it holds a secret: -Djavax.net.ssl.keyStorePassword=..., -Dfs.s3a.secret.key=...
+_SECRET_OPTION = re.compile(r"""(?P<name>(?<!\S)[^\s=]*(?:pass|pwd|secret|token|key|credential)[^\s=]*=)"""
+                            r"""(?P<value>"[^"]*"|'[^']*'|\S*)""", re.IGNORECASE)
+
+
+def _mask_secret_options(text: str) -> str:
+    """Command-line options with the value of each whose name names a secret masked."""
+    return _SECRET_OPTION.sub(lambda option: option["name"] + MASK, text)
+
+
 TEXT = Kind("any text", str)
 BOOL = Kind("true or false (or 1 or 0)", _bool)
 MEMORY = Kind("a JVM memory size such as 512m or 2g", _memory)
@@ -117,6 +127,7 @@ CRASH_POINT = Kind("`point[:n]`: a crash point of state_handoff/faults.py, its n
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 KAFKA_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+MOST_PARTITIONS = 100_000
 SPARK_PROFILES = ("default", "test")  # deploy/spark.py's PROFILES
 ENVIRONMENTS = ("local", "test")  # orchestration/resources.py's
 
@@ -127,7 +138,14 @@ class Setting:
     default: str | None  # as the user would write it; None: unset unless given
     meaning: str
     kind: Kind = TEXT
-    secret: bool = False
+    secret: bool = False  # shown as MASK
+    masks: Callable[[str], str] | None = None  # shows the text with the secrets inside it masked
+
+    def shown(self, text: str) -> str:
+        """`text` as `switchyard config` and logs show it: a secret masked, or the secrets inside it."""
+        if self.secret:
+            return MASK
+        return self.masks(text) if self.masks else text
 
     @property
     def attribute(self) -> str:
@@ -158,19 +176,20 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_DRIVER_MEMORY", "2g", "the Spark driver's memory", MEMORY),
     Setting("SWITCHYARD_DRIVER_HOST", "127.0.0.1", "the address executors reach the driver at"),
     Setting("SWITCHYARD_DRIVER_BIND_ADDRESS", None, "the address the driver binds (default: the driver host)"),
-    Setting("SWITCHYARD_JVM_OPTIONS", None, "more options for the driver's and executors' JVMs"),
+    Setting("SWITCHYARD_JVM_OPTIONS", None, "more options for the driver's and executors' JVMs (shown with the "
+            "value of each option naming a password, secret, token or key masked)", masks=_mask_secret_options),
     Setting("SWITCHYARD_SPARK_CDS", "true", "whether drivers start with the class-data archive setup made", BOOL),
     Setting("SWITCHYARD_SHUFFLE_PARTITIONS", None, "overrides the Spark profile's shuffle partitions",
-            _whole(1, "partitions")),
+            _whole(1, MOST_PARTITIONS, "partitions")),
     Setting("SWITCHYARD_STATE_PARTITIONS", "2", "the stream's state-store partitions (fixed by a handoff's first "
-            "checkpoint)", _whole(1, "partitions")),
+            "checkpoint)", _whole(1, MOST_PARTITIONS, "partitions")),
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables",
-            _whole(1, "batches")),
+            _whole(1, 1_000_000, "batches")),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)",
-            _number(0, "seconds")),
+            _number(0, 24 * 60 * 60, "seconds")),
     # at least the prefix of a record a dead letter keeps (record_limits.DEAD_LETTER_PREFIX_BYTES)
     Setting("SWITCHYARD_MAX_RECORD_BYTES", "1048576", "records above this size are dead-lettered as `too_large`",
-            _whole(1024, "bytes")),
+            _whole(1024, 1 << 30, "bytes")),
     Setting("SWITCHYARD_FIRST_DAY", "2025-12-01", "the first day of the shipped code location's daily partitions",
             DAY),
     Setting("SWITCHYARD_FAULT", None, "a crash point to die at (tests and drills only)", CRASH_POINT),
@@ -253,7 +272,7 @@ class Settings:
     def __repr__(self) -> str:  # a secret stays out of logs and tracebacks
         def shown(setting: Setting) -> str:
             held = getattr(self, setting.attribute)
-            return "'********'" if setting.secret and held is not None else repr(held)
+            return repr(setting.shown(held)) if isinstance(held, str) else repr(held)
 
         return f"Settings({', '.join(f'{setting.attribute}={shown(setting)}' for setting in SETTINGS)})"
 
@@ -265,7 +284,7 @@ def effective(env: Mapping[str, str] | None = None) -> list[tuple[Setting, str |
     for setting in SETTINGS:
         text = given(setting.name, env)
         if text is not None:
-            rows.append((setting, "********" if setting.secret else text, "environment"))
+            rows.append((setting, setting.shown(text), "environment"))
         else:
             rows.append((setting, setting.default, "default" if setting.default is not None else "unset"))
     return rows

@@ -49,6 +49,22 @@ def test_config_shows_each_value_in_effect_and_where_it_came_from():
     assert lines["SWITCHYARD_PIPELINE"].split()[1:] == ["(unset)"]
 
 
+def test_config_masks_the_secrets_inside_the_jvm_options():
+    options = ("-Xmx1g -Djavax.net.ssl.keyStorePassword=hunter2 -Dfs.s3a.secret.key=AKIA/s3cr3t "
+               "-Dapi.token='tok en' -XX:+UseG1GC -Dlog4j2.configurationFile=file:/etc/log4j2.xml")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")},
+           "SWITCHYARD_JVM_OPTIONS": options}
+    shown = subprocess.run([sys.executable, "-m", "jobs.cli", "config"], capture_output=True, text=True, cwd=ROOT,
+                           env=env, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if line.startswith("SWITCHYARD_JVM_OPTIONS "))
+    assert line.split()[1:] == ["-Xmx1g", "-Djavax.net.ssl.keyStorePassword=********", "-Dfs.s3a.secret.key=********",
+                                "-Dapi.token=********", "-XX:+UseG1GC",
+                                "-Dlog4j2.configurationFile=file:/etc/log4j2.xml", "(environment)"], line
+    assert not any(secret in shown.stdout for secret in ("hunter2", "s3cr3t", "tok en"))
+    assert "hunter2" not in repr(Settings.from_env({"SWITCHYARD_JVM_OPTIONS": options}))
+
+
 def test_every_default_parses_by_its_kind():
     for setting in SETTINGS:
         typed = settings.default(setting.name)
@@ -58,16 +74,18 @@ def test_every_default_parses_by_its_kind():
 
 # A bad value of each kind, and what the one-line refusal says it must be.
 BAD = [
-    ("SWITCHYARD_LEASE_SECONDS", "abc", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0, not 'abc'"),
-    ("SWITCHYARD_LEASE_SECONDS", "0", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0, not '0'"),
-    ("SWITCHYARD_LEASE_SECONDS", "nan", "must be a number of seconds above 0, not 'nan'"),
-    ("SWITCHYARD_TIDY_EVERY", "1.5", "SWITCHYARD_TIDY_EVERY must be a whole number of batches of at least 1, "
-                                     "not '1.5'"),
-    ("SWITCHYARD_SHUFFLE_PARTITIONS", "0", "SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of partitions of "
-                                           "at least 1, not '0'"),
-    ("SWITCHYARD_STATE_PARTITIONS", "two", "SWITCHYARD_STATE_PARTITIONS must be a whole number of partitions of "
-                                           "at least 1, not 'two'"),
-    ("SWITCHYARD_MAX_RECORD_BYTES", "1023", "must be a whole number of bytes of at least 1024, not '1023'"),
+    ("SWITCHYARD_LEASE_SECONDS", "abc", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0 and at most "
+                                        "86400, not 'abc'"),
+    ("SWITCHYARD_LEASE_SECONDS", "0", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0 and at most "
+                                      "86400, not '0'"),
+    ("SWITCHYARD_LEASE_SECONDS", "nan", "above 0 and at most 86400, not 'nan'"),
+    ("SWITCHYARD_TIDY_EVERY", "1.5", "SWITCHYARD_TIDY_EVERY must be a whole number of batches from 1 to "
+                                     "1000000, not '1.5'"),
+    ("SWITCHYARD_SHUFFLE_PARTITIONS", "0", "SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of partitions "
+                                           "from 1 to 100000, not '0'"),
+    ("SWITCHYARD_STATE_PARTITIONS", "two", "SWITCHYARD_STATE_PARTITIONS must be a whole number of partitions "
+                                           "from 1 to 100000, not 'two'"),
+    ("SWITCHYARD_MAX_RECORD_BYTES", "1023", "must be a whole number of bytes from 1024 to 1073741824, not '1023'"),
     ("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "yes", "SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME must be true or false"),
     ("SWITCHYARD_SPARK_CDS", "off", "SWITCHYARD_SPARK_CDS must be true or false (or 1 or 0), not 'off'"),
     ("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "KERBEROS", "must be one of PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, "
@@ -84,6 +102,22 @@ BAD = [
     ("SWITCHYARD_FAULT", "stream.after_seed:0", "not 'stream.after_seed:0'"),
 ]
 
+# Numbers out of any range a setting can hold: each refused in one line that names the range.
+OUT_OF_RANGE = [
+    ("SWITCHYARD_LEASE_SECONDS", "1e300", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0 and at most "
+                                          "86400, not '1e300'"),
+    ("SWITCHYARD_LEASE_SECONDS", "inf", "above 0 and at most 86400, not 'inf'"),
+    ("SWITCHYARD_LEASE_SECONDS", "-inf", "above 0 and at most 86400, not '-inf'"),
+    ("SWITCHYARD_LEASE_SECONDS", "-5", "above 0 and at most 86400, not '-5'"),
+    ("SWITCHYARD_LEASE_SECONDS", "86401", "above 0 and at most 86400, not '86401'"),
+    ("SWITCHYARD_TIDY_EVERY", "1e300", "SWITCHYARD_TIDY_EVERY must be a whole number of batches from 1 to "),
+    ("SWITCHYARD_TIDY_EVERY", "1" + "0" * 300, "SWITCHYARD_TIDY_EVERY must be a whole number of batches from 1 to "),
+    ("SWITCHYARD_SHUFFLE_PARTITIONS", "1" + "0" * 300, "must be a whole number of partitions from 1 to 100000"),
+    ("SWITCHYARD_STATE_PARTITIONS", "-1", "must be a whole number of partitions from 1 to 100000, not '-1'"),
+    ("SWITCHYARD_MAX_RECORD_BYTES", "1e300", "must be a whole number of bytes from 1024 to 1073741824"),
+    ("SWITCHYARD_MAX_RECORD_BYTES", str(1 << 40), "must be a whole number of bytes from 1024 to 1073741824"),
+]
+
 
 @pytest.mark.parametrize("name, text, says", BAD)
 def test_a_bad_value_is_one_line_naming_the_setting(name, text, says):
@@ -92,6 +126,25 @@ def test_a_bad_value_is_one_line_naming_the_setting(name, text, says):
     assert "\n" not in str(refused.value) and says in str(refused.value), str(refused.value)
     with pytest.raises(UserError, match=name):
         Settings.from_env({name: text})
+
+
+@pytest.mark.parametrize("name, text, says", OUT_OF_RANGE)
+def test_a_number_out_of_range_is_one_line_naming_the_range(name, text, says):
+    with pytest.raises(UserError) as refused:
+        Settings.from_env({name: text})
+    assert "\n" not in str(refused.value) and says in str(refused.value), str(refused.value)
+
+
+def test_the_longest_lease_is_held_and_renewed(tmp_path):
+    from state_handoff import lease
+    from state_handoff.tables import Tables
+
+    longest = {lease.ENV: "86400"}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(lease.ENV, longest[lease.ENV])
+        with lease.hold(Tables(str(tmp_path / "wh"), "demo"), lease.STREAM) as held:
+            held.heartbeat()
+            held.check_fresh()
 
 
 def test_every_setting_that_can_refuse_a_value_is_tried():
