@@ -5,7 +5,9 @@ Every entry names a handoff id, and each id goes its own way through the statuse
 starts another's). A REBASE_REQUESTED is a request, not a step: it may come at any time once the handoff is
 committed (a `rebase` from the command line, while the stream is live or not) and leaves the handoff where it was.
 So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job): it names the lease of the stream it is
-for, which obeys it wherever it runs and answers it with STOPPED.
+for, which obeys it wherever it runs and answers it with STOPPED. So is a REBASE_REFUSED: the answer to a rebase
+request refused before its pause (what the rebase must read is gone or unreadable), which leaves the handoff
+streaming, or stopped, as it was.
 
     new handoff id
       │        │
@@ -30,6 +32,8 @@ for, which obeys it wherever it runs and answers it with STOPPED.
     STOPPED        ◄── STREAM_STARTED, SWITCHED, CAUGHT_UP, FALLING_BEHIND (a clean stop)
     PAUSED         ◄── HANDOFF_COMMITTED and every later state but PAUSED (a rebase stops the stream at a cut; the
                        handoff at the cut is a new id, which starts again at the top)
+    REBASE_ABANDONED ◄── PAUSED, FAILED (`switchyard rebase --abandon` gives up a paused rebase while the paused
+                       stream can still resume from its checkpoint; STREAM_STARTED follows)
     RECONCILIATION_FAILED ◄── PAUSED, FAILED, RECONCILIATION_FAILED (the state recomputed at the cut differs from
                        the streamed one and nobody accepted the differences: nothing was replaced, and the paused
                        stream streams on, STREAM_STARTED, unless an earlier attempt wrote past its checkpoint)
@@ -64,6 +68,8 @@ class Status(StrEnum):
     PAUSED = "PAUSED"
     RECONCILIATION_FAILED = "RECONCILIATION_FAILED"
     STOP_REQUESTED = "STOP_REQUESTED"
+    REBASE_REFUSED = "REBASE_REFUSED"
+    REBASE_ABANDONED = "REBASE_ABANDONED"
 
 
 S = Status
@@ -72,6 +78,10 @@ RUNNING = frozenset({S.STREAM_STARTED, S.SWITCHED, S.CAUGHT_UP, S.FALLING_BEHIND
 REBASING = frozenset({S.REBASE_REQUESTED, S.PAUSED})
 # A request leaves its handoff where it was.
 REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED})
+# ... and so does the refusal of a rebase request before its pause: requests and refusals are entries beside a
+# handoff's way, not on it.
+REFUSALS = frozenset({S.REBASE_REFUSED})
+ASIDES = REQUESTS | REFUSALS
 _RESTART = frozenset({S.STREAM_STARTED, S.PAUSED, S.FAILED})  # what a stream (or rebase) may do next, once it ran
 
 # The latest status of a handoff (None: the id has no entry yet) -> the statuses that may follow it.
@@ -85,15 +95,18 @@ TRANSITIONS: dict[Status | None, frozenset[Status]] = {
     S.CAUGHT_UP: _RESTART | {S.FALLING_BEHIND, S.STOPPED},
     S.FALLING_BEHIND: _RESTART | {S.CAUGHT_UP, S.STOPPED},
     S.STOPPED: _RESTART,
-    S.FAILED: _RESTART | {S.RECONCILIATION_FAILED},
-    S.PAUSED: frozenset({S.FAILED, S.RECONCILIATION_FAILED}),
+    S.FAILED: _RESTART | {S.RECONCILIATION_FAILED, S.REBASE_ABANDONED},
+    S.PAUSED: frozenset({S.FAILED, S.RECONCILIATION_FAILED, S.REBASE_ABANDONED}),
     S.RECONCILIATION_FAILED: _RESTART | {S.RECONCILIATION_FAILED},
+    S.REBASE_ABANDONED: _RESTART,
 }
 # A status -> what its handoff must have logged before it (at any point, not only as the latest status).
 REQUIRES: dict[Status, Status] = {
     S.STREAM_STARTED: S.HANDOFF_COMMITTED,
     S.PAUSED: S.HANDOFF_COMMITTED,
     S.RECONCILIATION_FAILED: S.PAUSED,
+    S.REBASE_ABANDONED: S.PAUSED,
+    S.REBASE_REFUSED: S.HANDOFF_COMMITTED,
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
     S.STOP_REQUESTED: S.HANDOFF_COMMITTED,
     S.CAUGHT_UP: S.SWITCHED,
@@ -106,10 +119,11 @@ class LifecycleError(Failed):
 
 
 def current(history: Iterable[str]) -> Status | None:
-    """A handoff's latest status from its statuses in log order, requests left out; None before any."""
+    """A handoff's latest status from its statuses in log order, asides (requests, refusals) left out; None before
+    any."""
     latest = None
     for status in history:
-        if status not in REQUESTS:
+        if status not in ASIDES:
             latest = Status(status)
     return latest
 
@@ -118,7 +132,7 @@ def refusal(status: str, history: list[str]) -> str | None:
     """Why `status` may not follow a handoff's `history` (its statuses in log order), or None when it may."""
     status = Status(status)
     latest = current(history)
-    if status not in REQUESTS and status not in TRANSITIONS[latest]:
+    if status not in ASIDES and status not in TRANSITIONS[latest]:
         allowed = ", ".join(s for s in Status if s in TRANSITIONS[latest])
         if latest is None:
             return f"the handoff has no entry yet, and its first must be one of {allowed}"
@@ -165,6 +179,8 @@ class Phase(StrEnum):
     STOP_REQUESTED = "stop requested"
     REBASING = "rebasing"
     RECONCILIATION_FAILED = "reconciliation failed (nothing replaced; the stream streams on)"
+    REBASE_REFUSED = "rebase refused before its pause (nothing paused: the handoff goes on as it was)"
+    REBASE_ABANDONED = "rebase abandoned (the paused stream resumes from its checkpoint)"
 
 
 PHASES: dict[Status | None, Phase] = {
@@ -182,6 +198,8 @@ PHASES: dict[Status | None, Phase] = {
     S.PAUSED: Phase.REBASING,
     S.RECONCILIATION_FAILED: Phase.RECONCILIATION_FAILED,
     S.STOP_REQUESTED: Phase.STOP_REQUESTED,
+    S.REBASE_REFUSED: Phase.REBASE_REFUSED,
+    S.REBASE_ABANDONED: Phase.REBASE_ABANDONED,
 }
 LIVE = frozenset({Phase.STREAMING, Phase.CAUGHT_UP, Phase.FALLING_BEHIND})
 

@@ -50,7 +50,7 @@ def test_an_append_that_breaks_the_lifecycle_is_refused_in_one_line(tables):
     assert "latest status is SWITCHED" in _refused(tables, "h1", Status.SWITCHED)
     assert "latest status is SWITCHED" in _refused(tables, "h1", Status.HANDOFF_COMMITTED)
     _append_all(tables, "h1", Status.PAUSED)
-    assert "latest status is PAUSED, which only FAILED, RECONCILIATION_FAILED may follow" in \
+    assert "latest status is PAUSED, which only FAILED, RECONCILIATION_FAILED, REBASE_ABANDONED may follow" in \
         _refused(tables, "h1", Status.STREAM_STARTED)
     assert [e.status for e in handoff_log.entries(None, tables)] == [
         Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
@@ -74,6 +74,8 @@ def test_crashes_restarts_and_a_rebase_cycle_pass(tables):
         ("h3", S.REBASE_REQUESTED, S.PAUSED, S.FAILED),  # the rebase of a failed stream failed too
         ("h3", S.STREAM_STARTED, S.CAUGHT_UP, S.STOPPED, S.REBASE_REQUESTED, S.PAUSED),
         ("h4", S.BACKFILL_COMMITTED, S.HANDOFF_COMMITTED, S.PAUSED),  # a rebase with no days to tile, no stream
+        ("h3", S.FAILED, S.REBASE_ABANDONED, S.STREAM_STARTED, S.CAUGHT_UP),  # its rebase given up: h3 resumes
+        ("h3", S.REBASE_REQUESTED, S.REBASE_REFUSED, S.FALLING_BEHIND),  # refused before its pause: streams on
         ("h5", S.FAILED),  # the state commit of a fresh id failed
         ("h6", S.BACKFILL_STARTED, S.FAILED),
     ]
@@ -83,7 +85,7 @@ def test_crashes_restarts_and_a_rebase_cycle_pass(tables):
 
 def test_statuses_keep_their_string_names_and_entries_their_attributes(tables):
     assert Status("SWITCHED") is Status.SWITCHED and Status.SWITCHED == "SWITCHED"
-    assert set(Status) == set(lifecycle.TRANSITIONS) - {None} | lifecycle.REQUESTS
+    assert set(Status) == set(lifecycle.TRANSITIONS) - {None} | lifecycle.ASIDES
     entry = handoff_log.append(None, tables, "h1", "BACKFILL_COMMITTED", state_version=4, start_offsets={0: 7},
                                backlog_watermark=datetime(2026, 1, 2, 3, 4, 5), details={"keys": 2})
     assert entry.status is Status.BACKFILL_COMMITTED and entry.backlog_watermark == datetime(2026, 1, 2, 3, 4, 5)
@@ -104,13 +106,14 @@ def test_the_phase_of_a_pipeline(latest, alive, phase):
     assert str(phase) == lifecycle.phase(latest, alive)  # `status` prints the phase's text
 
 
-def test_every_status_is_reachable_and_only_a_failure_follows_a_pause():
+def test_every_status_is_reachable_and_only_a_failure_or_an_abandon_follows_a_pause():
     reachable, frontier = set(), {None}
     while frontier:
         reachable |= (found := set().union(*(lifecycle.TRANSITIONS[s] for s in frontier)) - reachable)
         frontier = found
-    assert reachable | lifecycle.REQUESTS == set(Status)
-    assert lifecycle.TRANSITIONS[Status.PAUSED] == {Status.FAILED, Status.RECONCILIATION_FAILED}
+    assert reachable | lifecycle.ASIDES == set(Status)
+    assert lifecycle.TRANSITIONS[Status.PAUSED] == {Status.FAILED, Status.RECONCILIATION_FAILED,
+                                                    Status.REBASE_ABANDONED}
     assert all(Status.FAILED in allowed for allowed in lifecycle.TRANSITIONS.values())
 
 
