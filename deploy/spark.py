@@ -95,6 +95,15 @@ def object_store_conf() -> dict:
     return conf
 
 
+def _avro_limits() -> str:
+    """Avro's decoder allocates what a length prefix claims before it reads the bytes: no string, bytes or collection
+    inside a record parsed is longer than the record (SWITCHYARD_MAX_RECORD_BYTES), so a longer claim fails the
+    decoding (the record is dead-lettered) instead of allocating gigabytes."""
+    limit = settings.value("SWITCHYARD_MAX_RECORD_BYTES")
+    return " ".join(f"-Dorg.apache.avro.limits.{kind}.maxLength={limit}"
+                    for kind in ("string", "bytes", "collectionItems"))
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
     """Return the process's SparkSession, creating it on first use."""
     check_java()
@@ -109,7 +118,7 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     time.tzset()
     profile = profile or settings.value("SWITCHYARD_SPARK_PROFILE")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
-    jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}",
+    jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}", _avro_limits(),
                                          PROFILE_JVM_OPTIONS.get(profile), settings.value("SWITCHYARD_JVM_OPTIONS")]))
     conf = {
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),

@@ -18,7 +18,7 @@ from state_handoff.io.archive_record import check_record, file_totals, recorded_
 from state_handoff.io.kafka_io import offset_bounds
 from state_handoff.io.kafka_security import spark_source_options
 from state_handoff.lease import Lease
-from state_handoff.parsing import parse_events
+from state_handoff.parsing import EPOCH, parse_events, within
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
@@ -165,8 +165,10 @@ def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
 
 def archived_dates(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
     """The archive's columns, each record in the day folder of its event time (or, without one, of its Kafka
-    timestamp)."""
-    event_date = F.coalesce(F.to_date(pipeline.event_time), F.to_date("kafka_timestamp"))
+    timestamp; of 1970-01-01 when that too is outside the accepted event times): every folder a day that reads
+    back as written."""
+    kafka_day = F.when(within(pipeline, F.col("kafka_timestamp")), F.to_date("kafka_timestamp"))
+    event_date = F.coalesce(F.to_date(pipeline.event_time), kafka_day, F.lit(EPOCH.date()))
     return parsed.select("kafka_partition", "kafka_offset", "kafka_timestamp", "kafka_key", "value",
                          event_date.alias("event_date"))
 

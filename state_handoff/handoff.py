@@ -21,7 +21,7 @@ from state_handoff.handoff_log import LogEntry
 from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.io.kafka_io import consumer, offset_bounds
 from state_handoff.lifecycle import Status
-from state_handoff.parsing import parse_events
+from state_handoff.parsing import parse_events, within
 from state_handoff.spec import Pipeline
 from state_handoff.stream_layout import stream_dir
 from state_handoff.tables import Tables
@@ -173,7 +173,8 @@ def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, hand
                    bootstrap: str, topic: str, bounds: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict]:
     """Start offsets for T and the overlap's identities, written under the handoff's stream folder."""
     archived = _archived_records(spark, tables)
-    newest = archived.agg(F.max("kafka_timestamp")).first()[0]
+    # a producer may set any timestamp: one outside the accepted event times names no boundary (nor converts)
+    newest = archived.where(within(pipeline, F.col("kafka_timestamp"))).agg(F.max("kafka_timestamp")).first()[0]
     if newest is None:
         raise UserError(f"the archive at {tables.archive} holds no records: archive some before the handoff")
     at = at if at is not None else newest - pipeline.allowed_lateness

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 from pyspark import StorageLevel
@@ -11,6 +12,7 @@ from pyspark.sql import functions as F
 from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
 from state_handoff.spec import AVRO_TIMESTAMPS, Pipeline
 
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # ISO-8601 with an explicit UTC designator or offset; anything else is malformed, however lenient Spark's cast.
 ISO_TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
 
@@ -35,6 +37,21 @@ def missing(field: str) -> str:
 
 def invalid(field: str) -> str:
     return f"bad_{field}"
+
+
+def out_of_range(field: str) -> str:
+    return f"out_of_range_{field}"
+
+
+def instant(moment: datetime) -> Column:
+    """An aware datetime as a Spark TIMESTAMP literal, exact to the microsecond whatever the session's zone."""
+    return F.timestamp_micros(F.lit((moment - EPOCH) // timedelta(microseconds=1)))
+
+
+def within(pipeline: Pipeline, timestamp: Column) -> Column:
+    """True for an instant inside the pipeline's accepted event times (Pipeline.accepted_times)."""
+    earliest, end = pipeline.accepted_times
+    return (timestamp >= instant(earliest)) & (timestamp < instant(end))
 
 
 def _ddl(fields, leaf_type) -> str:
@@ -66,7 +83,8 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Add the pipeline's typed fields and `error` (null when well-formed) to records with a binary `value`.
 
     JSON values (the default): strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5"
-    is not); a timestamp must match ISO_TIMESTAMP and be a real instant. Avro values (`Pipeline.avro`): see
+    is not); a timestamp must match ISO_TIMESTAMP and be a real instant, inside the pipeline's accepted event times
+    (out_of_range_<field> when not; an optional field outside them is null). Avro values (`Pipeline.avro`): see
     `_avro_fields`. A field is read at its path (`Field.path`); an object on the way that is missing or not an
     object leaves it missing. A value above `max_record_bytes()` is TOO_LARGE, and not parsed.
     """
@@ -82,9 +100,11 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
             bad = text.isNull() | (text == "")
             reason = missing(f.name)
         elif f.type == "timestamp":
-            typed[f.name] = times[f.name] if f.name in times else \
-                F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text))
-            bad = typed[f.name].isNull()
+            read = times[f.name] if f.name in times else F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text))
+            typed[f.name] = F.when(within(pipeline, read), read)
+            if f.required:
+                checks.append((read.isNotNull() & typed[f.name].isNull(), out_of_range(f.name)))
+            bad = read.isNull()
             reason = invalid(f.name)
         else:
             number = numbers[f.name]

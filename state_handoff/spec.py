@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -206,9 +206,21 @@ def _non_null(avro_type):
     return avro_type
 
 
+#: The event times a pipeline accepts unless it declares its own range: an instant outside is dead-lettered
+#: (`out_of_range_<field>`) on every path. Every layer holds these: Spark, Parquet, Delta, and Python's `datetime`
+#: (years 1-9999), which the batch's newest event time and the watermarks pass through.
+EVENT_TIMES = (datetime(2, 1, 1, tzinfo=timezone.utc), datetime(9999, 1, 1, tzinfo=timezone.utc))
+# How far a declared range may reach: a day clear of Python's ends, so a window (at most a day), a local zone's offset
+# or a day folder never leaves them, and the start also clear of the watermark's allowed lateness.
+_SAFE_TIMES = (datetime(1, 1, 3, tzinfo=timezone.utc), datetime(9999, 12, 30, tzinfo=timezone.utc))
+
+
 @dataclass(frozen=True)
 class Pipeline:
-    """A pipeline: `key` names the field the state is keyed by, or a tuple of several (a composite key)."""
+    """A pipeline: `key` names the field the state is keyed by, or a tuple of several (a composite key).
+
+    `event_times`: [earliest, end) of the instants its timestamp fields accept (EVENT_TIMES when None); a record
+    with one outside is dead-lettered as `out_of_range_<field>`."""
 
     name: str
     key: str | tuple[str, ...]
@@ -220,6 +232,7 @@ class Pipeline:
     description: str = ""
     avro: AvroFormat | None = None  # None: JSON values
     extra: dict = field(default_factory=dict, compare=False)
+    event_times: tuple[datetime, datetime] | None = None
 
     def __post_init__(self):
         names = {f.name for f in self.fields}
@@ -245,10 +258,26 @@ class Pipeline:
         for agg in self.all_aggregations:
             if agg.column and agg.column not in names:
                 raise ValueError(f"pipeline {self.name}: aggregation {agg.name} reads undeclared field {agg.column!r}")
+        self._check_event_times()
         for f in self.fields if self.avro else ():
             if self.avro.type_at(f.json_path) is None:
                 raise ValueError(f"pipeline {self.name}: field {f.name} is at {'.'.join(f.json_path)}, which the Avro "
                                  f"schema {self.avro.schema} does not have")
+
+    def _check_event_times(self) -> None:
+        earliest, end = self.accepted_times
+        if earliest.tzinfo is None or end.tzinfo is None:
+            raise ValueError(f"pipeline {self.name}: event_times must be aware datetimes (tzinfo=timezone.utc)")
+        floor = _SAFE_TIMES[0] + self.allowed_lateness
+        if not floor <= earliest < end <= _SAFE_TIMES[1]:
+            raise ValueError(f"pipeline {self.name}: event_times [{earliest.isoformat()}, {end.isoformat()}) must be a "
+                             f"range within [{floor.isoformat()}, {_SAFE_TIMES[1].isoformat()}] (the start at least the "
+                             "allowed lateness past 0001-01-03): declare a narrower one")
+
+    @property
+    def accepted_times(self) -> tuple[datetime, datetime]:
+        """[earliest, end) of the event times the pipeline accepts: its declared range, else EVENT_TIMES."""
+        return self.event_times if self.event_times is not None else EVENT_TIMES
 
     @property
     def keys(self) -> tuple[str, ...]:

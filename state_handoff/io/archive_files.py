@@ -69,12 +69,22 @@ def read_listing(root: str) -> ArchiveListing:
     return ArchiveListing(root, meta, files, frozenset(f.path for f in files if f.path not in on_disk))
 
 
+def folder_day(name: str) -> date | None:
+    """The day of a day folder's name (event_date=YYYY-MM-DD); None for any other name, a day that is no date
+    (event_date=0000-12-31) or a year past four digits (event_date=+10000-01-01) included."""
+    match = _DAY_DIR.match(name)
+    try:
+        return date.fromisoformat(match.group(1)) if match else None
+    except ValueError:
+        return None
+
+
 def _recorded_day(root: str, name: str) -> date:
-    match = _DAY_DIR.match(name.split("/", 1)[0]) if "/" in name else None
-    if match is None:
+    day = folder_day(name.split("/", 1)[0]) if "/" in name else None
+    if day is None:
         raise UserError(f"the archive record {record_uri(root)} names {name}, which is not in a "
                         "day folder (event_date=YYYY-MM-DD): rewrite the archive with `switchyard archive`")
-    return date.fromisoformat(match.group(1))
+    return day
 
 
 def list_archive(root: str) -> list[ArchiveFile]:
@@ -108,10 +118,9 @@ def files_on_disk(root: str) -> list[ArchiveFile]:
     """Every Parquet file in the day folders, committed or not."""
     files = []
     for entry in storage.list_dir(root):
-        match = _DAY_DIR.match(entry)
-        if not match:
+        day = folder_day(entry)
+        if day is None:
             continue
-        day = date.fromisoformat(match.group(1))
         for name in storage.list_dir(storage.join(root, entry)):
             if name.endswith(".parquet") and not name.startswith((".", "_")):
                 files.append(ArchiveFile(storage.join(root, entry, name), day))

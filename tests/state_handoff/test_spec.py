@@ -28,3 +28,27 @@ def test_the_declared_fields_rules_hold():
         _pipeline(aggregations=(total("s", "amount"),))
     with pytest.raises(ValueError, match="pipeline p: field 'when' is not declared"):
         Pipeline(name="p", key="key", event_time="when", event_id="id", fields=BASE, aggregations=(count("n"),))
+
+
+def test_a_declared_range_of_event_times_must_fit_every_layer():
+    """The accepted event times default to [0002-01-01, 9999-01-01); a declared range must be aware and lie where a
+    window, a local zone and the watermark's lateness stay inside Python's years 1-9999."""
+    from datetime import datetime, timedelta, timezone
+
+    from state_handoff.spec import EVENT_TIMES, TumblingWindows
+
+    assert _pipeline().accepted_times == EVENT_TIMES == (datetime(2, 1, 1, tzinfo=timezone.utc),
+                                                          datetime(9999, 1, 1, tzinfo=timezone.utc))
+    utc = timezone.utc
+    with pytest.raises(ValueError, match="event_times must be aware"):
+        Pipeline(name="p", key="key", event_time="at", event_id="id", fields=BASE, aggregations=(count("n"),),
+                 event_times=(datetime(2020, 1, 1), datetime(2030, 1, 1)))
+    for bad in [(datetime(2030, 1, 1, tzinfo=utc), datetime(2020, 1, 1, tzinfo=utc)),
+                (datetime(1, 1, 1, tzinfo=utc), datetime(2020, 1, 1, tzinfo=utc)),
+                (datetime(2020, 1, 1, tzinfo=utc), datetime(9999, 12, 31, tzinfo=utc))]:
+        with pytest.raises(ValueError, match="pipeline p: event_times .* must be a range within"):
+            Pipeline(name="p", key="key", event_time="at", event_id="id", fields=BASE, aggregations=(count("n"),),
+                     event_times=bad)
+    with pytest.raises(ValueError, match="declare a narrower one"):  # lateness of two years past the default start
+        Pipeline(name="p", key="key", event_time="at", event_id="id", fields=BASE, aggregations=(count("n"),),
+                 windows=TumblingWindows(timedelta(hours=1), timedelta(days=730), (count("w"),)))

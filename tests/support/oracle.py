@@ -19,6 +19,22 @@ from state_handoff.io.kafka_security import client_kwargs
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 WINDOW = timedelta(hours=1)
 LATENESS = timedelta(minutes=10)
+# The event times a pipeline accepts by default, as docs/your-own-pipeline.md states them: [0002-01-01, 9999-01-01)
+# UTC; an instant outside (year 10000 and year 0 included) is dead-lettered as out_of_range_<field>.
+ACCEPTED = (datetime(2, 1, 1), datetime(9999, 1, 1))
+OUT_OF_RANGE = object()
+
+
+def utc_instant(text: str):
+    """A naive UTC instant from an ISO-8601 text with its offset; OUT_OF_RANGE when the instant lies outside ACCEPTED
+    (Python's datetime cannot hold year 10000 or year 0: shifting a local time there overflows); ValueError when the
+    text is no instant."""
+    local = datetime.fromisoformat(text)
+    try:
+        instant = (local.replace(tzinfo=None) - local.utcoffset())
+    except OverflowError:
+        return OUT_OF_RANGE
+    return instant if ACCEPTED[0] <= instant < ACCEPTED[1] else OUT_OF_RANGE
 
 
 def max_record_bytes() -> int:
@@ -91,9 +107,11 @@ def classify(value: bytes | None) -> tuple[str | None, Event | None]:
     try:
         if not isinstance(when, str) or not ISO.match(when):
             raise ValueError(when)
-        event_time = datetime.fromisoformat(when).astimezone(timezone.utc).replace(tzinfo=None)
+        event_time = utc_instant(when)
     except ValueError:
         return "bad_event_time", None
+    if event_time is OUT_OF_RANGE:
+        return "out_of_range_event_time", None
     amount = obj.get("amount")
     if isinstance(amount, bool) or not isinstance(amount, (int, float)):
         return "bad_amount", None
@@ -306,13 +324,15 @@ def _at_path(obj, path: tuple[str, ...]):
     return obj
 
 
-def _instant(found) -> datetime | None:
-    """A naive UTC instant from a decoded timestamp, or from a string that is an ISO-8601 instant."""
+def _instant(found):
+    """A naive UTC instant from a decoded timestamp, or from a string that is an ISO-8601 instant (OUT_OF_RANGE
+    outside ACCEPTED); None for anything else."""
     if isinstance(found, datetime):
-        return found.astimezone(timezone.utc).replace(tzinfo=None)
+        instant = found.astimezone(timezone.utc).replace(tzinfo=None)
+        return instant if ACCEPTED[0] <= instant < ACCEPTED[1] else OUT_OF_RANGE
     if isinstance(found, str) and ISO.match(found):
         try:
-            return datetime.fromisoformat(found).astimezone(timezone.utc).replace(tzinfo=None)
+            return utc_instant(found)
         except ValueError:
             return None
     return None
@@ -330,6 +350,8 @@ def typed_fields(obj: dict, fields, text_of) -> tuple[str | None, dict | None]:
         elif f.type == "timestamp":
             typed[f.name] = _instant(found)
             bad, reason = typed[f.name] is None, f"bad_{f.name}"
+            if typed[f.name] is OUT_OF_RANGE:
+                typed[f.name], bad, reason = None, True, f"out_of_range_{f.name}"
         else:
             typed[f.name] = float(found) if _finite_number(found) else None
             bad, reason = typed[f.name] is None, f"bad_{f.name}"
