@@ -1,15 +1,17 @@
-"""What a vacuum of `state` must keep, whatever its age: the snapshot the live handoff was committed with, the
-one the latest backfill committed for the next handoff, and the drained streamed state a rebase paused at, until
-the handoff at its cut has SWITCHED.
+"""What a vacuum of `state` must keep, whatever its age: the snapshot the live handoff was committed with and the
+one the latest backfill committed for the next handoff, until that handoff has SWITCHED; and the drained streamed
+state a rebase paused at, until the handoff at its cut has SWITCHED.
 
 A handoff records the `state` version its stream seeds from. The backfill's commit writes that snapshot as the
 seed's files, but a stream that finds them missing (an interrupted write, a lost folder) and has no checkpoint yet
 reads `state` at that version again (jobs/seed.py). The stream's own MERGEs and the next backfill replace every
 file of it within minutes, so a vacuum by age alone would leave the handoff unable to start. Keeping the files of
-these versions costs one copy of the state each, however long the handoff lives; a time window as long as the
-handoff's life would keep every file the stream's MERGEs ever replaced too. A rebase's reconciliation reads the
-paused state again whenever the rebase runs again (after a crash that came after the recomputed state replaced it),
-so that version stays until the new handoff's stream has taken over.
+these versions costs one copy of the state each; a time window as long as the handoff's life would keep every file
+the stream's MERGEs ever replaced too. Once the handoff has SWITCHED, its seed is in the stream's checkpoint and
+the version is never read again: it is released, so a handoff that lives a year keeps nothing past Delta's log
+retention (a version the log no longer holds cannot be kept, and asking for it would fail every vacuum). A
+rebase's reconciliation reads the paused state again whenever the rebase runs again (after a crash that came after
+the recomputed state replaced it), so that version stays until the new handoff's stream has taken over.
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ from state_handoff.tables import Tables
 
 
 def kept_state_versions(tables: Tables) -> list[int]:
-    """The `state` versions whose files vacuum keeps: the live handoff's and the latest committed backfill's."""
+    """The `state` versions whose files vacuum keeps: the live handoff's and the latest committed backfill's while
+    their handoff has not SWITCHED, and the paused ones."""
     entries = handoff_log.entries(None, tables)
+    switched = {e.handoff_id for e in entries if e.status == Status.SWITCHED}
     kept = set()
     for status in (Status.HANDOFF_COMMITTED, Status.BACKFILL_COMMITTED):
         entry = next((e for e in reversed(entries) if e.status == status), None)
-        if entry is not None and entry.state_version is not None:
+        if entry is not None and entry.state_version is not None and entry.handoff_id not in switched:
             kept.add(entry.state_version)
     return sorted(kept | set(paused_state_versions(entries).values()))
 
 
 def paused_state_versions(entries: list) -> dict[str, int]:
     """By rebase request: the drained state version its pause recorded, until a handoff at or after the request's
-    cut has SWITCHED (its own, or a later one that superseded it), or the request ended without replacing anything."""
+    cut has SWITCHED (its own, or a later one that superseded it), or the request ended without replacing anything
+    (refused by its reconciliation, or abandoned)."""
     paused, answered, ended = {}, set(), set()
     for e in entries:
         details = handoff_log.details(e)
@@ -47,4 +52,6 @@ def paused_state_versions(entries: list) -> dict[str, int]:
             ended |= answered  # a stream serves a state at or past every cut answered so far
         elif e.status == Status.RECONCILIATION_FAILED and details.get("resumable") and request_id is not None:
             ended.add(request_id)  # nothing was replaced: the stream goes on from its own state
+        elif e.status == Status.REBASE_ABANDONED and request_id is not None:
+            ended.add(request_id)  # given up: the paused stream resumes from its checkpoint
     return {r: v for r, v in paused.items() if r not in ended}

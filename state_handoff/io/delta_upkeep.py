@@ -13,6 +13,8 @@ Delta's retention check stays on: RETENTION_HOURS is written into the table as `
 and every vacuum here uses the table's own retention, never asking for less (Delta refuses a shorter one). What
 must outlive it is named by version (`keep_versions`): the files of the snapshot a handoff was committed with, which
 its stream reads again when it seeds without the seed's files (state_handoff/kept_versions.py), whatever their age.
+A version the table's log no longer holds (Delta's log retention, 30 days by default, deleted its commit) can be
+read by no one, so its files are not kept: asking delta-rs to keep it would fail that vacuum and every later one.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from deltalake import DeltaTable
-from deltalake.exceptions import DeltaError
+from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from state_handoff import settings
 from state_handoff.io import fencing, storage
@@ -77,8 +79,25 @@ def _vacuum(table, table_retention: bool, keep_versions: list[int] | None) -> No
         if table.metadata().configuration.get(RETENTION_PROPERTY) != wanted:
             fencing.commit(table, [], lambda properties: table.alter.set_table_properties(
                 {RETENTION_PROPERTY: wanted}, commit_properties=properties))
-    # the retention check on: the table's retention, never a shorter one; a version to keep that cannot be loaded
-    # any more fails the vacuum (nothing deleted) rather than being skipped
+    # the retention check on: the table's retention, never a shorter one; a version to keep that fails to load
+    # for another reason than the log's retention fails the vacuum (nothing deleted) rather than being skipped
+    keep = _in_log(table, sorted(set(keep_versions or [])))
     fencing.commit(table, [], lambda properties: table.vacuum(
-        dry_run=False, enforce_retention_duration=True, keep_versions=sorted(set(keep_versions or [])) or None,
-        commit_properties=properties))
+        dry_run=False, enforce_retention_duration=True, keep_versions=keep or None, commit_properties=properties))
+
+
+def _in_log(table, versions: list[int]) -> list[int]:
+    """`versions` less those whose commits the table's log no longer holds, each named in a warning."""
+    held = []
+    for version in versions:
+        if version >= table.version():
+            held.append(version)
+            continue
+        try:
+            DeltaTable(table.table_uri, version=version, storage_options=storage.delta_options(table.table_uri))
+        except TableNotFoundError:  # delta-rs: "No files in log segment"
+            log.warning("Delta table %s: version %s is no longer in its log (log retention): its files are not "
+                        "kept", table.table_uri, version)
+            continue
+        held.append(version)
+    return held

@@ -1,4 +1,5 @@
-"""Retention: what a live handoff still needs outlives every vacuum, with Delta's retention check on."""
+"""Retention: what a live handoff still needs outlives every vacuum, with Delta's retention check on, and nothing
+longer."""
 
 from __future__ import annotations
 
@@ -13,9 +14,8 @@ from deltalake import DeltaTable
 from jobs.archive import archive_cut, run_archive
 from jobs.backfill import run_backfill
 from jobs.inputs.generate import run_generate
-from jobs.seed import seed_files
 from jobs.stream import StreamSettings, run_stream
-from state_handoff import handoff_log
+from state_handoff import handoff_log, kept_versions
 from state_handoff.handoff import current_handoff, run_handoff
 from state_handoff.io import delta_upkeep
 from state_handoff.io.kafka_io import admin_client, produce
@@ -50,10 +50,6 @@ def _files(table: DeltaTable) -> set[str]:
     return {os.path.relpath(uri.removeprefix("file://"), root) for uri in table.file_uris()}
 
 
-def _seed_rows(spark, folder) -> list:
-    return sorted(tuple(r) for r in spark.read.parquet(str(folder)).collect())
-
-
 def _handed_off(spark, bootstrap, topic, tmp_path, events, keys, partitions, days, seed, fraction):
     """Generated events, `fraction` of each partition archived, backfilled and handed off: the tables and handoff."""
     run_generate(bootstrap, topic, events=events, keys=keys, partitions=partitions, days=days, seed=seed,
@@ -65,38 +61,33 @@ def _handed_off(spark, bootstrap, topic, tmp_path, events, keys, partitions, day
     return tables, run_handoff(spark, PIPELINE, tables, bootstrap)
 
 
-def test_vacuum_keeps_the_live_handoffs_state_version(spark, bootstrap, topic_name, tmp_path, monkeypatch):
-    """The stream's MERGEs replace every file of the state version its handoff recorded, and its tidy runs after
-    every batch an hour on (retention 0 here): the files of that version stay, so the seed's fallback (the state
-    at the handoff's version, read when the seed's files are missing) still reads it whole; everything else
-    replaced is deleted, and the table's own retention, not a disabled check, decides what is old."""
+def test_vacuum_keeps_the_handoffs_state_version_until_its_stream_switched(spark, bootstrap, topic_name, tmp_path,
+                                                                           monkeypatch):
+    """Until its stream has SWITCHED, the state version a handoff recorded is kept past every vacuum (the seed's
+    fallback, the state at that version, is read when the seed's files are missing). Once SWITCHED the seed is in
+    the stream's checkpoint and the version is released: the stream's tidies (after every batch an hour on;
+    retention 0 here) delete everything the MERGEs replaced, that version's files too, and a restart resumes from
+    the checkpoint exactly; the table's own retention, not a disabled check, decides what is old."""
     monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
     monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
     tables, handoff = _handed_off(spark, bootstrap, topic_name, tmp_path, events=2400, keys=30, partitions=3, days=2,
                                   seed=11, fraction=0.8)
-    seeded = tmp_path / "seed-at-handoff"
-    seed_files(spark, PIPELINE, tables, handoff.state_version, str(seeded))
-    expected_seed = _seed_rows(spark, seeded)
-    kept = _files(DeltaTable(tables.state, version=handoff.state_version))
+    assert kept_versions.kept_state_versions(tables) == [handoff.state_version], "not switched yet: kept"
+    handed = _files(DeltaTable(tables.state, version=handoff.state_version))
 
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
     _stream_until_caught_up(spark, tables, bootstrap)
-
     state = DeltaTable(tables.state)
-    assert not kept & _files(state), "the stream's MERGEs replaced the handoff version's files"
-    again = tmp_path / "seed-after-vacuum"
-    seed_files(spark, PIPELINE, tables, handoff.state_version, str(again))  # the seed's fallback
-    assert _seed_rows(spark, again) == expected_seed
+    assert not handed & _files(state), "the stream's MERGEs replaced the handoff version's files"
+    assert kept_versions.kept_state_versions(tables) == [], "switched: the seed is in the checkpoint"
     assert state.metadata().configuration[delta_upkeep.RETENTION_PROPERTY] == delta_upkeep.retention(0)
 
-    # the live handoff's stream restarts after more input; its tidies delete what the MERGEs since replaced
+    # the live handoff's stream restarts after more input; its tidies delete all that the MERGEs replaced
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
     _stream_until_caught_up(spark, tables, bootstrap)
     state = DeltaTable(tables.state)
     assert any(h.get("operation") == "VACUUM END" for h in state.history()), "the state writer vacuumed"
-    assert _on_disk(tables.state) == _files(state) | kept, "all else replaced is gone; the handoff's version stays"
-    seed_files(spark, PIPELINE, tables, handoff.state_version, str(again))
-    assert _seed_rows(spark, again) == expected_seed
+    assert _on_disk(tables.state) == _files(state), "all replaced is gone, the switched handoff's version too"
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
 
 

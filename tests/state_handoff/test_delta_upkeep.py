@@ -1,6 +1,7 @@
 """A long-lived pipeline's upkeep: the files a stream's MERGEs leave behind are deleted and its small files compacted
 through delta-rs, losing nothing a batch wrote (rows, or the transaction that makes its replay a no-op); and the
-seeds and checkpoints of handoffs a later one replaced are deleted, nothing else."""
+seeds and checkpoints of handoffs a later one replaced are deleted, nothing else; and vacuum goes on for a handoff
+that lives longer than Delta's log retention."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from jobs.delta_txn import merge_once
+from state_handoff import handoff_log, kept_versions
 from state_handoff.errors import UserError
 from state_handoff.io import delta_upkeep
 from state_handoff.io.delta_cas import read
+from state_handoff.lifecycle import Status
 from state_handoff.settings import BY_NAME
 from state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
 from state_handoff.tables import Tables
@@ -119,3 +122,56 @@ def test_vacuum_keeps_the_versions_named_and_the_tables_retention_check(tmp_path
     assert table.metadata().configuration[delta_upkeep.RETENTION_PROPERTY] == "interval 1 hours"
     with pytest.raises(Exception, match="(?i)retention"):
         table.vacuum(retention_hours=0, dry_run=True, enforce_retention_duration=True)
+
+
+def _expire_log_before_now(path: str) -> None:
+    """What Delta's log retention does to a table's log in time (30 days by default): the commits before its newest
+    checkpoint deleted, so no earlier version can be loaded."""
+    table = DeltaTable(path)
+    table.alter.set_table_properties({"delta.logRetentionDuration": "interval 0 hours"})
+    table = DeltaTable(path)
+    table.create_checkpoint()
+    table.cleanup_metadata()
+    with pytest.raises(Exception):
+        DeltaTable(path, version=0)
+
+
+def _handoff_at_version_0(tables: Tables, switched: bool) -> None:
+    statuses = [Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED]
+    statuses += [Status.STREAM_STARTED, Status.SWITCHED] if switched else []
+    for status in statuses:
+        version = 0 if status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED) else None
+        handoff_log.append(None, tables, "year-long", status, state_version=version,
+                           start_offsets={0: 0} if status == Status.HANDOFF_COMMITTED else None)
+
+
+@pytest.mark.parametrize("switched", [True, False])
+def test_vacuum_of_state_goes_on_after_the_log_forgets_the_handoffs_version(tmp_path, monkeypatch, switched):
+    """A handoff streams for a year: its state version's commit leaves the log (Delta's log retention) long before.
+    Once SWITCHED its seed is in the stream's checkpoint, so the version is kept no more; a version the log no longer
+    holds cannot be read by anyone, so it is not kept either. Either way every vacuum of `state` still deletes what
+    the stream's MERGEs replaced."""
+    tables = Tables(str(tmp_path), "demo")
+    write_deltalake(tables.state, _rows(range(10), 0))  # version 0: what the handoff seeds from
+    _handoff_at_version_0(tables, switched)
+    table = DeltaTable(tables.state)
+    for batch in range(3):
+        merge_once(table, _rows(range(10), batch + 1), 't."key" = s."key"', "app-state", batch)
+    _expire_log_before_now(tables.state)
+
+    monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
+    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))
+    assert _on_disk(tables.state) == _active(DeltaTable(tables.state)), "the merges' leftovers are deleted"
+    assert read(DeltaTable(tables.state), order_by="key").to_pylist() == _rows(range(10), 3).to_pylist()
+    if switched:
+        assert kept_versions.kept_state_versions(tables) == [], "a switched handoff's seed is in its checkpoint"
+
+
+def test_a_handoff_not_yet_switched_keeps_its_version_and_a_switched_one_releases_it(tmp_path):
+    tables = Tables(str(tmp_path), "demo")
+    _handoff_at_version_0(tables, switched=False)
+    assert kept_versions.kept_state_versions(tables) == [0]
+    handoff_log.append(None, tables, "year-long", Status.STREAM_STARTED)
+    assert kept_versions.kept_state_versions(tables) == [0], "its stream may still seed from it"
+    handoff_log.append(None, tables, "year-long", Status.SWITCHED)
+    assert kept_versions.kept_state_versions(tables) == []
