@@ -5,8 +5,11 @@ with a SASL/SCRAM listener whose credentials come from the SWITCHYARD_KAFKA_* se
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,17 +195,30 @@ def _format_storage(broker: Broker, java: str, cluster_id: str | None,
     if (broker.data_dir / "meta.properties").exists():
         return
     scram = ["--add-scram", f"{sasl.mechanism}=[name={sasl.username},password={sasl.password}]"] if sasl else []
-    result = subprocess.run(
-        [java, "-Xmx256m", "-cp", kafka_classpath(), f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
-         "kafka.tools.StorageTool", "format", "-t", cluster_id or new_cluster_id(), "-c", str(broker.config_file),
-         *scram],
-        capture_output=True, text=True,
-    )
+    arguments = ["-Xmx256m", "-cp", kafka_classpath(), f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}",
+                 "kafka.tools.StorageTool", "format", "-t", cluster_id or new_cluster_id(), "-c",
+                 str(broker.config_file), *scram]
+    with _argument_file(broker.home / "format.args", arguments) as argument_file:
+        result = subprocess.run([java, f"@{argument_file}"], capture_output=True, text=True)
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise UserError(f"formatting Kafka storage in {broker.data_dir} failed: {detail[0]}")
     if sasl:
         broker.sasl_file.write_text(sasl.mechanism)
+
+
+@contextmanager
+def _argument_file(path: Path, arguments: list[str]) -> Iterator[Path]:
+    """`arguments` in a java launcher's argument file only the user can read (`java @path`), for the block: a
+    password among them stays off the command line every user of the host can list."""
+    quoted = "".join('"' + argument.replace("\\", "\\\\").replace('"', '\\"') + '"\n' for argument in arguments)
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+        out.write(quoted)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def sasl_settings(broker: Broker, requested: bool) -> kafka_security.KafkaSecurity | None:
