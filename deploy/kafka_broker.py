@@ -253,9 +253,10 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
     sasl = sasl_settings(broker, sasl_requested)
+    if sasl:  # it holds the password: only the user reads it, from its first byte on
+        broker.config_file.touch(mode=0o600)
+        broker.config_file.chmod(0o600)
     broker.config_file.write_text(_config(broker, sasl))
-    if sasl:
-        broker.config_file.chmod(0o600)  # it holds the password
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
     _format_storage(broker, java, cluster_id, sasl)
     proc = local_server.launch(
