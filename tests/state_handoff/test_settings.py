@@ -135,16 +135,14 @@ def test_a_number_out_of_range_is_one_line_naming_the_range(name, text, says):
     assert "\n" not in str(refused.value) and says in str(refused.value), str(refused.value)
 
 
-def test_the_longest_lease_is_held_and_renewed(tmp_path):
+def test_the_longest_lease_is_held_and_renewed(tmp_path, monkeypatch):
     from state_handoff import lease
     from state_handoff.tables import Tables
 
-    longest = {lease.ENV: "86400"}
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(lease.ENV, longest[lease.ENV])
-        with lease.hold(Tables(str(tmp_path / "wh"), "demo"), lease.STREAM) as held:
-            held.heartbeat()
-            held.check_fresh()
+    monkeypatch.setenv(lease.ENV, "86400")
+    with lease.hold(Tables(str(tmp_path / "wh"), "demo"), lease.STREAM) as held:
+        held.heartbeat()
+        held.check_fresh()
 
 
 def test_every_setting_that_can_refuse_a_value_is_tried():
