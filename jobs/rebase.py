@@ -10,9 +10,13 @@ events query at E, per partition. The cut C is the topic's end at the pause (at 
    dead letters, late records and windows are exactly the stream's at C (a final window is never re-emitted);
 3. the recomputed state replaces the streamed one; BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream
    then seeds from the recomputed state.
+Before the pause, everything the steps read is checked: the archive's files, and Kafka still retaining every
+offset the steps read from it (from the archive's cut, or from where a reader ended when lower). A rebase that
+cannot have them is refused then (REBASE_REFUSED, in one line), with nothing paused: the stream streams on.
 Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
 dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
-(or `rebase`). Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
+(or `rebase`), or given up by `rebase --abandon` (REBASE_ABANDONED) while the paused stream can still resume from
+its checkpoint. Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
 checkpoint are never planned by the stream's query over another range.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
@@ -35,7 +39,7 @@ from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, k
 from jobs.backfill.reconciliation import described
 from jobs.delta_txn import TxnApp
 from jobs.sinks import EventsSink, mark_overlap
-from state_handoff import faults, handoff_log, lease, stream_progress
+from state_handoff import faults, handoff_log, kafka_retention, lease, stream_progress
 from state_handoff.aggregates import partial_columns
 from state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                        last_committed_batch, last_planned_batch, planned_end_offsets)
@@ -43,7 +47,7 @@ from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff, current_handoff, from_entry
 from state_handoff.io import storage
 from state_handoff.io.archive_files import archive_meta, list_archive
-from state_handoff.io.kafka_io import latest_offsets
+from state_handoff.io.kafka_io import latest_offsets, offset_bounds
 from state_handoff.lifecycle import Status
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
@@ -82,6 +86,44 @@ class ReconciliationFailed(UserError):
             f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
             f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
             "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
+
+
+class RebaseRefused(UserError):
+    """A rebase refused before its pause (logged REBASE_REFUSED): nothing paused, the handoff goes on as it was."""
+
+
+def check_before_pause(tables: Tables, bootstrap: str, handoff: Handoff, paths: StreamPaths) -> None:
+    """Raise UserError, in one line, when the rebase could not read what it needs: an archive file missing or
+    unreadable, or an offset it reads from Kafka deleted by retention (the Kafka range begins at the archive's cut;
+    the reconciliation and the catch-up read from where the stream's readers ended, when that is lower)."""
+    verify_archive(tables)
+    start = handoff.start_offsets
+    keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
+    events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
+    cut = kafka_retention.archive_cut(tables)
+    bounds = offset_bounds(bootstrap, handoff.topic)
+    needed = {p: min(cut.get(p, 0), keyed.get(p, start.get(p, 0)), events.get(p, start.get(p, 0))) for p in bounds}
+    gone = kafka_retention.unretained(needed, bounds)
+    if gone:
+        ranges = ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gone.items())
+        raise UserError(
+            f"topic {handoff.topic} no longer retains what a rebase must read past the archive ({ranges} deleted by "
+            "Kafka's retention, and the archive ends before them, so it can no longer cover them): the streamed "
+            f"state stands and the stream goes on from handoff {handoff.handoff_id}; a rebase needs the archive to "
+            "reach what Kafka retains: keep `switchyard archive` ahead of retention (`switchyard status` shows the "
+            "margin per partition)")
+
+
+def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, request: dict) -> None:
+    """check_before_pause for an open request not yet paused: a refusal answers it (REBASE_REFUSED, which leaves
+    the handoff where it was) and raises RebaseRefused."""
+    try:
+        check_before_pause(tables, bootstrap, handoff, StreamPaths.of(tables, handoff.handoff_id))
+    except UserError as err:
+        reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
+        handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                           details={"request_id": request["request_id"], "reason": reason})
+        raise RebaseRefused(reason) from None
 
 
 def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
@@ -255,12 +297,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     if "paused" in request:
         cut = Cut.from_details(request["paused"]["cut"])
     else:
-        try:  # an archive the recomputation cannot read whole is refused before the stream pauses
-            verify_archive(tables)
-        except UserError as err:
-            handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
-                               details={"phase": "rebase", "request_id": request["request_id"], "reason": str(err)})
-            raise
+        refuse_unless_ready(tables, bootstrap, handoff, request)
         cut = pause_cut(bootstrap, tables, handoff, paths)
         handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),
@@ -277,7 +314,10 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
         raise
     except UserError as err:
         reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
-                  "`switchyard rebase`) finishes it there")
+                  "`switchyard rebase`) finishes it there"
+                  + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
+                     if resumable(tables, handoff, paths) and _committed_backfill_for(tables, request["request_id"])
+                     is None else ""))
         handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
                            details={"phase": "rebase", "request_id": request["request_id"], "reason": reason})
         raise UserError(reason) from None
@@ -307,7 +347,12 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
         request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
         while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
             request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
-            new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
+            try:
+                new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
+            except RebaseRefused:
+                if request["request_id"] == request_id:
+                    raise
+                continue  # refused and answered: this run's request next
             if request["request_id"] == request_id:
                 break
     out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
@@ -331,16 +376,18 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
 
 def open_request(tables: Tables, entries: list | None = None) -> dict | None:
     """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED answered yet, with its PAUSED details when a pause
-    began it: what a (re)starting stream must do before it streams. A FAILED answers a request only before its
-    pause: from the pause on, the catch-up may have written the events path past the paused stream's checkpoint,
-    so the only way on is the handoff at the recorded cut. `entries`: the log as the caller just read it."""
+    began it: what a (re)starting stream must do before it streams. A REBASE_REFUSED (or, in logs written before
+    it, a FAILED) answers a request only before its pause: from the pause on, the catch-up may have written the
+    events path past the paused stream's checkpoint, so the only ways on are the handoff at the recorded cut and,
+    while the paused stream is still resumable, a REBASE_ABANDONED. `entries`: the log as the caller just read
+    it."""
     entries = handoff_log.entries(None, tables) if entries is None else entries
     answered, failed, paused = set(), set(), {}
     for e in entries:
         request_id = handoff_log.details(e).get("request_id")
         if request_id is None:
             continue
-        if e.status == Status.HANDOFF_COMMITTED:
+        if e.status in (Status.HANDOFF_COMMITTED, Status.REBASE_REFUSED, Status.REBASE_ABANDONED):
             answered.add(request_id)
         elif e.status == Status.FAILED:
             failed.add(request_id)
@@ -374,10 +421,45 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print
             if not ours or e.seq in shown:
                 continue
             shown.add(e.seq)
-            if e.status in (Status.FAILED, Status.RECONCILIATION_FAILED):
+            if e.status == Status.REBASE_REFUSED:
+                raise UserError(handoff_log.details(e).get("reason"))
+            if e.status in (Status.FAILED, Status.RECONCILIATION_FAILED, Status.REBASE_ABANDONED):
                 raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
             out(f"  {e.status} {e.handoff_id}")
             if e.status == Status.SWITCHED:
                 return from_entry(committed)
         time.sleep(1.0)
     raise UserError(f"the stream did not finish the rebase within {timeout_s:.0f}s: see `switchyard status`")
+
+
+def abandon_rebase(tables: Tables, requested_by: str, out=print) -> None:
+    """Give up the open rebase request (`switchyard rebase --abandon`): one paused by a rebase that then failed or
+    died, while the paused stream can still resume from its checkpoint (REBASE_ABANDONED; the next `stream` resumes
+    the paused handoff with its streamed state), or one not yet paused (REBASE_REFUSED). Refused in one line when no
+    request is open, a stream is live (it answers requests itself), or the rebase got too far to be given up."""
+    with lease.hold(tables, requested_by):
+        request = open_request(tables)
+        if request is None:
+            raise UserError(f"pipeline {tables.pipeline} has no open rebase request: nothing to abandon")
+        handoff = current_handoff(None, tables)
+        reason = f"abandoned by {requested_by}"
+        if "paused" not in request:
+            handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                               details={"request_id": request["request_id"], "reason": reason})
+            out(f"rebase {tables.pipeline}: request {request['request_id']} abandoned before its pause; handoff "
+                f"{handoff.handoff_id} goes on as it was")
+            return
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        finish = "`switchyard stream` (or `switchyard rebase`) finishes it at its cut once what stopped it is fixed"
+        if _committed_backfill_for(tables, request["request_id"]) is not None:
+            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
+                            f"committed the recomputed state at its cut, so it cannot be abandoned: {finish}")
+        if not resumable(tables, handoff, paths):
+            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
+                            f"written the events path past the paused stream's checkpoint, so handoff "
+                            f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
+        handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_ABANDONED,
+                           details={"request_id": request["request_id"], "reason": reason,
+                                    "cut": request["paused"]["cut"]})
+    out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "
+        f"`switchyard stream` resumes handoff {handoff.handoff_id} from its checkpoint with its streamed state")

@@ -102,7 +102,7 @@ def progress_from(tables: Tables, entries: list, running: bool) -> Progress | No
     if handoff is None:
         return None
     ours = [e for e in entries if e.handoff_id == handoff.handoff_id]
-    latest = ours[-1]
+    latest = [e for e in ours if e.status not in lifecycle.REFUSALS][-1]  # a refused rebase left it as it was
     rebased = [handoff_log.details(e) for e in entries
                if e.status == Status.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
     progress = read_json(stream_dir(tables, handoff.handoff_id) / "progress.json") or {}

@@ -47,9 +47,26 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     lost = lost_ranges(entries)
     if lost:
         status["lost_offsets"] = lost
+    if bootstrap:
+        _add_retention(status, tables, bootstrap)
     if handoff is not None:
         _add_stream_figures(status, tables, handoff.handoff_id, bootstrap)
     return status
+
+
+def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:
+    """Per partition, the archive's cut minus Kafka's earliest retained offset (negative: retention has passed the
+    cut, and no rebase can recompute the records in between), and the partitions where it has."""
+    from state_handoff import kafka_retention
+
+    if not storage.exists(tables.archive):
+        return
+    try:
+        margins = kafka_retention.margins(tables, bootstrap)
+    except Exception:  # no archive record yet, or the broker down: status still reports the rest
+        return
+    status["archive_retention_margin"] = {str(m.partition): m.offsets for m in margins}
+    status["retention_past_archive"] = [m.as_dict() for m in margins if m.passed]
 
 
 def _rows(uri: str) -> int:
@@ -137,6 +154,13 @@ def format_status(status: dict) -> str:
                        ("last reconciliation: keys different", "last_reconciliation_keys_different")):
         if status.get(key) is not None:
             lines.append(f"  {label}: {_for_people(status[key])}")
+    if status.get("archive_retention_margin"):  # per partition; a sum would mean nothing
+        lines.append("  archive's cut ahead of Kafka's retention (offsets): " + ", ".join(
+            f"p{p}:{v}" for p, v in sorted(status["archive_retention_margin"].items(), key=lambda item: int(item[0]))))
+    for m in status.get("retention_past_archive", []):
+        lines.append(f"  RETENTION PAST THE ARCHIVE: partition {m['partition']} offsets {m['archive_cut']}.."
+                     f"{m['earliest_retained'] - 1} are neither archived nor retained by Kafka: no rebase can "
+                     "recompute them (the streamed state stands)")
     for r in status.get("lost_offsets", []):
         lines.append(f"  lost to Kafka's retention: partition {r['partition']} offsets {r['from']}..{r['to'] - 1} "
                      f"({r['records']} records, handoff {r['handoff_id']})")

@@ -83,6 +83,13 @@ def run_rebase_command(args) -> int:
     if current_handoff(None, tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
+    if args.abandon:
+        from jobs.rebase import abandon_rebase
+
+        if args.from_day or args.to_day or args.accept_differences:
+            raise UserError("--abandon gives up the open rebase request: drop --from, --to and --accept-differences")
+        abandon_rebase(tables, "switchyard rebase --abandon")
+        return 0
     return _rebase(args)
 
 
@@ -240,6 +247,10 @@ def add_pipeline_commands(commands, common) -> None:
     rebase.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
                         help="how long to wait for the live stream's rebase (default 3600)")
     rebase.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
+    rebase.add_argument("--abandon", action="store_true",
+                        help="give up the open rebase request instead: one a failure or a crash left paused at its "
+                             "cut, while the paused stream can still resume (the next `stream` resumes it from its "
+                             "checkpoint with its streamed state), or one not yet paused")
     common(rebase)
     rebase.set_defaults(handler=run_rebase_command)
 

@@ -101,12 +101,12 @@ class Monitor:
                     return None
                 if known and switched:
                     switch_back = self._switch_back(now, behind, lag, snapshot)
-                    if switch_back is not None:
+                    if switch_back is not None and sup.may_pause(handoff, switch_back):
                         return switch_back
                 if now >= self.next_requests_at:
                     self.next_requests_at = now + settings.requests_every_seconds
                     request = self._read_request()
-                    if request is not None:
+                    if request is not None and sup.may_pause(handoff, request):  # refused: answered, streams on
                         return request
                 time.sleep(settings.poll_seconds)
         except Exception as err:

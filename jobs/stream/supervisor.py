@@ -164,7 +164,7 @@ class Supervisor:
                 request = rebase.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     self.rebase(handoff, request, queries=None)
-                    continue  # rebased, or refused by its reconciliation: streams the current handoff
+                    continue  # rebased, or refused (before its pause, or by its reconciliation): streams on
                 try:
                     queries, events_sink = self.start(handoff)
                     monitor = Monitor(self, handoff, queries, events_sink)
@@ -365,15 +365,35 @@ class Supervisor:
 
     # ------------------------------------------------------------ the way back
 
+    def may_pause(self, handoff: Handoff, request: dict) -> bool:
+        """A request the monitor read, checked while the queries still run: False when the rebase could not read
+        what it needs (refused and answered, REBASE_REFUSED): the queries stream on."""
+        if "paused" in request:
+            return True
+        try:
+            rebase.refuse_unless_ready(self.tables, self.bootstrap, handoff, request)
+        except rebase.RebaseRefused as refused:
+            self.refused(handoff, refused)
+            return False
+        return True
+
+    def refused(self, handoff: Handoff, refused: rebase.RebaseRefused) -> None:
+        self.report.logged(handoff.handoff_id, Status.REBASE_REFUSED)
+        self.out(f"REBASE_REFUSED: {refused}")
+
     def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff | None:
         """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there. None
-        when its reconciliation refused it with nothing replaced: the same handoff streams on."""
+        when it was refused before its pause, or its reconciliation refused it with nothing replaced: the same
+        handoff streams on."""
         started = time.monotonic()
         if queries is not None:
             self.settle(handoff, queries)
         try:
             new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
                                     out=self.out)
+        except rebase.RebaseRefused as refused:
+            self.refused(handoff, refused)
+            return None
         except rebase.ReconciliationFailed as refused:
             if not refused.resumable:
                 raise

@@ -1,0 +1,127 @@
+"""Kafka's retention past the archive's cut: a rebase that can no longer read its range is refused before the
+stream pauses, and a paused rebase that can no longer finish is abandoned; either way the stream goes on from its
+own streamed state, exactly (the oracle holds the records as they were before Kafka deleted them)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from kafka import TopicPartition
+
+from jobs.rebase import open_request
+from state_handoff import faults, handoff_log, kept_versions
+from state_handoff.io.kafka_io import admin_client, offset_bounds, produce
+from state_handoff.lifecycle import Status
+from state_handoff.status import format_status, pipeline_status
+from state_handoff.tables import Tables
+from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
+from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up, assert_accounting_identity
+from tests.support import oracle
+from tests.support.streams import start_stream, stop_stream, tail_events, wait_until
+
+
+def _retention_at(bootstrap: str, topic: str, share: float = 0.75) -> dict[int, int]:
+    """Per partition, the offset `share` of the way through what Kafka holds now."""
+    return {p: lo + int((hi - lo) * share) for p, (lo, hi) in offset_bounds(bootstrap, topic).items()}
+
+
+def _delete_below(bootstrap: str, topic: str, offsets: dict[int, int]) -> None:
+    with admin_client(bootstrap) as admin:
+        admin.delete_records({TopicPartition(topic, p): o for p, o in offsets.items()})
+
+
+def _every_record(kept: list, bootstrap: str, topic: str) -> list:
+    """The records read before the retention deleted some, and every one Kafka holds now."""
+    records = {(r.partition, r.offset): r for r in kept}
+    records.update({(r.partition, r.offset): r for r in oracle.read_topic(bootstrap, topic)})
+    return [records[k] for k in sorted(records)]
+
+
+def _run(tables: Tables, bootstrap: str, *args: str, env: dict | None = None) -> tuple[int, str]:
+    proc = _cli(tables, bootstrap, *args, env=env)
+    out, _ = proc.communicate(timeout=900)
+    return proc.returncode, out
+
+
+def _assert_exact(spark, bootstrap, topic, tables: Tables, records: list, monkeypatch) -> None:
+    monkeypatch.setattr(oracle, "read_topic", lambda *_: records)  # Kafka no longer holds them all
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic, tables)
+    assert_accounting_identity(bootstrap, topic, tables, expected)
+
+
+def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stream_streams_on(
+        spark, bootstrap, topic_name, tmp_path, monkeypatch):
+    """Half the topic archived, the rest streamed live to caught up; Kafka then deletes each partition below 75%
+    (past the archive's cut, all streamed). `rebase` is refused in
+    one line before the stream pauses, naming the way forward, and the refusal answers its request; the live
+    stream streams on from the same handoff and ends equal to the oracle; `status` shows the retention past the
+    archive per partition."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    handoff = _handoffs(tables)[0]
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1")
+    try:
+        wait_until(lambda: _caught_up_on(tables, handoff.handoff_id), proc, log, "CAUGHT_UP")
+        kept = oracle.read_topic(bootstrap, topic_name)
+        retained_from = _retention_at(bootstrap, topic_name)
+        _delete_below(bootstrap, topic_name, retained_from)
+        archive_cut = handoff_log.offsets(handoff)
+
+        code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
+        error = out.strip().splitlines()[-1]
+        assert code == 2 and "Traceback" not in out, out
+        assert error.startswith("switchyard rebase: error: rebase of demo refused before its pause"), out
+        assert f"partition 1 offsets {archive_cut[1]}..{retained_from[1] - 1} deleted" in error, error
+        assert "the streamed state stands" in error and "switchyard archive" in error, error
+        statuses = [e.status for e in handoff_log.entries(None, tables)]
+        assert Status.PAUSED not in statuses and statuses.count(Status.REBASE_REFUSED) == 1, statuses
+        assert open_request(tables) is None, "the refusal answers the request"
+        assert proc.poll() is None, log.read_text()[-3000:]
+
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=51))
+        wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, "the new records read")
+    finally:
+        if proc.poll() is None:
+            stop_stream(proc, log)
+    assert len(_handoffs(tables)) == 1, "the same handoff streamed on"
+    status = pipeline_status(tables, bootstrap)
+    assert status["archive_retention_margin"] == {str(p): archive_cut[p] - o for p, o in retained_from.items()}
+    assert [m["partition"] for m in status["retention_past_archive"]] == sorted(retained_from)
+    assert "RETENTION PAST THE ARCHIVE: partition 0" in format_status(status)
+    _assert_exact(spark, bootstrap, topic_name, tables, _every_record(kept, bootstrap, topic_name), monkeypatch)
+
+
+def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resumes_exactly(
+        spark, bootstrap, topic_name, tmp_path, monkeypatch):
+    """A rebase killed right after its pause; Kafka then deletes past the archive's cut: the next `stream` runs the
+    paused rebase, which cannot read its range and refuses, naming `rebase --abandon`; that gives the request up
+    (REBASE_ABANDONED, the paused state version released), and the next `stream` resumes the paused handoff from
+    its checkpoint, equal to the oracle. With nothing open, `--abandon` refuses in one line."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    log = tmp_path / "stream.log"
+    _stream_until_caught_up(tables, bootstrap, log)
+    retained_from = _retention_at(bootstrap, topic_name)  # below where the stream has read to
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=52))
+    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300", env={faults.ENV: "rebase.after_pause"})
+    assert code == -9, out
+    assert "paused" in open_request(tables)
+    kept = oracle.read_topic(bootstrap, topic_name)
+    _delete_below(bootstrap, topic_name, retained_from)
+
+    stream = start_stream(tables, bootstrap, log, "--until-caught-up", "--tables-trigger-seconds", "1")
+    assert stream.wait(timeout=600) == 2, log.read_text()[-3000:]
+    error = log.read_text().strip().splitlines()[-1]
+    assert "no longer retains offset" in error and "`switchyard rebase --abandon`" in error, error
+
+    code, out = _run(tables, bootstrap, "rebase", "--abandon")
+    assert code == 0 and "Traceback" not in out, out
+    assert [e.status for e in handoff_log.entries(None, tables)][-1] == Status.REBASE_ABANDONED
+    assert open_request(tables) is None
+    assert kept_versions.paused_state_versions(handoff_log.entries(None, tables)) == {}
+    code, out = _run(tables, bootstrap, "rebase", "--abandon")
+    assert code == 2 and out.strip().splitlines()[-1] == (
+        "switchyard rebase: error: pipeline demo has no open rebase request: nothing to abandon"), out
+
+    _stream_until_caught_up(tables, bootstrap, log)
+    assert len(_handoffs(tables)) == 1, "the paused handoff resumed"
+    _assert_exact(spark, bootstrap, topic_name, tables, _every_record(kept, bootstrap, topic_name), monkeypatch)
