@@ -206,7 +206,7 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
                                                   f"{held}")):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", lambda: spark, out=_quiet)
     statuses = [e.status for e in handoff_log.entries(None, tables)]
-    assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.FAILED] and Status.PAUSED not in statuses
+    assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.REBASE_REFUSED] and Status.PAUSED not in statuses
     assert current_handoff(None, tables).handoff_id == handoff.handoff_id
     assert open_request(tables) is None, "the refused request stays answered: the next stream streams as before"
     assert _data(tables.state) == before
