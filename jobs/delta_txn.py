@@ -1,6 +1,8 @@
 """Delta's idempotent writes for the stream's batches: (txnAppId, txnVersion = batch id), the app id naming the
 checkpoint incarnation whose batch ids it counts. The batches write through delta-rs: a batch's rows are few,
 and a Spark MERGE or append of them cost seconds of plans, jobs and JIT work on the cores the keyed path needs.
+Bad records, whose values may be large, are the exception: Spark's executors write them (jobs/sinks.py's
+`append_new`), once per record.
 Each commit is fenced by the pipeline's lease (state_handoff/fencing.py)."""
 
 from __future__ import annotations

@@ -4,7 +4,9 @@
 before the watermark to `late`, the others merged into `window_state`; windows that the watermark passes move to
 `windows`. The watermark starts at the backlog watermark; each batch records the one it leaves in Delta
 (`stream_batches`) with the offset range it read, so a replayed batch classifies its records exactly as the first
-attempt did, and a batch id asked again over another range is refused instead of skipped. The stream's
+attempt did, and a batch id asked again over another range is refused instead of skipped. Dead letters and late
+rows are written by Spark's executors (their values can be large: none passes through the driver), each record
+once, whichever path wrote it first; the other writes are small and go through delta-rs. The stream's
 events query runs it on each micro-batch; the rebase runs it over the range up to its cut, as the stream's next
 batch. The backfill writes its dead letters with `dead_letter_rows` and makes the tables the stream appends to.
 """
@@ -23,7 +25,7 @@ from state_handoff.aggregates import (event_aggregations, flatten_last, merge_in
                                       union_sketches)
 from state_handoff.checkpoints import batch_end_offsets
 from state_handoff.handoff import Handoff, Overlap, record_identity
-from state_handoff.io import delta_upkeep, storage
+from state_handoff.io import delta_upkeep, fencing, storage
 from state_handoff.parsing import dead_letter_value
 from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
@@ -91,7 +93,8 @@ class EventsSink:
         """Write batch `batch_id`, which reads `offsets` (per partition [start, end); the stream's planned range
         when None). A batch recorded over the same range is done; over another, refused (BatchRangeConflict)."""
         started = datetime.now(timezone.utc)
-        pipeline, tables, app = self.pipeline, self.tables, str(self.app)
+        pipeline, tables = self.pipeline, self.tables
+        str(self.app)  # the checkpoint's incarnation, read before the batch's first write
         offsets = self.planned_range(batch_id) if offsets is None else offsets
         done = stream_progress.committed_batch(tables, self.handoff.handoff_id, stream_progress.EVENTS,
                                                self.app.incarnation, batch_id)
@@ -118,7 +121,7 @@ class EventsSink:
                 F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
                 F.count_if(malformed).alias("dead_lettered"), F.sum("__late").cast("long").alias("late"),
                 F.count_if(~kept).alias(SKIPPED_OVERLAP),
-                F.max("kafka_offset").alias("last_offset"),
+                F.min("kafka_offset").alias("first_offset"), F.max("kafka_offset").alias("last_offset"),
                 F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
             per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
                                                       "dead_lettered": r.dead_lettered, "late": r.late,
@@ -127,10 +130,11 @@ class EventsSink:
                 for r in stats:
                     per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
+            ranges = {int(r.kafka_partition): (r.first_offset, r.last_offset) for r in stats}
             if any(p["dead_lettered"] for p in per_partition.values()):
                 dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
-                table = self._table(tables.dead_letter)
-                append_arrow_once(table, conformed(dead.toArrow(), table), f"{app}-dead", batch_id)
+                append_new(dead, tables.dead_letter, ["kafka_partition", "kafka_offset"], ranges)
+                self._table(tables.dead_letter)  # tidied with the tables the batch wrote through delta-rs
                 faults.reach("stream.events.after_dead_letter")
             memberships = events.where(well).withColumn("window_start", F.explode("__windows"))
             memberships = memberships.withColumn("__late", late_window(F.col("window_start")))
@@ -138,7 +142,8 @@ class EventsSink:
                 late = memberships.where("__late").select(
                     "kafka_partition", "kafka_offset", *pipeline.keys, pipeline.event_time, "window_start",
                     F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
-                append_arrow_once(self._table(tables.late), late.toArrow(), f"{app}-late", batch_id)
+                append_new(late, tables.late, ["kafka_partition", "kafka_offset", "window_start"], ranges)
+                self._table(tables.late)
             watermark_after = watermark
             if windows:
                 on_time = memberships.where(~F.col("__late"))
@@ -199,12 +204,25 @@ def _rows_by_key(table, source, keys: list[str], columns: list[str]) -> dict:
     return {tuple(row[k] for k in keys): row for row in found.to_pylist()}
 
 
-def conformed(data, table):
-    """`data` with the columns of `table` in its order: a table made before a column was added keeps its schema."""
-    import pyarrow as pa
+def append_new(rows: DataFrame, path: str, key: list[str], ranges: dict[int, tuple[int, int]]) -> None:
+    """Append `rows` (bad records: dead letters or late rows) to the Delta table at `path` with Spark's writer, so
+    the executors write their values and none reaches the driver; rows whose `key` the table already holds among
+    the offsets `ranges` (per partition, first and last offset of the batch) are left out. So a batch replayed
+    after its append committed adds nothing, and neither does a batch over records another path wrote first (the
+    backfill of an archive grown past the stream): a record is in the table once. Keys, not an app transaction,
+    make the append exactly once: the one app transaction a Spark write carries is the lease's fence."""
+    held = rows.sparkSession.read.format("delta").load(path)
+    in_ranges = F.lit(False)
+    for partition, (first, last) in sorted(ranges.items()):
+        in_ranges = in_ranges | ((F.col("kafka_partition") == partition) & F.col("kafka_offset").between(first, last))
+    new = conformed(rows.join(held.where(in_ranges).select(*key), key, "left_anti"), held.schema)
+    new.write.format("delta").mode("append").options(**fencing.spark_options(path)).save(path)
 
-    schema = pa.schema(table.schema())
-    return data.select([name for name in schema.names if name in data.column_names])
+
+def conformed(rows: DataFrame, schema) -> DataFrame:
+    """`rows` with the columns of a table's Spark `schema`, in its order and types: a table made before a column
+    was added keeps its schema."""
+    return rows.select(*[F.col(f.name).cast(f.dataType) for f in schema.fields if f.name in rows.columns])
 
 
 def _window_index(pipeline: Pipeline, t: datetime) -> int:

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from jobs.aggregation import SORT, tiles_from_events
 from jobs.backfill.read import kafka_range
-from jobs.sinks import dead_letter_rows, ensure_tables
-from state_handoff.io import fencing, storage
+from jobs.sinks import conformed, dead_letter_rows, ensure_tables
+from state_handoff.io import fencing
 from state_handoff.io.archive_files import archive_meta
 from state_handoff.io.kafka_io import latest_offsets
 from state_handoff.parsing import cached_for_two_passes, parse_events
@@ -65,19 +64,16 @@ def kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables,
               for r in parsed.groupBy("kafka_partition").agg(
                   F.count(F.lit(1)).alias("read"), F.count_if(F.col("error").isNull()).alias("well_formed"),
                   F.count_if(F.col("error").isNotNull()).alias("dead_lettered")).collect()}
-    # The tail's dead letters are few: written by delta-rs in one commit that also drops what an interrupted
-    # attempt wrote (a Spark replaceWhere write costs a snapshot, a job and a commit).
-    from deltalake import DeltaTable, write_deltalake
-
-    dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), TAIL_PHASE).toArrow()
+    # The tail's dead letters, written by the executors (their values never reach the driver), in one commit that
+    # also drops what an interrupted attempt wrote from the same start
+    dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), TAIL_PHASE)
     anywhere_in_tail = " OR ".join(f"(kafka_partition = {p} AND kafka_offset >= {tail.start.get(p, 0)})"
                                    for p in sorted(tail.end))
     ensure_tables(pipeline, tables)
-    table = DeltaTable(tables.dead_letter, storage_options=storage.delta_options(tables.dead_letter))
-    schema = pa.schema(table.schema())
-    fencing.commit(table, [], lambda properties: write_deltalake(
-        table, dead.select(schema.names).cast(schema), mode="overwrite", commit_properties=properties,
-        predicate=f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})"))
+    dead = conformed(dead, spark.read.format("delta").load(tables.dead_letter).schema)
+    (dead.write.format("delta").mode("overwrite")
+     .option("replaceWhere", f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})")
+     .options(**fencing.spark_options(tables.dead_letter)).save(tables.dead_letter))
     # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
     tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
     return parsed, tiles, dict(sorted(counts.items()))
