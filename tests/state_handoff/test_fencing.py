@@ -123,7 +123,7 @@ def test_a_frozen_owner_is_fenced_out_of_every_commit_after_the_takeover(tables)
     taker = None
     try:
         held = owner.stdout.readline().split()
-        assert held[0] == "held", owner.stderr.read()
+        assert held[:1] == ["held"], owner.stderr.read()
         epoch = int(held[1])
         assert _say(owner, "write") == "wrote 1"
         assert _say(owner, "checked") == "checked"  # its checks passed; its commit is next when it wakes
