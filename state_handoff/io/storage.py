@@ -126,8 +126,12 @@ def _as_stored(path: str) -> str:
 
 
 def _stored_name(folder: str, name: str) -> str:
-    """The spelling under which `folder` lists its existing entry `name`."""
-    names = os.listdir(folder)
+    """The spelling under which `folder` lists its existing entry `name` (as given when the folder cannot be
+    listed: a folder one may pass through but not read)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return name
     if name in names:
         return name
     asked = os.path.join(folder, name)
