@@ -4,9 +4,13 @@ taken in as the pipeline's archive.
 The sink names each file `<topic>+<partition>+<startOffset>.<json|parquet>` (under `topics/<topic>/partition=<p>/`
 by default; any depth below PATH is read). Its JSON format holds one record value per line; its Parquet format one
 row per record, which is kept as the row's JSON. Neither holds the offsets: a record's offset is its file's start
-offset plus its place in the file. The files of each partition must follow each other with no gap and no overlap
-(a file's start is the previous file's start plus its records), as the archive record demands of switchyard's own
-runs: a gap is refused in one line naming the partition and the missing offsets, and nothing is committed.
+offset plus its place in the file, which holds only where the file's records lie at consecutive offsets. Kafka
+leaves offsets without a record (a transaction's markers and aborted records, compaction), and where they fall
+among a file's records cannot be known from the file. So a file's records must fill its offsets exactly: up to the
+next file's start (a file's start is the previous file's start plus its records, as the archive record demands of
+switchyard's own runs), and for a partition's last file, which nothing follows, as Kafka shows them from its start.
+A gap, an overlap, or a last file whose records Kafka does not show at consecutive offsets (or no longer holds) is
+refused in one line naming the partition and the offsets, and nothing is committed.
 
 The records are copied into switchyard's archive layout (day folders, each record with its partition and offset)
 and committed in its record like any archive run, from the archive's current cut on: files wholly below it are
@@ -27,7 +31,7 @@ from pyspark.sql import functions as F
 
 from jobs.archive import prepare, write_and_commit
 from state_handoff.errors import UserError
-from state_handoff.io import storage
+from state_handoff.io import kafka_io, storage
 from state_handoff.lease import Lease
 from state_handoff.parsing import parse_events
 from state_handoff.spec import Pipeline
@@ -110,10 +114,33 @@ def check_contiguous(files: list[ConnectFile]) -> dict[int, tuple[int, int]]:
             what = (f"offsets {end}..{f.start - 1} are in no file" if f.start > end
                     else f"offsets {f.start}..{end - 1} are in two files")
             raise UserError(f"Kafka Connect archive: partition {f.partition}: {what} (before "
-                            f"{f.path.rsplit('/', 1)[-1]}): restore the missing file, or archive those offsets from "
-                            "the topic")
+                            f"{f.path.rsplit('/', 1)[-1]}; a file is missing, or Kafka left offsets without a record "
+                            "among a file's, where the file cannot tell): restore the missing file, or archive those "
+                            "offsets from the topic")
         ranges[f.partition] = (first, f.end)
     return ranges
+
+
+def check_last_files(bootstrap: str, topic: str, files: list[ConnectFile], partitions) -> None:
+    """Refuse a partition's last file (of `partitions`) unless Kafka shows its records at the consecutive offsets
+    from its start that it is read as: no next file bounds it, and a gap among its records would number every
+    record after the gap below its real offset, so the stream would read the file's last records again."""
+    last = {f.partition: f for f in files if f.partition in partitions}
+    for p, f in sorted(last.items()):
+        if not f.records:
+            continue
+        name = f.path.rsplit("/", 1)[-1]
+        seen = kafka_io.record_offsets(bootstrap, topic, p, f.start, f.end)
+        if seen is None:
+            raise UserError(f"Kafka Connect archive: partition {p}: Kafka no longer holds offset {f.start}, where "
+                            f"{name} starts, so whether its {f.records} records lie at offsets {f.start}..{f.end - 1} "
+                            "cannot be checked: take in the Connect files while Kafka holds the newest one's "
+                            "offsets, or archive from the topic")
+        if seen != list(range(f.start, f.end)):
+            raise UserError(f"Kafka Connect archive: partition {p}: {name} holds {f.records} records, but Kafka "
+                            f"shows {len(seen)} at offsets {f.start}..{f.end - 1} (transaction markers or compaction "
+                            "leave offsets without a record), so its records' offsets cannot be known from the "
+                            f"file: archive the topic itself with `switchyard archive --topic {topic}`")
 
 
 def _dated(pipeline: Pipeline, records: DataFrame) -> DataFrame:
@@ -128,9 +155,10 @@ def _dated(pipeline: Pipeline, records: DataFrame) -> DataFrame:
                          event_date.alias("event_date"))
 
 
-def import_connect_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, path: str,
+def import_connect_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, path: str, bootstrap: str,
                            topic: str | None = None, out=print, lease: Lease | None = None) -> str:
-    """Take in the Kafka Connect archive below `path` as the pipeline's archive, from its current cut on."""
+    """Take in the Kafka Connect archive below `path` as the pipeline's archive, from its current cut on; the
+    topic on `bootstrap` vouches for the offsets of each partition's last file."""
     started = time.monotonic()
     files = connect_files(path, topic)
     topic = files[0].topic
@@ -147,6 +175,7 @@ def import_connect_archive(spark: SparkSession, pipeline: Pipeline, tables: Tabl
         reading = {p: r for p, r in to_write.items() if r[1] > r[0]}
         if not reading:
             return f"archive {pipeline.name}: the Kafka Connect files below {path} are archived already"
+        check_last_files(bootstrap, topic, files, reading)
         offset = F.col("start") + F.col("position")
         wanted = reduce(lambda a, b: a | b, [(F.col("kafka_partition") == p) & offset.between(lo, hi - 1)
                                              for p, (lo, hi) in reading.items()])

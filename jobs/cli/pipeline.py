@@ -47,8 +47,8 @@ def run_archive_command(args) -> int:
 
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
-            print(import_connect_archive(_spark("archive"), pipeline, tables, args.from_connect, args.topic,
-                                         lease=held))
+            print(import_connect_archive(_spark("archive"), pipeline, tables, args.from_connect, args.bootstrap,
+                                         args.topic, lease=held))
         return 0
     if not args.topic:
         raise UserError("name the topic with --topic (or take in a Kafka Connect archive with "

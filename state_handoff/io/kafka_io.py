@@ -86,8 +86,9 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
                  compacted: bool = False) -> bool:
     """Create `topic` with min(3, brokers) replicas; return False when it already existed (and exist_ok).
 
-    `compacted`: Kafka keeps the newest record per key (an existing topic is switched to compaction)."""
-    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    `compacted`: Kafka keeps the newest record per key. An existing topic gets the settings it lacks (compaction
+    among them), changed one by one: whatever its team set on it stays as set."""
+    from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
     with admin_client(bootstrap) as admin:
@@ -100,15 +101,34 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
             if not exist_ok:
                 raise UserError(f"topic {topic} already exists: pick another --topic or delete it") from None
             if compacted:
-                resource = ConfigResource(ConfigResourceType.TOPIC, topic)
-                described = admin.describe_configs([resource])[0].resources[0][4]
-                current = {entry[0]: entry[1] for entry in described}
-                if current.get("cleanup.policy") != "compact":
-                    admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic,
-                                                        configs={**configs, "cleanup.policy": "compact"})])
+                set_missing_configs(bootstrap, topic, configs)
             return False
         _wait_until_served(admin, topic, partitions)
     return True
+
+
+def set_missing_configs(bootstrap: str, topic: str, configs: dict[str, str], timeout_s: float = 30.0) -> dict:
+    """Set each of `configs` that `topic` has no value of its own for, by an incremental change that leaves every
+    other setting as it is (a whole-config change resets the ones it does not name); return what was set."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+
+    admin = AdminClient(kafka_security.librdkafka_config(bootstrap))
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        current = admin.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout_s)
+        missing = {name: value for name, value in configs.items() if name not in current or (
+            current[name].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value and current[name].value != value)}
+        if missing:
+            change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+                ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+                for name, value in missing.items()])
+            admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s)
+    except KafkaException as error:
+        raise UserError(f"topic {topic} on {bootstrap}: its settings {', '.join(configs)} could not be read or set "
+                        f"({error.args[0].str() if error.args else error}): check the client's rights on the "
+                        "topic's configuration") from None
+    return missing
 
 
 def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30) -> None:
@@ -184,6 +204,54 @@ def offset_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
         earliest = client.beginning_offsets(tps)
         latest = client.end_offsets(tps)
     return {tp.partition: (earliest[tp], latest[tp]) for tp in tps}
+
+
+def record_offsets(bootstrap: str, topic: str, partition: int, start: int, end: int,
+                   wait_s: float = 60.0) -> list[int] | None:
+    """The offsets of the records a reader sees in [start, end) of a partition, in order: transaction markers,
+    aborted records and compacted-away records take offsets no reader sees. None when Kafka no longer holds
+    `start`."""
+    from kafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    with consumer(bootstrap) as client:
+        _partitions(client, bootstrap, topic)
+        client.assign([tp])
+        if client.beginning_offsets([tp])[tp] > start:
+            return None
+        stop = min(end, client.end_offsets([tp])[tp])
+        client.seek(tp, start)
+        seen: list[int] = []
+        deadline = time.monotonic() + wait_s
+        while client.position(tp) < stop:
+            if time.monotonic() > deadline:
+                raise UserError(f"{topic} partition {partition} on {bootstrap}: offsets {start}..{stop - 1} could "
+                                f"not be read within {wait_s:.0f}s")
+            for batch in client.poll(timeout_ms=1000).values():
+                seen += [m.offset for m in batch if m.offset < end]
+    return seen
+
+
+def newest_records(bootstrap: str, topic: str, per_partition: int = 8, wait_s: float = 30.0) -> dict[int, list]:
+    """Per partition of an existing `topic`, its newest records a reader sees: those among its last `per_partition`
+    offsets (fewer where transaction markers sit among them), oldest first."""
+    from kafka import TopicPartition
+
+    with consumer(bootstrap) as client:
+        tps = [TopicPartition(topic, p) for p in _partitions(client, bootstrap, topic)]
+        client.assign(tps)
+        earliest, ends = client.beginning_offsets(tps), client.end_offsets(tps)
+        for tp in tps:
+            client.seek(tp, max(earliest[tp], ends[tp] - per_partition))
+        newest: dict[int, list] = {tp.partition: [] for tp in tps}
+        deadline = time.monotonic() + wait_s
+        while any(client.position(tp) < ends[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise UserError(f"topic {topic} on {bootstrap}: its newest records could not be read within "
+                                f"{wait_s:.0f}s")
+            for tp, batch in client.poll(timeout_ms=500).items():
+                newest[tp.partition] += [m for m in batch if m.offset < ends[tp]]
+    return newest
 
 
 def latest_offsets(bootstrap: str, topics: Iterable[str]) -> dict[str, dict[int, int]]:

@@ -1,12 +1,13 @@
 """An archive Kafka Connect's S3 sink wrote, taken in as the pipeline's archive: offsets recovered from the file
 names and places, a gap refused, then backfill, handoff and stream to the topic's end, exactly once, against plain
-Python over the same records."""
+Python over the same records; over a transactional topic, a file whose offsets cannot be known refused."""
 
 from __future__ import annotations
 
 import io
 import json
 import os
+import re
 import shutil
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from state_handoff.handoff import run_handoff
 from state_handoff.io.archive_files import read_record
 from state_handoff.pipelines import get_pipeline
 from state_handoff.tables import Tables
+from tests.jobs.test_kafka_input import transaction
 from tests.support import oracle
 
 PIPELINE = get_pipeline("demo")
@@ -79,14 +81,14 @@ def test_a_kafka_connect_archive_backfills_and_hands_off_exactly_once(spark, boo
     os.remove(middle)
     with pytest.raises(UserError, match=rf"Kafka Connect archive: partition 1: offsets {FLUSH}\.\.{2 * FLUSH - 1} "
                                         "are in no file"):
-        import_connect_archive(spark, PIPELINE, tables, str(holed), out=_quiet)
+        import_connect_archive(spark, PIPELINE, tables, str(holed), bootstrap, out=_quiet)
     assert read_record(tables.archive)[1] is None
 
-    said = import_connect_archive(spark, PIPELINE, tables, str(connect), out=_quiet)
+    said = import_connect_archive(spark, PIPELINE, tables, str(connect), bootstrap, out=_quiet)
     assert f"{len(archived)} records of {TOPIC}" in said
     record = read_record(tables.archive)[1]
     assert record["cut"] == {str(p): o for p, o in until.items()} and record["first"] == {"0": 0, "1": 0}
-    again = import_connect_archive(spark, PIPELINE, tables, str(connect), out=_quiet)
+    again = import_connect_archive(spark, PIPELINE, tables, str(connect), bootstrap, out=_quiet)
     assert "archived already" in again, "taken in once"
 
     run_backfill(spark, PIPELINE, tables, out=_quiet)
@@ -128,3 +130,41 @@ def test_an_empty_json_file_holds_no_record(spark, tmp_path):
     assert [f.start for f in files] == [0, 1, 3]
     lines = sorted((r.start, r.position, bytes(r.value)) for r in _lines(spark, files).collect())
     assert lines == [(0, 0, b'{"a": 0}'), (1, 0, b'{"a": 1}'), (1, 1, b'{"a": 2}')]
+
+
+def test_a_last_file_over_a_transactional_topic_is_refused_where_its_offsets_have_gaps(spark, bootstrap, tmp_path,
+                                                                                     topic_name):
+    """Each committed transaction leaves a marker at the offset after its records: a file holding two transactions
+    (offsets 0..4, 6..10) read as 10 consecutive offsets would number the second one 5..9 and end the archive at
+    10, and the stream would count offset 10 again. Refused, nothing committed; a file holding the first
+    transaction alone fills 0..4 and is taken in."""
+    from state_handoff.io.kafka_io import create_topic
+
+    create_topic(bootstrap, topic_name, partitions=1)
+    for first in (0, 5):
+        transaction(bootstrap, topic_name, [(b"k", json.dumps({
+            "event_id": f"e{i}", "key": "k", "event_time": "2026-01-01T10:00:00Z", "amount": i}).encode(), 0, None)
+            for i in range(first, first + 5)], commit=True)
+    records = oracle.read_topic(bootstrap, topic_name)
+    offsets = [r.offset for r in records]
+    assert len(records) == 10 and offsets[:5] == [0, 1, 2, 3, 4] and offsets[-1] > 9, (
+        "a marker after each transaction", offsets)
+    shown = sum(1 for o in offsets if o < 10)
+
+    def connect_file(folder, chunk):
+        target = folder / "topics" / topic_name / "partition=0" / f"{topic_name}+0+{chunk[0].offset}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(b"\n".join(r.value for r in chunk) + b"\n")
+
+    both = tmp_path / "both"
+    connect_file(both, records)
+    tables = Tables(str(tmp_path / "warehouse"), PIPELINE.name)
+    with pytest.raises(UserError, match=rf"Kafka Connect archive: partition 0: {re.escape(topic_name)}\+0\+0\.json "
+                                        rf"holds 10 records, but Kafka shows {shown} at offsets 0\.\.9"):
+        import_connect_archive(spark, PIPELINE, tables, str(both), bootstrap, out=_quiet)
+    assert read_record(tables.archive)[1] is None, "nothing committed"
+
+    first = tmp_path / "first"
+    connect_file(first, records[:5])
+    import_connect_archive(spark, PIPELINE, tables, str(first), bootstrap, out=_quiet)
+    assert read_record(tables.archive)[1]["cut"] == {"0": 5}
