@@ -290,14 +290,16 @@ def _committed_backfill_for(tables: Tables, request_id: str):
 
 
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-               request: dict, out=print) -> Handoff:
+               request: dict, out=print, checked: bool = False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
-    pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there."""
+    pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
+    `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran."""
     paths = StreamPaths.of(tables, handoff.handoff_id)
     if "paused" in request:
         cut = Cut.from_details(request["paused"]["cut"])
     else:
-        refuse_unless_ready(tables, bootstrap, handoff, request)
+        if not checked:
+            refuse_unless_ready(tables, bootstrap, handoff, request)
         cut = pause_cut(bootstrap, tables, handoff, paths)
         handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),

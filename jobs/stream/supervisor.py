@@ -390,7 +390,7 @@ class Supervisor:
             self.settle(handoff, queries)
         try:
             new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
-                                    out=self.out)
+                                    out=self.out, checked=queries is not None)  # the monitor checked: may_pause
         except rebase.RebaseRefused as refused:
             self.refused(handoff, refused)
             return None
