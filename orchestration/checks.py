@@ -16,7 +16,9 @@ from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from orchestration.scope import Scope
 from orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
+from state_handoff import kafka_retention
 from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
+from state_handoff.errors import UserError
 from state_handoff.handoff import current_handoff
 from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
 from state_handoff.io.kafka_io import offset_bounds
@@ -155,6 +157,25 @@ def _handoff_is_contiguous(scope: Scope, spark: SparkResource, kafka: KafkaResou
                                                        "|---|---|---|---|\n" + table))
 
 
+def _archive_within_retention(scope: Scope, kafka: KafkaResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    try:
+        margins = kafka_retention.margins(scope.tables(warehouse), kafka.bootstrap)
+    except UserError as err:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description=str(err))
+    passed = [m for m in margins if m.passed]
+    table = "\n".join(f"| {m.partition} | {m.archive_cut} | {m.earliest_retained} | {m.offsets} |" for m in margins)
+    metadata = {"margin": dg.MetadataValue.json({str(m.partition): m.offsets for m in margins}),
+                "min_margin": min((m.offsets for m in margins), default=0),
+                "partitions": dg.MetadataValue.md("| partition | archive cut | earliest retained | margin |\n"
+                                                  "|---|---|---|---|\n" + table)}
+    if passed:
+        return dg.AssetCheckResult(passed=False, metadata=metadata, description=(
+            "Kafka's retention has passed the archive's cut, so no rebase can recompute the records in between "
+            "(the streamed state stands): " + "; ".join(m.describe() for m in passed)))
+    return dg.AssetCheckResult(passed=True, metadata=metadata, description=(
+        f"Kafka retains every partition from the archive's cut on (least margin {metadata['min_margin']} offsets)"))
+
+
 def _stream_is_healthy(scope: Scope, warehouse: WarehouseResource,
                        monitor: StreamMonitorResource) -> dg.AssetCheckResult:
     progress = read_progress(scope.tables(warehouse))
@@ -213,6 +234,12 @@ def build(scope: Scope) -> dg.Definitions:
         retains."""
         return _handoff_is_contiguous(scope, spark, kafka, warehouse)
 
+    @dg.asset_check(asset=scope.key("handoff"))
+    def archive_within_retention(kafka: KafkaResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        """Kafka still retains every partition from the archive's cut on (archive cut minus earliest retained
+        offset, per partition, at least 0): a rebase can recompute what the stream read."""
+        return _archive_within_retention(scope, kafka, warehouse)
+
     @dg.asset_check(asset=scope.key("stream"))
     def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResource) -> dg.AssetCheckResult:
         """The stream stopped cleanly or is making progress within its lag threshold (the sensor re-evaluates
@@ -229,4 +256,4 @@ def build(scope: Scope) -> dg.Definitions:
 
     windows = [_windows_check(scope, table) for table in ("windows", "window_state")] if scope.windowed else []
     return dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, *windows, handoff_is_contiguous,
-                                        stream_is_healthy, stream_checks])
+                                        archive_within_retention, stream_is_healthy, stream_checks])

@@ -105,7 +105,7 @@ def test_the_code_location_holds_two_pipelines_side_by_side():
         assert {graph.get(k).group_name for k in graph.get_all_asset_keys() if k.path[0] == pipeline} == {pipeline}
         assert {k.name for k in graph.asset_check_keys if k.asset_key.path[0] == pipeline} == {
             "tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
-            "handoff_is_contiguous", *STREAM_CHECKS}
+            "handoff_is_contiguous", "archive_within_retention", *STREAM_CHECKS}
         assert graph.get(at.key("state")).freshness_policy == dg.FreshnessPolicy.time_window(
             fail_window=timedelta(hours=36), warn_window=timedelta(hours=26))
         assert graph.get(at.key("handoff")).parent_keys >= {at.key("state")}
@@ -258,7 +258,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
 
     checks = _check_evaluations(result)
     assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
-                           "handoff_is_contiguous", *STREAM_CHECKS}
+                           "handoff_is_contiguous", "archive_within_retention", *STREAM_CHECKS}
     assert all(c.passed for c in checks.values()), {n: c.description for n, c in checks.items()}
 
     # after the switch the keyed state holds every well-formed record of the topic, backlog and tail alike
@@ -312,7 +312,7 @@ def test_the_second_pipeline_runs_its_own_chain_beside_demo(spark, backlog, boot
     assert tiles["well_formed"].value + tiles["dead_lettered"].value == tiles["records_read"].value
     checks = _check_evaluations(result)
     assert set(checks) == {"tiles_are_sound", "state_is_sound", "windows_are_sound", "window_state_is_sound",
-                           "handoff_is_contiguous", *STREAM_CHECKS}
+                           "handoff_is_contiguous", "archive_within_retention", *STREAM_CHECKS}
     assert all(c.passed for c in checks.values()), {n: c.description for n, c in checks.items()}
     assert instance.get_latest_materialization_event(dg.AssetKey(["kinds", "stream"])) is not None
 
