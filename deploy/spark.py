@@ -151,6 +151,10 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         # Cached DataFrames (a backfill's parsed records, read by its tiles and its dead letters) stay uncompressed:
         # they live on local disk for one job, and compressing them costs more than reading them back.
         "spark.sql.inMemoryColumnarStorage.compressed": "false",
+        # Parquet timestamps as microseconds, Spark's own unit: delta-rs (Arrow) reads Spark's default INT96 as
+        # nanoseconds, which hold only 1677-2262, so a MERGE through delta-rs rewrote an event time of year 2 in a
+        # file it copied as one of 1755.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         **object_store_conf(),
         **PROFILES[profile],
         **_shuffle_partitions(),
