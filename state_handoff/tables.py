@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, replace
 
 TABLES = ("archive", "tiles", "backlog", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
-          "stream_batches", "leases", "archive_lease")
+          "stream_batches", "leases", "archive_lease", "pipeline_settings")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,12 @@ class Tables:
     def stream_batches(self) -> str:
         """The stream's resume state: one row per committed batch (state_handoff/stream_progress.py)."""
         return self.path("stream_batches")
+
+    @property
+    def pipeline_settings(self) -> str:
+        """The settings every process of the pipeline must share, recorded by its first run
+        (state_handoff/pipeline_settings.py)."""
+        return self.path("pipeline_settings")
 
     @property
     def leases(self) -> str:

@@ -37,16 +37,27 @@ def _pipeline_and_tables(args):
     return pipeline, Tables(args.warehouse, pipeline.name)
 
 
+def _settle(tables: Tables, command: str, record: bool = False) -> None:
+    """The pipeline-wide settings (state_handoff/pipeline_settings.py): a value other than the pipeline's recorded
+    one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet. Called
+    before a JVM starts or Kafka is contacted."""
+    from state_handoff.pipeline_settings import settle
+
+    settle(tables, command, record=record)
+
+
 def run_archive_command(args) -> int:
     from jobs.archive import archive_cut, run_archive
     from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
+    _settle(tables, lease.ARCHIVE)
     if args.from_connect:
         from jobs.connect_archive import connect_files, import_connect_archive
 
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
+            _settle(tables, lease.ARCHIVE, record=True)
             print(import_connect_archive(_spark("archive"), pipeline, tables, args.from_connect, args.bootstrap,
                                          args.topic, lease=held))
         return 0
@@ -57,6 +68,7 @@ def run_archive_command(args) -> int:
     # one writer of the archive at a time (another run would remove this one's files as orphans); the stream, a
     # backfill and a handoff hold the pipeline's lease and read only what the record has committed
     with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
+        _settle(tables, lease.ARCHIVE, record=True)
         print(run_archive(_spark("archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
     return 0
 
@@ -80,6 +92,8 @@ def run_rebase_command(args) -> int:
     from state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
+    if not args.abandon:
+        _settle(tables, f"switchyard {args.command}")
     if current_handoff(None, tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
@@ -99,12 +113,14 @@ def run_backfill_command(args) -> int:
     from state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
+    _settle(tables, lease.BACKFILL)
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         if args.kafka_tail:
             raise UserError(f"pipeline {pipeline.name} already streams: a backfill now rebases it at a cut and reads "
                             "Kafka up to that cut anyway; drop --kafka-tail")
         return _rebase(args)
     with lease.hold(tables, lease.BACKFILL):  # taken before the JVM starts, so a refusal costs none
+        _settle(tables, lease.BACKFILL, record=True)
         result = run_backfill(_spark("backfill"), pipeline, tables, args.from_day, args.to_day,
                               skip_bad_files=args.skip_bad_files, strategy=args.aggregation,
                               kafka_tail_from=args.bootstrap if args.kafka_tail else None)
@@ -117,6 +133,7 @@ def run_handoff_command(args) -> int:
     from state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
+    _settle(tables, lease.HANDOFF)
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
@@ -144,6 +161,7 @@ def run_stream_command(args) -> int:
     from state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
+    _settle(tables, lease.STREAM)
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -153,6 +171,7 @@ def run_stream_command(args) -> int:
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
     refuse_another_spark_line(pipeline, tables)
     with lease.hold(tables, lease.STREAM) as held:
+        _settle(tables, lease.STREAM, record=True)
         result = run_stream(_spark("stream", progress=False), pipeline, tables, args.bootstrap, settings, lease=held)
     print(result.summary(pipeline.name))
     return 0
@@ -177,6 +196,19 @@ def run_config_command(args) -> int:
     from state_handoff.settings import effective
 
     rows = effective()
+    if args.pipeline is not None:  # the pipeline-wide settings a process leaves unset are the pipeline's
+        from state_handoff import pipeline_settings
+
+        _, tables = _pipeline_and_tables(args)
+        if args.record is not None:
+            print(pipeline_settings.change(tables, args.record, "switchyard config --record"))
+            return 0
+        recorded = pipeline_settings.recorded(tables)
+        rows = [(setting, recorded[setting.name], f"recorded with pipeline {tables.pipeline}")
+                if source != "environment" and setting.name in recorded else (setting, value, source)
+                for setting, value, source in rows]
+    elif args.record is not None:
+        raise UserError("--record changes a pipeline's recorded setting: name the pipeline with --pipeline")
     width = max(len(setting.name) for setting, _, _ in rows)
     for setting, value, source in rows:
         print(f"{setting.name:<{width}}  " + ("(unset)" if value is None else f"{value}  ({source})"))
@@ -319,4 +351,10 @@ def add_pipeline_commands(commands, common) -> None:
 
     config = commands.add_parser("config", help="every SWITCHYARD_* setting: the value in effect and where it came "
                                                 "from")
+    config.add_argument("--pipeline", help="also the settings recorded with this pipeline, which every process of "
+                                           "it shares (SWITCHYARD_MAX_RECORD_BYTES)")
+    config.add_argument("--record", metavar="NAME=VALUE",
+                        help="with --pipeline: record VALUE as the pipeline's NAME (only before it has classified "
+                             "records: nothing archived, backfilled or handed off yet)")
+    common(config)
     config.set_defaults(handler=run_config_command)
