@@ -17,6 +17,7 @@ from pyspark.sql.streaming import StreamingQuery
 from jobs.delta_txn import TxnApp, keys_equal, merge_once
 from jobs.seed import UPDATE_VERSION
 from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
+from jobs.stream.updates_topic import check_input_topic
 from state_handoff import faults, handoff_log, kept_versions, stream_progress
 from state_handoff.errors import UserError
 from state_handoff.handoff import Handoff
@@ -114,7 +115,9 @@ class StateSink:
 def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,
                   entries: list) -> dict[str, int]:
     """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
-    kept in the log's STREAM_STARTED entry before any update is sent."""
+    kept in the log's STREAM_STARTED entry before any update is sent. Refused when the input topic is an updates
+    topic."""
+    check_input_topic(bootstrap, pipeline, handoff.topic)
     for entry in entries:
         if entry.handoff_id == handoff.handoff_id and entry.status == Status.STREAM_STARTED:
             recorded = handoff_log.details(entry).get("updates_from")
