@@ -7,10 +7,12 @@ Every change is one commit that overwrites that row, made by compare-and-swap on
 never both see the pipeline free and both take it. The row's `seq` is the version of the commit that wrote it.
 
 A lease is held while it is not released and not expired (SWITCHYARD_LEASE_SECONDS, default 60 s, renewed every
-sixth of that). On the owner's own boot of its host (and in its pid namespace), an owner whose process is gone (no
-such pid, or a pid now used by a process that started at another time) frees it at once. Elsewhere nobody trusts
-another host's clock: a row whose expiry has passed is taken only once its version has stayed unchanged for a whole
-lease on the taker's own clock. The owner in turn stops writing once its own monotonic clock (counting suspended
+sixth of that). Its length is the holder's, as its row records it (`Owner.seconds`): the holder renews for it and
+stops writing by it, and a taker waits by it, so processes with different settings agree on one lease. On the
+owner's own boot of its host (and in its pid namespace), an owner whose process is gone (no such pid, or a pid now
+used by a process that started at another time) frees it at once. Elsewhere nobody trusts another host's clock: a row
+whose expiry has passed is taken only once its version has stayed unchanged for a whole lease of the holder's length
+on the taker's own clock. The owner in turn stops writing once its own monotonic clock (counting suspended
 time) says a lease has nearly passed since it last began a renewal that succeeded (`Lease.check_fresh`), and
 whatever it still tries to commit is refused by the fence the next owner raised (state_handoff/io/fencing.py).
 Heartbeats add a commit every few seconds forever, so the table keeps itself small: delta-rs writes a checkpoint
@@ -160,6 +162,11 @@ class Owner:
             return self.owner_boot_id == _boot_id() and not _process_alive(self.owner_pid, self.owner_started)
         return self.owner_host == socket.gethostname() and not _process_alive(self.owner_pid)
 
+    @property
+    def seconds(self) -> float:
+        """How long its holder's lease lasts unrenewed: the length it renews for, recorded in the row."""
+        return (self.expires_at - self.heartbeat_at).total_seconds()
+
     def holds(self, now: datetime) -> bool:
         """Whether it holds the pipeline by its own expiry. Taking it over asks more (`acquire`)."""
         return not self.released and self.expires_at > now and not self.gone()
@@ -268,6 +275,7 @@ class Lease:
         self.tables, self.row = tables, row
         self.lost: str | None = None
         self._renewed = renewed  # this host's monotonic clock when the newest successful renewal began
+        self.seconds = row.seconds  # its length, as taken: renewed for and checked by, whatever the setting now
         self._lock = threading.Lock()
 
     @property
@@ -290,9 +298,9 @@ class Lease:
         another host may be about to take the pipeline. Writing may go on once a renewal succeeds again."""
         self.check()
         idle = monotonic() - self._renewed
-        if idle >= FRESH_PART * lease_seconds():
+        if idle >= FRESH_PART * self.seconds:
             raise LeaseLost(f"pipeline {self.tables.pipeline}: the lease of `{self.row.command}` (pid "
-                            f"{self.row.owner_pid}) has not been renewed for {idle:.1f}s of its {lease_seconds():g}s: "
+                            f"{self.row.owner_pid}) has not been renewed for {idle:.1f}s of its {self.seconds:g}s: "
                             "it may have passed to another owner, so this process writes nothing more")
 
     def lose(self, reason: str) -> LeaseLost:
@@ -312,7 +320,7 @@ class Lease:
                     raise self.lose(self._taken_by(current))
                 now = utc_now()
                 renewal = replace(current, seq=table.version() + 1, heartbeat_at=now,
-                                  expires_at=now + timedelta(seconds=lease_seconds()))
+                                  expires_at=now + timedelta(seconds=self.seconds))
                 if _commit(self.tables, table, renewal):
                     self.row, self._renewed = renewal, began
                     return
@@ -344,8 +352,9 @@ def acquire(tables: Tables, command: str) -> Lease:
     """Take the pipeline for `command`, or raise UserError naming the owner who holds it.
 
     An owner whose row has expired by the clock that wrote it is taken over only after its row's version has stayed
-    unchanged for a whole lease on this host's monotonic clock (the wait is logged): a live owner renews within it,
-    whatever the two hosts' clocks say, and stops writing before it ends (`Lease.check_fresh`)."""
+    unchanged for a whole lease of the owner's length (its row's, not this process's setting) on this host's
+    monotonic clock (the wait is logged): a live owner renews within it, whatever the two hosts' clocks and settings
+    say, and stops writing before it ends (`Lease.check_fresh`). The lease taken lasts this process's setting."""
     lease_id = uuid.uuid4().hex[:12]
     watched: tuple[int, float] | None = None  # the version of an expired row, and since when it stayed unchanged
     attempts = 0
@@ -361,10 +370,10 @@ def acquire(tables: Tables, command: str) -> Lease:
             if watched is None or watched[0] != version:
                 watched = (version, began)
                 log.warning("pipeline %s: the lease of %s expired by its own clock; taking it once it stays "
-                            "unrenewed for %gs", tables.pipeline, current.describe(now), lease_seconds())
+                            "unrenewed for its %gs", tables.pipeline, current.describe(now), current.seconds)
             waited = began - watched[1]
-            if waited < lease_seconds():
-                time.sleep(min(1.0, lease_seconds() - waited))
+            if waited < current.seconds:
+                time.sleep(min(1.0, current.seconds - waited))
                 continue
         seq = table.version() + 1
         row = Owner(seq=seq, lease_id=lease_id, owner_host=socket.gethostname(), owner_pid=os.getpid(),
@@ -415,7 +424,7 @@ def hold(tables: Tables, command: str, heartbeat_seconds: float | None = None) -
     fencing.register(lease, guarded)
     stop = threading.Event()
     beats = threading.Thread(target=_keep_alive, name=f"lease-{tables.pipeline}", daemon=True,
-                             args=(lease, heartbeat_seconds or lease_seconds() / HEARTBEATS_PER_LEASE, stop))
+                             args=(lease, heartbeat_seconds or lease.seconds / HEARTBEATS_PER_LEASE, stop))
     beats.start()
     try:
         yield lease

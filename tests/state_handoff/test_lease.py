@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,35 @@ def test_an_owner_elsewhere_that_stops_renewing_blocks_until_its_lease_expires(t
     assert crashed.lost and lease.owner(tables).lease_id == taker.lease_id
     crashed.release()
     assert lease.owner(tables).lease_id == taker.lease_id
+
+
+def test_the_holders_lease_length_decides_when_a_taker_with_a_shorter_one_may_take_over(tables, monkeypatch):
+    """The holder's row says how long its lease lasts: a taker with a shorter SWITCHYARD_LEASE_SECONDS and a clock
+    ahead of the holder's (which sees the row expired at once) still waits a whole holder's lease, and the holder,
+    by the same row, has stopped writing before then."""
+    holder_seconds, taker_seconds = 8.0, 0.5
+    monkeypatch.setenv(lease.ENV, str(holder_seconds))
+    with monkeypatch.context() as elsewhere:
+        elsewhere.setattr(lease.socket, "gethostname", lambda: "another-host")
+        elsewhere.setattr(lease, "_boot_id", lambda: "another-boot")
+        held = lease.acquire(tables, lease.STREAM)  # renews nothing from here: frozen, or cut off from the store
+    held_since = lease.monotonic()
+
+    monkeypatch.setenv(lease.ENV, str(taker_seconds))  # the taker's process has a shorter lease
+    ahead = timedelta(seconds=holder_seconds + 1)
+    monkeypatch.setattr(lease, "utc_now", lambda: utc_now() + ahead)  # and a clock past the holder's expiry
+    taken: list[tuple[lease.Lease, float]] = []
+    taker = threading.Thread(target=lambda: taken.append((lease.acquire(tables, lease.BACKFILL), lease.monotonic())),
+                             daemon=True)
+    taker.start()
+    time.sleep(4 * taker_seconds)
+    assert not taken, f"taken over {taken[0][1] - held_since:.1f}s into the holder's {holder_seconds:g}s lease"
+    held.check_fresh()  # the holder, by its row's length, may still write
+    taker.join(timeout=30)
+    assert taken, "never taken over"
+    assert taken[0][1] - held_since >= holder_seconds
+    with pytest.raises(lease.LeaseLost, match=f"not been renewed for .* of its {holder_seconds:g}s"):
+        held.check_fresh()
 
 
 def test_an_owner_killed_on_this_host_frees_the_pipeline_at_once(tables):

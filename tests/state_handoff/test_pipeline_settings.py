@@ -29,7 +29,8 @@ NO_JVM = {"SWITCHYARD_SPARK_MASTER": "no-such-master://", "SWITCHYARD_SPARK_PROF
 DEAD_KAFKA = "127.0.0.1:9"  # nothing listens: a command that contacted Kafka would wait on it, not refuse
 
 
-def switchyard(*args: str, env: dict[str, str | None] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def switchyard(*args: str, env: dict[str, str | None] | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
     """`switchyard ARGS` in its own process, with `env` over this one's (None: unset)."""
     merged = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
     for name, text in (env or {}).items():
