@@ -139,7 +139,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta 4.4 refuses to read a version older than the table's deletedFileRetentionDuration. The live
         # handoff's state version is such a read (a seed rewritten, a rebase's streamed state), and its files are
-        # kept past any vacuum on purpose (state_handoff/kept_versions.py), so the age alone says nothing here.
+        # kept past vacuums until its stream has switched (state_handoff/kept_versions.py), so the age alone says
+        # nothing here.
         "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
         # The stream's queries run in pools of their own, so the keyed (update) jobs never queue behind a
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
