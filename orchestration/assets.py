@@ -14,7 +14,7 @@ from orchestration.partitions import days_of
 from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from orchestration.scope import Scope
 from orchestration.stream_launch import StreamConfig, launch_and_watch
-from state_handoff import handoff_log, lease
+from state_handoff import handoff_log, lease, pipeline_settings
 from state_handoff.clock import as_utc
 from state_handoff.handoff import current_handoff, run_handoff
 from state_handoff.io.archive_files import archive_meta, list_archive
@@ -70,6 +70,7 @@ def _tiles(context: dg.AssetExecutionContext, scope: Scope, config: TilesConfig,
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         return _rebased(context, scope, spark, kafka, tables, str(first), str(last), config.accept_differences)
     with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
+        pipeline_settings.settle(tables, TILES_OWNER, record=True, adopt=False)
         run = backfill_tiles(spark.session(), scope.spec, tables, str(first), str(last), out=context.log.info)
     if run.handoff_id is None:
         context.log.info(run.message)
@@ -93,6 +94,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
     from jobs.rebase import rebase_pipeline
 
     with user_errors_as_failures():
+        pipeline_settings.settle(tables, "dagster backfill", adopt=False)
         new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "backfill", "dagster backfill",
                               spark.session, days=(first, last), accept_differences=accept_differences,
                               out=context.log.info)
@@ -132,6 +134,7 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
                                        metadata={"rebased": True, "path": dg.MetadataValue.path(tables.path(name))})
         return
     with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
+        pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False)
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))

@@ -12,7 +12,7 @@ from orchestration.scope import Scope
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from orchestration.stream_health import is_observed, transition_metadata
-from state_handoff import handoff_log
+from state_handoff import handoff_log, pipeline_settings
 
 
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
@@ -41,6 +41,7 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
     with user_errors_as_failures():
+        pipeline_settings.settle(tables, "dagster rebase_stream", adopt=False)
         new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
                               spark.session, accept_differences=config.accept_differences, out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")

@@ -83,18 +83,21 @@ def _append(tables: Tables, values: dict[str, str], by: str, unless_recorded: bo
     raise Failed(f"pipeline {tables.pipeline}: settings not recorded after {COMMIT_ATTEMPTS} attempts")
 
 
-def _refusal(tables: Tables, name: str, mine: Any, theirs: str) -> UserError:
+def _refusal(tables: Tables, name: str, mine: Any, theirs: str, adopt: bool) -> UserError:
+    fix = f"unset it or set it to {theirs}" if adopt else f"set it to {theirs} in this process's environment"
     return UserError(f"{name} is {mine} in this process but pipeline {tables.pipeline} records {theirs} (the value "
-                     f"its records are classified by, the same in every process): unset it or set it to {theirs} "
+                     f"its records are classified by, the same in every process): {fix} "
                      f"(to change the pipeline's value before it has classified records: `switchyard config "
                      f"--pipeline {tables.pipeline} --record {name}=VALUE`)")
 
 
-def settle(tables: Tables, command: str, record: bool = False,
+def settle(tables: Tables, command: str, record: bool = False, adopt: bool = True,
            env: MutableMapping[str, str] | None = None) -> dict[str, Any]:
     """Each pipeline-wide setting's value for this pipeline, typed; UserError when this process gives another
-    value than the one recorded. A setting this process leaves unset takes the recorded text into `env` (this
-    process's environment by default). With `record`, the process's values in effect are recorded where none is."""
+    value than the one recorded. With `adopt`, a setting this process leaves unset takes the recorded text into
+    `env` (this process's environment by default): for a command's own process. Without it (a process serving
+    several pipelines, such as Dagster's), the value in effect, the default when unset, must be the recorded one.
+    With `record`, the process's values in effect are recorded where none is."""
     env = os.environ if env is None else env
     current = recorded(tables)
     if record and any(name not in current for name in PIPELINE_WIDE):
@@ -107,10 +110,10 @@ def settle(tables: Tables, command: str, record: bool = False,
             values[name] = mine
             continue
         theirs = settings.parse(name, current[name])
-        if settings.given(name, env) is None:
+        if adopt and settings.given(name, env) is None:
             env[name] = current[name]
         elif mine != theirs:
-            raise _refusal(tables, name, mine, current[name])
+            raise _refusal(tables, name, mine, current[name], adopt)
         values[name] = theirs
     return values
 

@@ -114,3 +114,34 @@ def test_config_records_the_value_of_a_pipeline_that_has_classified_nothing(tmp_
                                                                                                     "backfill")
     bad = switchyard("config", "--pipeline", "demo", "--warehouse", warehouse, "--record", "SWITCHYARD_BOOTSTRAP=x")
     assert "SWITCHYARD_BOOTSTRAP is not recorded with a pipeline" in assert_one_line_refusal(bad, "config")
+
+
+def test_a_process_serving_several_pipelines_must_give_the_recorded_value_and_first_runs_record_one(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from state_handoff import pipeline_settings
+    from state_handoff.errors import UserError
+
+    tables = Tables(str(tmp_path / "wh"), "demo")
+
+    def first_run(text: str) -> str:
+        try:
+            pipeline_settings.settle(tables, "switchyard backfill", record=True, env={MAX_RECORD_BYTES_ENV: text})
+            return text
+        except UserError as refused:
+            return str(refused)
+
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(first_run, ["2048", "4096"]))
+    won = pipeline_settings.recorded(tables)[MAX_RECORD_BYTES_ENV]
+    lost = "4096" if won == "2048" else "2048"
+    refused = [outcome for outcome in outcomes if outcome != won]
+    assert len(refused) == 1 and f"is {lost} in this process but pipeline demo records {won}" in refused[0], outcomes
+
+    env: dict[str, str] = {}
+    with pytest.raises(UserError, match=f"is 1048576 in this process but pipeline demo records {won} .*: set it to "
+                                        f"{won} in this process's environment"):
+        pipeline_settings.settle(tables, "dagster asset tiles", record=True, adopt=False, env=env)
+    assert env == {}
+    assert pipeline_settings.settle(tables, "switchyard stream", env=env) == {MAX_RECORD_BYTES_ENV: int(won)}
+    assert env == {MAX_RECORD_BYTES_ENV: won}  # unset, it takes the recorded value
