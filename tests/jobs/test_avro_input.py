@@ -1,9 +1,9 @@
 """The pipeline language at full stretch: Avro records in Confluent's wire format, keyed by two fields (nested in
 a record), with `first`, a standard deviation, an approximate distinct count and hopping windows, declared in a
 package of its own (its `.avsc` beside it, registered by entry point): archive, backfill, handoff, a stream
-SIGKILLed while more records arrive and restarted, and an offline rebase, against plain Python decoding the same
-bytes with fastavro; every record aggregated or dead-lettered with its reason, once, and every well-formed record
-in each of its windows or late."""
+SIGKILLed while more records arrive and restarted, and an offline rebase (reconciled without override, one key
+counting a thousand distinct ids), against plain Python decoding the same bytes with fastavro; every record
+aggregated or dead-lettered with its reason, once, and every well-formed record in each of its windows or late."""
 
 from __future__ import annotations
 
@@ -114,6 +114,16 @@ def _records(n: int, first: int = 0) -> list[tuple[bytes, bytes | None]]:
     return sent
 
 
+def _one_customer(n: int) -> list[tuple[bytes, bytes]]:
+    """`n` orders of one customer, each its own id, one second apart: a distinct count past the sketch's exact mode,
+    whose estimate differs between one pass and a union of partial sketches (the stream's batches, a rebase's
+    tiles) while the registers agree."""
+    start = datetime(2026, 1, 2, 6, tzinfo=timezone.utc)
+    return [(b"big", _framed({"order_id": f"big-{i}", "customer": {"id": "big", "region": "eu"},
+                              "placed_at": start + timedelta(seconds=i), "total": 1.0 + i % 7}))
+            for i in range(n)]
+
+
 def _quiet(*_):
     pass
 
@@ -162,7 +172,7 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
     try:
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, process, log, "CAUGHT_UP",
                    timeout=600)
-        produce(bootstrap, TOPIC, _records(200, first=500))
+        produce(bootstrap, TOPIC, _records(200, first=500) + _one_customer(1000))
         time.sleep(2)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
@@ -171,7 +181,7 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
     assert again.wait(timeout=900) == 0, log.read_text()[-3000:]
 
     records = oracle.read_topic(bootstrap, TOPIC)
-    assert len(records) == 700
+    assert len(records) == 1700
     groups, reasons = defaultdict(list), Counter()
     for r in records:
         reason, event = oracle.classify_avro(r.value, pipeline.fields, pipeline.avro)
