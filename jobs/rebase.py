@@ -13,6 +13,8 @@ events query at E, per partition. The cut C is the topic's end at the pause (at 
 Before the pause, everything the steps read is checked: the archive's files, and Kafka still retaining every
 offset the steps read from it (from the archive's cut, or from where a reader ended when lower). A rebase that
 cannot have them is refused then (REBASE_REFUSED, in one line), with nothing paused: the stream streams on.
+From before the pause to the handoff at the cut the rebase holds the archive's own lease, so the archive's record
+its steps read is one record: an `archive` run meanwhile is refused, naming the rebase.
 Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
 dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
 (or `rebase`), or given up by `rebase --abandon` (REBASE_ABANDONED) while the paused stream can still resume from
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -120,10 +123,36 @@ def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, reques
     try:
         check_before_pause(tables, bootstrap, handoff, StreamPaths.of(tables, handoff.handoff_id))
     except UserError as err:
-        reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
-        handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                           details={"request_id": request["request_id"], "reason": reason})
-        raise RebaseRefused(reason) from None
+        _refuse(tables, handoff, request, err)
+
+
+def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> None:
+    reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
+    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                       details={"request_id": request["request_id"], "reason": reason})
+    raise RebaseRefused(reason) from None
+
+
+def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=print) -> ExitStack:
+    """The archive's own lease, taken before the pause and held until the handoff at the cut, so that the archive's
+    record the rebase reads at several steps (the days to tile, the archive's cut, the commit's accounting) is one
+    record: an `archive` run meanwhile is refused, naming the rebase. An archive run holding it refuses a request
+    not yet paused (REBASE_REFUSED: the stream streams on); a rebase already paused waits for the run to end."""
+    held = ExitStack()
+    waiting = False
+    while True:
+        try:
+            held.enter_context(lease.hold(tables.archive_writer(), lease.REBASE))
+            return held
+        except UserError as err:
+            if "paused" not in request:
+                _refuse(tables, handoff, request, UserError(f"the archive is being written: {err}; run the rebase "
+                                                            "again once that archive run has ended"))
+            if not waiting:
+                out(f"rebase {tables.pipeline}: waiting for the archive run to end before finishing the paused "
+                    f"rebase ({err})")
+                waiting = True
+            time.sleep(1.0)
 
 
 def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
@@ -293,7 +322,14 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
                request: dict, out=print, checked: bool = False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
     pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
-    `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran."""
+    `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran. The archive's lease is
+    held throughout (hold_archive)."""
+    with hold_archive(tables, handoff, request, out):
+        return _rebase_holding_the_archive(spark, pipeline, tables, bootstrap, handoff, request, out, checked)
+
+
+def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
+                                handoff: Handoff, request: dict, out, checked: bool) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
     if "paused" in request:
         cut = Cut.from_details(request["paused"]["cut"])

@@ -1,0 +1,56 @@
+"""A rebase and what runs beside it: an `archive` run cannot change the archive's record between the steps of a
+rebase that read it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from jobs.archive import archive_cut, run_archive
+from jobs.rebase import rebase_pipeline
+from state_handoff import lease
+from state_handoff.errors import UserError
+from state_handoff.io.archive_files import archive_meta
+from state_handoff.io.kafka_io import produce
+from state_handoff.pipelines import get_pipeline
+from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
+from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up
+from tests.support.streams import tail_events
+
+PIPELINE = get_pipeline("demo")
+
+
+def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exactly(spark, bootstrap, topic_name,
+                                                                                  tmp_path):
+    """Half the topic archived and handed off, streamed to its end, more events; an offline `rebase` runs in this
+    process and, once it has read the archive's cut, an `archive` run of the whole topic (as the command runs it,
+    under the archive's lease) tries to commit. It is refused in one line naming the rebase, the rebase finishes
+    at its cut with nothing different, the archive run afterwards succeeds, and every table equals the oracle."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    log = tmp_path / "stream.log"
+    _stream_until_caught_up(tables, bootstrap, log)
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=47))
+    archive_end = archive_meta(tables.archive)["cut"]
+
+    def archive_everything() -> None:
+        with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
+            run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, 1.0),
+                        out=lambda *_: None, lease=held)
+
+    refusals, lines = [], []
+
+    def out(line: str) -> None:
+        lines.append(line)
+        if "recomputing keyed state from the archive" in line:  # the rebase has read the archive's cut
+            try:
+                archive_everything()
+            except UserError as err:
+                refusals.append(str(err))
+
+    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark, out=out)
+    assert len(refusals) == 1 and lease.REBASE in refusals[0] and "\n" not in refusals[0], (refusals, lines)
+    assert archive_meta(tables.archive)["cut"] == archive_end  # nothing committed under the rebase
+    assert len(_handoffs(tables)) == 2
+    archive_everything()  # once the rebase handed off, the archive grows as before
+    _stream_until_caught_up(tables, bootstrap, log)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
