@@ -5,8 +5,9 @@ before the watermark to `late`, the others merged into `window_state`; windows t
 `windows`. The watermark starts at the backlog watermark; each batch records the one it leaves in Delta
 (`stream_batches`) with the offset range it read, so a replayed batch classifies its records exactly as the first
 attempt did, and a batch id asked again over another range is refused instead of skipped. Dead letters and late
-rows are written by Spark's executors (their values can be large: none passes through the driver), each record
-once, whichever path wrote it first; the other writes are small and go through delta-rs. The stream's
+rows go in once per record, whichever path wrote it first: a batch's few through delta-rs, many (their values can
+be large) by Spark's executors, so none strains the driver; the other writes are small and go through delta-rs. The
+stream's
 events query runs it on each micro-batch; the rebase runs it over the range up to its cut, as the stream's next
 batch. The backfill writes its dead letters with `dead_letter_rows` and makes the tables the stream appends to.
 """
@@ -31,6 +32,9 @@ from state_handoff.spec import Pipeline
 from state_handoff.tables import Tables
 
 SKIPPED_OVERLAP = "skipped_overlap"
+# A batch's bad records (dead letters and late rows) whose values hold at most this many bytes are collected and
+# appended through delta-rs, with no Spark job of their own; larger ones are written by the executors.
+DRIVER_BAD_BYTES = 8 << 20
 
 
 def mark_overlap(pipeline: Pipeline, parsed: DataFrame, archived: DataFrame, overlap: Overlap) -> DataFrame:
@@ -56,6 +60,7 @@ class EventsSink:
         self.pipeline, self.tables, self.handoff, self.app = pipeline, tables, handoff, app
         self.last: stream_progress.BatchRow | None = None  # the newest batch this process recorded
         self._delta: dict[str, object] = {}  # deltalake DeltaTables by path, loaded once
+        self._bad_bytes: int | None = None
 
     def _table(self, path: str):
         """The table at `path` for delta-rs: the batch's writes go through it, not through Spark's Delta
@@ -122,6 +127,8 @@ class EventsSink:
                 F.count_if(malformed).alias("dead_lettered"), F.sum("__late").cast("long").alias("late"),
                 F.count_if(~kept).alias(SKIPPED_OVERLAP),
                 F.min("kafka_offset").alias("first_offset"), F.max("kafka_offset").alias("last_offset"),
+                F.sum(F.when(malformed, F.octet_length("value")).when(well, F.octet_length("value") * F.col("__late"))
+                      .otherwise(0)).alias("bad_bytes"),
                 F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
             per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
                                                       "dead_lettered": r.dead_lettered, "late": r.late,
@@ -131,10 +138,11 @@ class EventsSink:
                     per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
             newest = max((r.newest for r in stats if r.newest is not None), default=None)
             ranges = {int(r.kafka_partition): (r.first_offset, r.last_offset) for r in stats}
+            small = sum(r.bad_bytes or 0 for r in stats) <= self._driver_bad_bytes(batch)
             if any(p["dead_lettered"] for p in per_partition.values()):
                 dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
-                append_new(dead, tables.dead_letter, ["kafka_partition", "kafka_offset"], ranges)
-                self._table(tables.dead_letter)  # tidied with the tables the batch wrote through delta-rs
+                self._append_new(dead, tables.dead_letter, ["kafka_partition", "kafka_offset"], ranges, small,
+                                 "dead", batch_id)
                 faults.reach("stream.events.after_dead_letter")
             memberships = events.where(well).withColumn("window_start", F.explode("__windows"))
             memberships = memberships.withColumn("__late", late_window(F.col("window_start")))
@@ -142,8 +150,8 @@ class EventsSink:
                 late = memberships.where("__late").select(
                     "kafka_partition", "kafka_offset", *pipeline.keys, pipeline.event_time, "window_start",
                     F.lit(watermark).alias("watermark"), "value", F.current_timestamp().alias("recorded_at"))
-                append_new(late, tables.late, ["kafka_partition", "kafka_offset", "window_start"], ranges)
-                self._table(tables.late)
+                self._append_new(late, tables.late, ["kafka_partition", "kafka_offset", "window_start"], ranges,
+                                 small, "late", batch_id)
             watermark_after = watermark
             if windows:
                 on_time = memberships.where(~F.col("__late"))
@@ -168,6 +176,36 @@ class EventsSink:
         if delta_upkeep.due(batch_id):
             for table in self._delta.values():  # the tables this sink wrote, each only by this thread
                 delta_upkeep.tidy(table)
+
+    def _driver_bad_bytes(self, batch: DataFrame) -> int:
+        """How many bytes of bad values a batch may collect: DRIVER_BAD_BYTES, and a quarter of the driver's result
+        limit at most."""
+        if self._bad_bytes is None:
+            limit = _bytes(_driver_conf(batch.sparkSession, "spark.driver.maxResultSize", "1g"))
+            self._bad_bytes = min(DRIVER_BAD_BYTES, limit // 4) if limit else DRIVER_BAD_BYTES
+        return self._bad_bytes
+
+    def _append_new(self, rows: DataFrame, path: str, key: list[str], ranges: dict[int, tuple[int, int]],
+                    small: bool, kind: str, batch_id: int) -> None:
+        """Bad records the table does not hold yet (`append_new`): a batch's few through delta-rs, once per batch
+        id, with no Spark job of their own; a batch whose bad values could strain the driver by Spark's writer."""
+        table = self._table(path)  # tidied with the tables the batch wrote through delta-rs
+        if not small:
+            append_new(rows, path, key, ranges)
+            return
+        import pyarrow.compute as pc
+
+        new = rows.toArrow()
+        in_ranges = None
+        for partition, (first, last) in sorted(ranges.items()):
+            one = (pc.field("kafka_partition") == partition) & (pc.field("kafka_offset") >= first) & \
+                (pc.field("kafka_offset") <= last)
+            in_ranges = one if in_ranges is None else in_ranges | one
+        table.update_incremental()  # another path (the backfill, Spark's writer) may have appended since
+        held = table.to_pyarrow_dataset().to_table(columns=key, filter=in_ranges)
+        if held.num_rows:
+            new = new.join(held, key, join_type="left anti")
+        append_arrow_once(table, _arrow_conformed(new, table), f"{self.app}-{kind}", batch_id)
 
     def _merge_windows(self, partials: DataFrame, batch_id: int) -> None:
         table, source = self._table(self.tables.window_state), partials.toArrow()
@@ -217,6 +255,36 @@ def append_new(rows: DataFrame, path: str, key: list[str], ranges: dict[int, tup
         in_ranges = in_ranges | ((F.col("kafka_partition") == partition) & F.col("kafka_offset").between(first, last))
     new = conformed(rows.join(held.where(in_ranges).select(*key), key, "left_anti"), held.schema)
     new.write.format("delta").mode("append").options(**fencing.spark_options(path)).save(path)
+
+
+def _driver_conf(spark, key: str, default: str) -> str:
+    """A setting of the driver's SparkConf (the session's runtime conf does not hold what spark-submit was given)."""
+    try:
+        return spark.sparkContext.getConf().get(key, default)
+    except Exception:  # a session without a SparkContext in this process (Spark Connect)
+        return spark.conf.get(key, default)
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _bytes(size: str) -> int:
+    """A Spark size ("1g", "512m", "1024k", "0" for none) in bytes; 1g when it does not read."""
+    text = size.strip().lower().removesuffix("b")
+    number = text.rstrip("kmgt")
+    try:
+        return int(float(number) * _UNITS[text[len(number):]])
+    except (KeyError, ValueError):
+        return 1 << 30
+
+
+def _arrow_conformed(data, table):
+    """`data` with the columns of the delta-rs `table` in its order: a table made before a column was added keeps
+    its schema."""
+    import pyarrow as pa
+
+    schema = pa.schema(table.schema())
+    return data.select([name for name in schema.names if name in data.column_names])
 
 
 def conformed(rows: DataFrame, schema) -> DataFrame:
