@@ -54,3 +54,25 @@ def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exact
     _stream_until_caught_up(tables, bootstrap, log)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
 
+
+
+def test_an_offline_rebase_after_a_killed_stream_reconciles_once_a_stream_settled_it(spark, bootstrap, topic_name,
+                                                                                    tmp_path):
+    """A stream killed after its keyed query sent a batch's updates, before the state query merged them into
+    `state`: `switchyard stream --until-caught-up` replays the batch and merges what was sent, and an offline
+    `rebase` after it finds no key different; every table equals the oracle."""
+    from state_handoff import handoff_log
+    from tests.jobs.test_crash_points import crash
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    crash("stream.keyed.after_send", ["stream", "--max-offsets-per-trigger", "400", "--tables-trigger-seconds", "1",
+                                      "--for", "300"], tables, bootstrap, tmp_path / "crash.log")
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=53))
+    log = tmp_path / "stream.log"
+    _stream_until_caught_up(tables, bootstrap, log)
+    lines: list[str] = []
+    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
+                    out=lines.append)
+    assert handoff_log.details(_handoffs(tables)[-1])["reconciliation"]["keys_different"] == 0, lines
+    _stream_until_caught_up(tables, bootstrap, log)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
