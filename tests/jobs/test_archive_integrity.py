@@ -258,3 +258,15 @@ def test_an_archive_run_whose_record_changed_under_it_commits_nothing(spark, boo
         run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=1.0),
                     out=another_run_commits)
     assert _meta(tables) == theirs
+
+
+def test_an_unreadable_archive_record_is_refused_in_one_line(spark, tables):
+    """A file of the record's own table damaged on disk: a one-line refusal naming the record, never a traceback
+    (found by the fault campaign, seed 1)."""
+    victim = Path(DeltaTable(str(Path(tables.archive, "_record"))).file_uris()[-1].removeprefix("file://"))
+    kept = victim.read_bytes()
+    victim.write_bytes(b"PAR1" + bytes(64) + b"PAR1")
+    _refused(spark, tables, r"the archive record .*_record cannot be read \(.*\): restore the record from a backup")
+    victim.write_bytes(kept)
+    run_backfill(spark, PIPELINE, tables, out=_quiet)
+    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is not None

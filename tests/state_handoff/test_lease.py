@@ -3,6 +3,8 @@ releases, dies on this host, or stops renewing anywhere; a lost lease is noticed
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import socket
@@ -248,3 +250,16 @@ def test_cli_commands_are_refused_in_one_line_while_the_stream_holds_the_pipelin
                                  f"(pid {os.getpid()} on host {socket.gethostname()})"), stderr
         assert "already running" in stderr
     assert os.listdir(tables.root) == ["leases"], "a refused command wrote nothing"
+
+
+def test_stop_while_a_stream_without_a_handoff_holds_the_pipeline_is_one_line(tables):
+    """A `switchyard stream` takes the lease before it finds there is no handoff to stream; a `switchyard stop` in
+    that moment says so in one line (found by the fault campaign, seed 1)."""
+    from jobs.cli.parser import main
+
+    err = io.StringIO()
+    with lease.hold(tables, lease.STREAM), contextlib.redirect_stderr(err):
+        code = main(["stop", "--pipeline", "demo", "--warehouse", tables.warehouse])
+    assert code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+    assert err.getvalue().startswith("switchyard stop: error: pipeline demo has no committed handoff, so its "
+                                     "`switchyard stream`"), err.getvalue()

@@ -1,0 +1,58 @@
+"""The fault campaign's short mode: fixed seeds, each a whole history with its faults, the way on and the oracle's
+invariants. A seed that once found a violation stays here after its fix. The long mode is
+`python -m tests.campaign --histories N` (docs/lifecycle-and-reliability.md, "The fault campaign")."""
+
+from __future__ import annotations
+
+import pytest
+from delta.tables import DeltaTable
+
+from tests.campaign.check import invariants, way_on
+from tests.campaign.history import Step
+from tests.campaign.run import run_history, shortest_failing_prefix
+from tests.campaign.world import World, run_step
+
+# each seed, and what its history goes through (python -m tests.campaign --seed S replays it alone)
+SEEDS = {
+    2: "crash before the handoff's log entry, an offline rebase, a crash after a later batch's dead letters",
+    3: "a partition added before the backfill, hostile records, a live stream with a near switch back, a burst, "
+       "a second actor's handoff",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(SEEDS))
+def test_history_of_seed(spark, broker, tmp_path, seed):
+    verdict = run_history(spark, broker, tmp_path, seed)
+    assert verdict.ok, (f"seed {seed}: replay with `{verdict.replay()}`; log {verdict.log}\n"
+                        + "\n".join(verdict.violations))
+
+
+def test_the_checker_finds_a_record_counted_twice_and_a_wedge(spark, broker, tmp_path):
+    """The invariants are not vacuous: a record aggregated twice is found, and so is a pipeline the way on cannot
+    get streaming."""
+    world = World(broker, tmp_path)
+    for step in [Step("produce", {"kind": "normal", "count": 300, "seed": 1}), Step("archive", {"fraction": 0.7}),
+                 Step("backfill"), Step("handoff"), Step("produce", {"kind": "malformed", "count": 20, "seed": 2})]:
+        run_step(world, step, None)
+    way_on(world)
+    assert world.violations == [] and invariants(spark, world) == []
+    DeltaTable.forPath(spark, world.tables.state).update("key = 'key-001'", {"event_count": "event_count + 1"})
+    assert any(v.startswith("state of key 'key-001': count") for v in invariants(spark, world))
+
+    wedged = World(broker, tmp_path / "wedged")  # no archive can be taken of a topic that was deleted
+    from state_handoff.io.kafka_io import admin_client
+
+    with admin_client(wedged.bootstrap) as admin:
+        admin.delete_topics([wedged.topic])
+    way_on(wedged)
+    assert any(v.startswith("wedged") for v in wedged.violations)
+
+
+def test_a_failing_history_shrinks_to_its_shortest_failing_prefix():
+    runs = []
+
+    def fails(k: int) -> bool:
+        runs.append(k)
+        return k >= 6
+
+    assert shortest_failing_prefix(fails, 13) == 6 and len(runs) <= 4
