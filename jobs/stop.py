@@ -24,8 +24,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
                         + (f" (it is owned by `{owner.command}`)" if owner else "") + ": nothing to stop")
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)  # a stream always runs the latest
     if handoff is None:  # the stream took the lease, then found nothing to stream: it exits by itself
-        raise UserError(f"pipeline {tables.pipeline} has no committed handoff, so its `switchyard stream` "
-                        f"({owner.describe(utc_now())}) has nothing to stream and exits by itself: nothing to stop")
+        raise UserError(f"pipeline {tables.pipeline} has no committed handoff, so {owner.describe(utc_now())} has "
+                        "nothing to stream and exits by itself: nothing to stop")
     request_id = uuid.uuid4().hex[:12]
     asked = handoff_log.append(None, tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
         "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid(),
