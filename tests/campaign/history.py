@@ -55,10 +55,10 @@ def _produce(rng: random.Random, model: Model) -> Step:
 
 def _choices(rng: random.Random, m: Model) -> list[tuple[float, Step]]:
     """Each step that makes sense now, with its weight."""
-    options = [(4.0, _produce(rng, m)), (0.4, Step("add_partition")), (0.5, Step("broker_bounce",
+    options = [(3.0, _produce(rng, m)), (0.3, Step("add_partition")), (0.3, Step("broker_bounce",
                                                                                {"seconds": rng.choice((3, 8, 15))}))]
     if not m.live:
-        options.append((1.5 if not m.handed_off else 0.7, Step("archive", {"fraction": rng.choice((0.3, 0.5, 0.7,
+        options.append((0.4 if m.archived else 2.0, Step("archive", {"fraction": rng.choice((0.3, 0.5, 0.7,
                                                                                                  0.9, 1.0))})))
     if m.archived:
         options.append((0.5, Step("retention", {"share": rng.choice((0.3, 0.6, 1.0))})))
@@ -67,27 +67,28 @@ def _choices(rng: random.Random, m: Model) -> list[tuple[float, Step]]:
     if m.corrupt:
         options.append((1.5, Step("repair")))
     if m.archived and not m.handed_off:
-        options.append((3.0, Step("backfill")))
-        options.append((0.6, Step("crash", {"command": "backfill", "point": rng.choice(CRASH_POINTS["backfill"])})))
+        options.append((0.5 if m.backfilled else 3.0, Step("backfill")))
+        options.append((0.5, Step("crash", {"command": "backfill", "point": rng.choice(CRASH_POINTS["backfill"])})))
     if m.backfilled and not m.handed_off:
         options.append((3.0, Step("handoff")))
         options.append((0.5, Step("crash", {"command": "handoff", "point": "handoff.before_log"})))
     if m.handed_off and not m.live:
         options += [(2.0, Step("stream", {"until_caught_up": True})),
                     (0.8, Step("stream", {"for": rng.choice((5, 12))})),
-                    (2.0, Step("start_live", _live_flags(rng))),
+                    (3.0, Step("start_live", _live_flags(rng))),
                     (0.8, Step("rebase", {"days": rng.random() < 0.3})),
                     (0.8, Step("crash", {"command": "stream", "point": _nth(rng, CRASH_POINTS["stream"])})),
                     (0.6, Step("crash", {"command": "rebase", "point": rng.choice(CRASH_POINTS["rebase"])})),
-                    (0.4, Step("setting", {"state_partitions": rng.choice((1, 3))}))]
+                    (0.4, Step("setting", rng.choice(({"state_partitions": rng.choice((1, 3))},
+                                                      {"max_record_bytes": 2 * 1024 * 1024}))))]
     if m.live:
         options += [(1.5, Step("wait", {"seconds": rng.choice((3, 8))})),
-                    (1.0, Step("stop", {"how": rng.choice(("command", "sigterm"))})),
+                    (0.8, Step("stop", {"how": rng.choice(("command", "sigterm"))})),
                     (1.0, Step("rebase", {"days": rng.random() < 0.3})),
                     (0.5, Step("backfill")),
                     (0.6, Step("kill_live")),
-                    (0.4, Step("takeover")),
-                    (0.6, Step("race", {"command": rng.choice(("stream", "handoff", "archive"))}))]
+                    (0.7, Step("takeover")),
+                    (0.8, Step("race", {"command": rng.choice(("stream", "handoff", "archive"))}))]
     return options
 
 

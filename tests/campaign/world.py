@@ -363,8 +363,12 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
         world.cli(name, command)
     elif op == "setting":
         world.count_fault("setting")
-        world.stream_settings = ["--state-partitions", str(a["state_partitions"])]
-        world.cli(name, ["stream", *STREAM_FLAGS, *world.stream_settings, "--until-caught-up"])
+        if "state_partitions" in a:  # kept for the streams that follow, until the way on
+            world.stream_settings = ["--state-partitions", str(a["state_partitions"])]
+            world.cli(name, ["stream", *STREAM_FLAGS, *world.stream_settings, "--until-caught-up"])
+        else:  # a pipeline-wide setting other than the recorded one, for this command only
+            world.cli(name, ["stream", *STREAM_FLAGS, "--until-caught-up"],
+                      env={"SWITCHYARD_MAX_RECORD_BYTES": str(a["max_record_bytes"])})
     else:
         raise ValueError(f"unknown step {op}")
 
