@@ -3,6 +3,7 @@
     python -m tests.campaign --seed 7                 replay one history (its first K steps with --steps K)
     python -m tests.campaign --histories 100          a long campaign: seeds 1..100, each failure shrunk to the
                                                       shortest prefix that still fails; a summary in --out
+                                                      (--minutes M: start no new history after M minutes)
 
 Each history runs in a process of its own (its own Spark session) against one local broker this command starts on
 127.0.0.1 and stops at the end."""
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+BUDGET_S = 1500  # a history still running after this long is wedged
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     which.add_argument("--seed", type=int, help="run the history of this seed")
     which.add_argument("--histories", type=int, help="run this many histories, seeds from --first-seed on")
     parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--minutes", type=float, help="with --histories: start no new history after this long")
     parser.add_argument("--steps", type=int, help="with --seed: only the history's first STEPS steps")
     parser.add_argument("--out", type=Path, help="where the verdicts and the summary go (default: a temporary folder)")
     parser.add_argument("--broker-port", type=int, help=argparse.SUPPRESS)  # a long campaign's broker, for a child
@@ -79,11 +83,17 @@ def _child(broker, out: Path, seed: int, steps: int | None = None) -> dict:
     argv = [sys.executable, "-m", "tests.campaign", "--seed", str(seed), "--out", str(out),
             "--broker-port", str(broker.port), "--broker-home", str(broker.home)]
     argv += ["--steps", str(steps)] if steps else []
-    subprocess.run(argv, cwd=ROOT, timeout=3600)
+    child = subprocess.Popen(argv, cwd=ROOT, start_new_session=True)
+    try:
+        child.wait(timeout=BUDGET_S)
+    except subprocess.TimeoutExpired:  # the history, its JVM and its streams: the whole process group
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
     found = out / (f"{seed}" + (f"-{steps}" if steps else "") + ".json")
     if not found.exists():
-        return {"seed": seed, "steps": [], "violations": ["the history's process died without a verdict"],
-                "faults": {}, "commands": {}, "seconds": 0}
+        why = (f"wedged: the history did not end within its budget of {BUDGET_S} s" if child.returncode == -9
+               else f"the history's process ended ({child.returncode}) without a verdict")
+        return {"seed": seed, "steps": [], "violations": [why], "faults": {}, "commands": {}, "seconds": 0}
     return json.loads(found.read_text())
 
 
@@ -98,6 +108,9 @@ def _campaign(args) -> int:
     started, verdicts, failures = time.monotonic(), [], []
     try:
         for seed in range(args.first_seed, args.first_seed + args.histories):
+            if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
+                print(f"--minutes {args.minutes:g} passed: no new history", flush=True)
+                break
             verdict = _child(broker, out, seed)
             verdicts.append(verdict)
             if verdict["violations"]:
@@ -112,7 +125,8 @@ def _campaign(args) -> int:
     finally:
         kafka_broker.stop(broker)
     summary = {
-        "histories": len(verdicts), "seconds": round(time.monotonic() - started),
+        "histories": len(verdicts), "seeds": f"{args.first_seed}..{args.first_seed + len(verdicts) - 1}",
+        "seconds": round(time.monotonic() - started),
         "steps": sum(len(v["steps"]) for v in verdicts),
         "faults_by_kind": dict(sum((Counter(v["faults"]) for v in verdicts), Counter()).most_common()),
         "commands_by_kind": dict(sum((Counter(v["commands"]) for v in verdicts), Counter()).most_common()),
