@@ -34,7 +34,24 @@ def _pipeline_and_tables(args):
     from state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline(args.pipeline)
+    _check_warehouse(args.warehouse)
     return pipeline, Tables(args.warehouse, pipeline.name)
+
+
+def _check_warehouse(warehouse: str) -> None:
+    """A local --warehouse, or the nearest of its folders that exists, must be a folder: refused in one line
+    before any work, not a traceback from the first table created under a file."""
+    if storage.is_object_store(warehouse):
+        return
+    import os
+
+    path = os.path.abspath(warehouse)
+    while not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        named = "is a file" if path == os.path.abspath(warehouse) else f"lies under the file {path}"
+        raise UserError(f"--warehouse {warehouse} {named}, not a folder: name a folder (it is created when missing) "
+                        "or an s3a:// URI")
 
 
 def _settle(tables: Tables, command: str, record: bool = False) -> None:

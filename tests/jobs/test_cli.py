@@ -33,3 +33,16 @@ def test_the_pipeline_comes_from_the_environment_when_not_given(tmp_path):
     assert from_env.returncode == 2 and "pipeline demo has nothing in warehouse" in from_env.stderr, from_env
     shown = _switchyard("stop", "--help", env={"SWITCHYARD_PIPELINE": "demo"}).stdout
     assert "SWITCHYARD_PIPELINE, now demo" in " ".join(shown.split())
+
+
+def test_a_warehouse_that_is_a_file_is_a_one_line_error_before_any_work(tmp_path):
+    """Found by the fault campaign's checker test: `--warehouse` naming a file was a traceback from delta-rs."""
+    a_file = tmp_path / "warehouse.txt"
+    a_file.write_text("not a folder")
+    for command in (["handoff"], ["stream", "--until-caught-up"], ["backfill"], ["stop"],
+                    ["archive", "--topic", "t", "--fraction", "0.5"]):
+        result = _switchyard(*command, "--pipeline", "demo", "--warehouse", str(a_file))
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (command, result.stderr[-800:])
+        assert result.stderr == (f"switchyard {command[0]}: error: --warehouse {a_file} is a file, not a folder: "
+                                 "name a folder (it is created when missing) or an s3a:// URI\n"), result.stderr
+    assert a_file.read_text() == "not a folder"
