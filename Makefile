@@ -30,7 +30,8 @@ stop:
 test: setup
 	@deploy/run_tests.sh -m "not extended" --durations=40
 
-# The proofs test_scale_out already covers end to end, one part at a time (backlog on the cluster, switch on S3).
+# The slower end-to-end proofs whose parts `make test` runs: the whole switch on a Spark cluster, three brokers and
+# the object store (test_scale_out), the backlog on the cluster, the switch on the store.
 test-extended: setup
 	@deploy/run_tests.sh -m extended --durations=40
 

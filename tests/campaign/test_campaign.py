@@ -14,9 +14,11 @@ from tests.campaign.world import World, run_step
 
 # each seed, and what its history goes through (python -m tests.campaign --seed S replays it alone)
 SEEDS = {
-    2: "crash before the handoff's log entry, an offline rebase, a crash after a later batch's dead letters",
-    3: "a partition added before the backfill, hostile records, a live stream with a near switch back, a burst, "
-       "a second actor's handoff",
+    7: "late and malformed records, a crash after the backfill's tiles, the broker down 8 s, a live stream with a "
+       "switch back within reach, a partition added, retention up to the archive's cut, a takeover of the frozen "
+       "stream, a burst",
+    18: "out-of-order records, a corrupted archive file, a changed --state-partitions, a ranged rebase of the live "
+        "stream, malformed records, a takeover, a second actor's archive",
 }
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from deploy import kafka_cluster
 from jobs.inputs.generate import run_generate
 from state_handoff import handoff_log
@@ -23,6 +25,7 @@ PIPELINE = get_pipeline("demo")
 TOPIC = "scale-out.events"
 
 
+@pytest.mark.extended  # make test keeps each part: executors on the cluster, the three brokers, the store's commits
 def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F811
         spark_cluster, kafka_cluster3, objectstore, s3a_spark, tmp_path):
     bootstrap, warehouse = kafka_cluster3.bootstrap, objectstore.warehouse()
