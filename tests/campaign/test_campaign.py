@@ -22,7 +22,11 @@ SEEDS = {
 }
 
 
-@pytest.mark.parametrize("seed", sorted(SEEDS))
+EXTENDED = {18}  # run by `make test-extended`: make test's budget holds one history
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.extended] if s in EXTENDED else [])
+                                  for s in sorted(SEEDS)])
 def test_history_of_seed(spark, broker, tmp_path, seed):
     verdict = run_history(spark, broker, tmp_path, seed)
     assert verdict.ok, (f"seed {seed}: replay with `{verdict.replay()}`; log {verdict.log}\n"
