@@ -218,10 +218,12 @@ class World:
                 admin.delete_records({TopicPartition(self.topic, p): o for p, o in below.items()})
         return below
 
-    def corrupt(self, rng: random.Random) -> Path | None:
-        """One committed data file of the archive overwritten with garbage (its copy kept for the repair); the files
-        are ordered by day folder and size, not by their random names, so a seed picks the same one each run."""
-        files = sorted((f for f in Path(self.tables.archive).glob("event_date=*/*.parquet")),
+    def corrupt(self, rng: random.Random, what: str = "data") -> Path | None:
+        """One file of the archive overwritten with garbage (its copy kept for the repair): a committed data file,
+        or a file of the archive record's own table. They are ordered by folder and size, not by their random
+        names, so a seed picks the same one each run."""
+        pattern = "_record/*.parquet" if what == "record" else "event_date=*/*.parquet"
+        files = sorted((f for f in Path(self.tables.archive).glob(pattern)),
                        key=lambda f: (f.parent.name, f.stat().st_size, f.name))
         if not files:
             return None
@@ -349,7 +351,8 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
         world._outcome(name, "done", f"deleted below {world.retention(a['share'])}", started)
     elif op == "corrupt":
         world.count_fault("corrupt")
-        world._outcome(name, "done", f"corrupted {world.corrupt(rng)}", started)
+        what = a.get("what") or ("record" if rng.random() < 0.3 else "data")  # from the run's rng: the history stays
+        world._outcome(name, "done", f"corrupted {world.corrupt(rng, what)}", started)
     elif op == "repair":
         world._outcome(name, "done", f"repaired {world.repair()}", started)
     elif op == "add_partition":
