@@ -229,7 +229,8 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     if not details.get("complete", True) and (details.get("records_not_backfilled") or not gaps):
         raise UserError(f"the backfill {backfill.handoff_id} does not cover the whole archive "
                         f"(records not yet tiled per partition: {details['records_not_backfilled']}): "
-                        "backfill the remaining days, then hand off")
+                        "backfill the remaining days (`switchyard backfill` without --from and --to covers every "
+                        "archived day), then hand off")
     topic = archive_meta(tables.archive)["topic"]
     if boundary == TIME and details.get("kafka_tail"):
         raise UserError(f"the backfill {backfill.handoff_id} read the Kafka tail up to its end, so its boundary is "

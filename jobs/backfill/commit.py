@@ -212,7 +212,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
     if missing:
         out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
-            "backfill the remaining days before the handoff")
+            "backfill the remaining days before the handoff (`switchyard backfill` without --from and --to covers "
+            "every archived day)")
     for g in (g for g in gaps if g["below_boundary"]):
         held = "offsets not recorded" if g["from"] is None else f"p{g['partition']}:{g['from']}..{g['to']}"
         out(f"  note: skipped file {g['file']} holds {held} below the boundary; the handoff will refuse "

@@ -63,7 +63,10 @@ def way_on(world: World) -> None:
             _archive(world, "way on: archive")
         if not _has(world, Status.BACKFILL_COMMITTED):
             world.cli("way on: backfill", ["backfill"])
-        world.cli("way on: handoff", ["handoff"])
+        handoff = world.cli("way on: handoff", ["handoff"])
+        if handoff.result == "refused" and _named_command(handoff.detail) == WAY_ON["switchyard backfill"]:
+            world.cli("way on: backfill", WAY_ON["switchyard backfill"])  # e.g. a ranged backfill left days out
+            world.cli("way on: handoff", ["handoff"])
     for attempt in range(4):
         outcome = world.cli("way on: stream --until-caught-up", ["stream", *STREAM_FLAGS, "--until-caught-up"])
         if outcome.result == "ok":

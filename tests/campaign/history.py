@@ -67,7 +67,9 @@ def _choices(rng: random.Random, m: Model) -> list[tuple[float, Step]]:
     if m.corrupt:
         options.append((1.5, Step("repair")))
     if m.archived and not m.handed_off:
+        day = rng.choice(("2026-03-01", "2026-03-02"))
         options.append((0.5 if m.backfilled else 3.0, Step("backfill")))
+        options.append((0.8, Step("backfill", {"from": day, "to": day})))  # a ranged one: the handoff wants the rest
         options.append((0.5, Step("crash", {"command": "backfill", "point": rng.choice(CRASH_POINTS["backfill"])})))
     if m.backfilled and not m.handed_off:
         options.append((3.0, Step("handoff")))

@@ -63,6 +63,7 @@ class World:
     stream_settings: list[str] = field(default_factory=list)
 
     def __post_init__(self):
+        self.root.mkdir(parents=True, exist_ok=True)
         self.tables = Tables(str(self.root / "wh"), PIPELINE)
         self.log_path = self.root / "history.log"
         self.producer = Producer()
@@ -311,7 +312,8 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
     elif op == "archive":
         world.cli(name, ["archive", "--topic", world.topic, "--fraction", str(a["fraction"])])
     elif op == "backfill":
-        world.cli(name, ["backfill", "--timeout", "240"])
+        days = ["--from", a["from"], "--to", a["to"]] if "from" in a else []
+        world.cli(name, ["backfill", "--timeout", "240", *days])
     elif op == "handoff":
         world.cli(name, ["handoff"])
     elif op == "stream":
