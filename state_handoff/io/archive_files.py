@@ -189,10 +189,11 @@ def read_record(root: str) -> tuple[int, dict | None]:
         try:
             table = DeltaTable(uri, storage_options=storage.delta_options(uri))
             rows = delta_cas.read(table, ["record"]).column("record").to_pylist()
-        except Exception as err:  # noqa: BLE001 - a damaged file of the record's table: no guess at what it held
+        except Exception as err:  # noqa: BLE001 - a damaged file of the record's table, or a store that fails
             cause = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-            raise UserError(f"the archive record {uri} cannot be read ({cause}): restore the record from a backup, "
-                            "or archive the topic again into a fresh --warehouse") from err
+            raise UserError(f"the archive record {uri} cannot be read ({cause}): if the store answers, a file of it "
+                            "is damaged: restore the record from a backup, or archive the topic again into a fresh "
+                            "--warehouse") from err
         if rows:
             return table.version(), json.loads(rows[-1])
         version = table.version()

@@ -266,7 +266,8 @@ def test_an_unreadable_archive_record_is_refused_in_one_line(spark, tables):
     victim = Path(DeltaTable(str(Path(tables.archive, "_record"))).file_uris()[-1].removeprefix("file://"))
     kept = victim.read_bytes()
     victim.write_bytes(b"PAR1" + bytes(64) + b"PAR1")
-    _refused(spark, tables, r"the archive record .*_record cannot be read \(.*\): restore the record from a backup")
+    _refused(spark, tables, r"the archive record .*_record cannot be read \(.*\): if the store answers, a file of "
+                            r"it is damaged: restore the record from a backup")
     victim.write_bytes(kept)
     run_backfill(spark, PIPELINE, tables, out=_quiet)
     assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is not None
