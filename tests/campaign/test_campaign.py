@@ -1,7 +1,7 @@
 """The fault campaign's short mode: fixed seeds, each a whole history with its faults, the way on and the oracle's
 invariants. A seed that found a violation stays here, once fixed, while the generator still makes that
-history. The long mode is
-`python -m tests.campaign --histories N` (docs/lifecycle-and-reliability.md, "The fault campaign")."""
+history. The long mode is `python -m tests.campaign --histories N` (docs/lifecycle-and-reliability.md, "The fault
+campaign")."""
 
 from __future__ import annotations
 
