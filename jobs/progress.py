@@ -32,10 +32,22 @@ def progress_line(what: str, stages: list, first_seen: dict[int, float], now: fl
     return f"{what}: {done:,} of {total:,} tasks done in {len(stages)} running Spark stage(s){eta}"
 
 
+_reporting: list[threading.Event] = []  # the reporters running in this process
+
+
+def stop_reporting() -> None:
+    """Stop every reporter this process started: a command that ran in a longer-lived process (a test, a
+    notebook) leaves none behind."""
+    while _reporting:
+        _reporting.pop().set()
+
+
 def report_progress(spark, out: Callable[[str], None], what: str, every: float = EVERY_SECONDS) -> threading.Event:
-    """Print progress lines from a daemon thread until the returned event is set (or the process ends)."""
+    """Print progress lines from a daemon thread until the returned event is set, `stop_reporting` runs, or the
+    process ends."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
+    _reporting.append(stop)
     first_seen: dict[int, float] = {}
 
     def watch() -> None:

@@ -80,4 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             settings.Settings.from_env()  # a bad setting stops the command here, before any work
         return args.handler(args)
 
-    return run_reporting_errors(command_name(args), run)
+    try:
+        return run_reporting_errors(command_name(args), run)
+    finally:
+        from jobs.progress import stop_reporting
+
+        stop_reporting()  # the command's progress lines end with it, in a process that lives on

@@ -27,3 +27,19 @@ def test_progress_is_printed_while_spark_works(spark):
         stop.set()
     assert any(" of 6 tasks done in 1 running Spark stage(s)" in line for line in lines), lines
     assert any("left in this stage" in line for line in lines), lines
+
+
+def test_a_command_run_in_a_longer_lived_process_leaves_no_reporter_running(spark, tmp_path):
+    """`switchyard status` through the command line's entry point in this process: every reporter started while
+    it ran is stopped when it returns (a campaign history runs many commands in one process)."""
+    import threading
+
+    from jobs.cli.parser import main
+
+    report_progress(spark, lambda _: None, "earlier", every=0.1)
+    assert any(t.name == "progress-earlier" for t in threading.enumerate())
+    main(["status", "--pipeline", "demo", "--warehouse", str(tmp_path)])  # refused: nothing in the warehouse
+    deadline = time.monotonic() + 5
+    while any(t.name.startswith("progress-") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(t.name.startswith("progress-") for t in threading.enumerate())
