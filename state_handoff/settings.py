@@ -92,7 +92,7 @@ def _url(text: str) -> str:
 
 
 def _crash_point(text: str) -> tuple[str, int]:
-    from state_handoff.faults import POINTS  # the points live beside the code that reaches them
+    from state_handoff.crash_points import POINTS
 
     point, _, nth = text.partition(":")
     if point not in POINTS:
