@@ -7,7 +7,7 @@ import importlib
 import json
 import sys
 
-from jobs.cli.parser import run_reporting_errors
+from switchyard.jobs.cli.parser import run_reporting_errors
 
 #: scenario -> (module, what it measures)
 SCENARIOS = {

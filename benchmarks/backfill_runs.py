@@ -35,10 +35,10 @@ def _jvm_memory(spark) -> dict:
 
 def run_worker(args) -> int:
     """Inside the fresh process: one backfill, timed step by step; then memory and the event log."""
-    from deploy.spark import build_spark
-    from jobs.backfill import run_backfill
-    from state_handoff.pipelines import get_pipeline
-    from state_handoff.tables import Tables
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.tables import Tables
 
     run_dir = Path(args.run_dir)
     event_dir = run_dir / "eventlog"
@@ -110,11 +110,11 @@ def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, fl
     """
     from pyspark.sql import functions as F
 
-    from jobs.aggregation import tiles_from_events
-    from jobs.backfill import read_archive
-    from state_handoff.io.archive_files import list_archive
-    from state_handoff.parsing import parse_events
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.aggregation import tiles_from_events
+    from switchyard.jobs.backfill import read_archive
+    from switchyard.state_handoff.io.archive_files import list_archive
+    from switchyard.state_handoff.parsing import parse_events
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline(PIPELINE)
     archive = read_archive(spark, tables, list_archive(tables.archive))
@@ -142,7 +142,7 @@ def compare_worker(args) -> int:
     """Both runs' state (and windows) tables: counts, order-independent checksums, and a key-by-key join."""
     from pyspark.sql import functions as F
 
-    from deploy.spark import build_spark
+    from switchyard.deploy.spark import build_spark
 
     spark = build_spark("bench-compare")
     report: dict = {}

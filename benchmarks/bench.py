@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.harness import add_connection, bar_chart, machine, run_fresh, worker_command, write_json
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 #: Every run of a full bench, by label, in the order they run.
 RUNS = {"C": "batch_only", "C-full": "batch_full", "B": "switchyard", "A": "streaming_only", "B-hash": "backfill_hash"}
@@ -56,7 +56,7 @@ def versions() -> dict:
     """The Spark the bench ran on (pyspark's) and the Delta of its fetched jars (None when no Delta jar is there)."""
     import pyspark
 
-    from deploy.jars import artifact_name, fetched_jars
+    from switchyard.deploy.jars import artifact_name, fetched_jars
 
     delta = next((j.name[len(artifact_name(j)) + 1:-len(".jar")] for j in fetched_jars("spark")
                   if artifact_name(j).startswith("delta-spark")), None)
@@ -64,7 +64,7 @@ def versions() -> dict:
 
 
 def states_identical(warehouses: list[str]) -> tuple[bool, list]:
-    from deploy.spark import build_spark
+    from switchyard.deploy.spark import build_spark
 
     spark = build_spark("switchyard-bench-compare")
     sums = [_state_checksum(spark, w) for w in warehouses]
@@ -76,8 +76,8 @@ def states_identical(warehouses: list[str]) -> tuple[bool, list]:
 
 def _topic(bootstrap: str, topic: str, events: int, keys: int, partitions: int, days: int, seed: int, out) -> dict:
     """The bench's topic generated unless it already holds the events; the generator's figures when it ran."""
-    from jobs.inputs.generate import run_generate
-    from state_handoff.io.kafka_io import offset_bounds, partitions_of
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.state_handoff.io.kafka_io import offset_bounds, partitions_of
 
     try:
         present = sum(hi - lo for lo, hi in offset_bounds(bootstrap, topic).values())
@@ -100,10 +100,10 @@ def _topic(bootstrap: str, topic: str, events: int, keys: int, partitions: int, 
 
 def _archive(bootstrap: str, topic: str, fraction: float, warehouses: dict[str, str]) -> float:
     """Archive `fraction` of the topic once, copied to every arm that reads an archive; its seconds."""
-    from deploy.spark import build_spark
-    from jobs.archive import archive_cut, run_archive
-    from state_handoff.pipelines import get_pipeline
-    from state_handoff.tables import Tables
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.tables import Tables
 
     spark = build_spark("switchyard-bench-archive")
     started = time.monotonic()
@@ -120,7 +120,7 @@ def _archive(bootstrap: str, topic: str, fraction: float, warehouses: dict[str, 
 def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction: float, json_file: str,
               out_dir: str = "bench-out", seed: int = 42, days: int = 7, max_offsets: int = 1_000_000,
               latency_seconds: float = 20.0, arms: tuple[str, ...] = ARMS, out=print) -> dict:
-    from deploy.spark import spark_master
+    from switchyard.deploy.spark import spark_master
 
     unknown = [a for a in arms if a not in ARMS]
     if unknown or not arms:

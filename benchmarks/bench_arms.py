@@ -8,16 +8,16 @@ import json
 import os
 import time
 
-from state_handoff.io.kafka_security import spark_source_options
-from state_handoff.lifecycle import Status
-from state_handoff.step_times import StepTimes
+from switchyard.state_handoff.io.kafka_security import spark_source_options
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.step_times import StepTimes
 
 def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
-    from jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
-    from state_handoff import handoff_log
-    from state_handoff.io.archive_files import write_archive_meta
-    from state_handoff.parsing import parse_events
+    from switchyard.jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
+    from switchyard.state_handoff import handoff_log
+    from switchyard.state_handoff.io.archive_files import write_archive_meta
+    from switchyard.state_handoff.parsing import parse_events
 
     nothing = spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY")
     tiles = tiles_from_events(pipeline, parse_events(pipeline, nothing), "hash")
@@ -35,12 +35,12 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
 
 def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
     """One arm in this process: its wall seconds and the stages they went to."""
-    from deploy.spark import build_spark
-    from jobs.stream.settings import StreamSettings
-    from jobs.stream.supervisor import run_stream
-    from state_handoff.handoff import run_handoff
-    from state_handoff.pipelines import get_pipeline
-    from state_handoff.tables import Tables
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.stream.settings import StreamSettings
+    from switchyard.jobs.stream.supervisor import run_stream
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.tables import Tables
 
     pipeline = get_pipeline("demo")
     tables = Tables(warehouse, pipeline.name)
@@ -61,7 +61,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
         stage("stream")
     elif mode == "switchyard":
-        from jobs.backfill import KeptTiles, backfill_tiles, commit_state
+        from switchyard.jobs.backfill import KeptTiles, backfill_tiles, commit_state
 
         kept = KeptTiles()  # as `switchyard backfill` runs them: the commit reads the tiles its run kept
         tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet, keep=kept)
@@ -74,7 +74,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         stage("stream")
         _stream_laps(tables, handoff.handoff_id, times.parts)
     elif mode == "backfill_hash":
-        from jobs.backfill import backfill_tiles
+        from switchyard.jobs.backfill import backfill_tiles
 
         backfill_tiles(spark, pipeline, tables, strategy="hash", out=quiet)
         stage("backfill_tiles")
@@ -92,7 +92,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
     """The tiles run's, the commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and
     CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
-    from state_handoff import handoff_log
+    from switchyard.state_handoff import handoff_log
 
     committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED, handoff_id)
     if committed is not None:
@@ -117,11 +117,11 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
     """
     from pyspark.sql import functions as F
 
-    from jobs.aggregation import backlog_watermark, tile_start
-    from jobs.sinks import batch_window_partials
-    from state_handoff.aggregates import event_aggregations, flatten_last
-    from state_handoff.io.archive_files import archive_meta
-    from state_handoff.parsing import cached_for_two_passes, parse_events
+    from switchyard.jobs.aggregation import backlog_watermark, tile_start
+    from switchyard.jobs.sinks import batch_window_partials
+    from switchyard.state_handoff.aggregates import event_aggregations, flatten_last
+    from switchyard.state_handoff.io.archive_files import archive_meta
+    from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
 
     cut = archive_meta(tables.archive)["cut"]
     archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")

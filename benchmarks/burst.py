@@ -29,9 +29,9 @@ from pathlib import Path
 
 from benchmarks.burst_arm import PIPELINE, Arm, ArmRun
 from benchmarks.harness import add_connection, delete_topics, machine, write_json
-from state_handoff.errors import UserError
-from state_handoff.io import delta_cas
-from state_handoff.tables import Tables
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import delta_cas
+from switchyard.state_handoff.tables import Tables
 
 ARMS = {"A": "no switch back", "B": "switch back"}
 

@@ -12,21 +12,21 @@ from pathlib import Path
 
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
-from state_handoff import handoff_log
-from state_handoff.io import delta_cas
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.io import delta_cas
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 PIPELINE = "demo"
 
 
 def worker(argv: list[str]) -> dict:
     """In a fresh process (its own JVM): archive the backlog whole, backfill, hand off."""
-    from deploy.spark import build_spark
-    from jobs.archive import archive_cut, run_archive
-    from jobs.backfill import run_backfill
-    from state_handoff.handoff import run_handoff
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     warehouse, bootstrap, topic = argv
 
@@ -93,7 +93,7 @@ def current_handoff_id(entries: list) -> str | None:
 
 def progress_of(tables: Tables, handoff_id: str | None) -> dict | None:
     """The stream's progress.json of a handoff: its lag, the latest offsets, `state`'s updates behind."""
-    from state_handoff.stream_layout import read_json, stream_dir
+    from switchyard.state_handoff.stream_layout import read_json, stream_dir
 
     return read_json(stream_dir(tables, handoff_id) / "progress.json") if handoff_id else None
 
@@ -170,7 +170,7 @@ class ArmRun:
 
     def setup(self) -> None:
         a = self.args
-        from state_handoff.io.kafka_io import create_topic, produce
+        from switchyard.state_handoff.io.kafka_io import create_topic, produce
 
         create_topic(self.bootstrap, self.arm.topic, partitions=a["partitions"])
         produce(self.bootstrap, self.arm.topic,
@@ -233,7 +233,7 @@ class ArmRun:
                  f"offsets behind {offsets_behind(progress)}; the burst of {a['events']:,} records")
 
     def burst(self) -> None:
-        from state_handoff.io.kafka_io import offset_bounds, produce
+        from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
 
         a = self.args
         self.burst_start = time.time()
@@ -350,7 +350,7 @@ class ArmRun:
             self._sampling.set()
 
     def collect(self) -> None:
-        from state_handoff.status import pipeline_status
+        from switchyard.state_handoff.status import pipeline_status
 
         status = pipeline_status(self.tables)
         self.arm.rebases = status.get("rebases", 0)

@@ -8,8 +8,8 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from jobs.inputs.encoding import event_time_text, event_value
-from state_handoff.errors import UserError
+from switchyard.jobs.inputs.encoding import event_time_text, event_value
+from switchyard.state_handoff.errors import UserError
 
 
 # Event times: the backlog in the two hours before BASE, every streamed record (trickle and burst) inside the
@@ -97,7 +97,7 @@ class Trickle(threading.Thread):
         self._halt.set()
 
     def run(self) -> None:
-        from state_handoff.io.kafka_io import paced, produce
+        from switchyard.state_handoff.io.kafka_io import paced, produce
 
         def records():
             for n in itertools.count():

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.cli.parser import common_options
+from switchyard.jobs.cli.parser import common_options
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -41,12 +41,12 @@ def scenario_command(scenario: str, *args: str) -> list[str]:
 
 def switchyard_command(*args: str) -> list[str]:
     """An operator command of the `switchyard` command line, as its own process."""
-    return [sys.executable, "-m", "jobs.cli", *map(str, args)]
+    return [sys.executable, "-m", "switchyard.jobs.cli", *map(str, args)]
 
 
 def delete_topics(bootstrap: str, topics: list[str]) -> None:
     """A benchmark's own topics deleted once it is done with them; a failure is reported, never raised."""
-    from state_handoff.io.kafka_io import admin_client
+    from switchyard.state_handoff.io.kafka_io import admin_client
 
     try:
         with admin_client(bootstrap) as admin:

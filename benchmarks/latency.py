@@ -14,14 +14,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from benchmarks.harness import add_connection, start_service, switchyard_command, terminate, write_json
-from jobs.inputs.encoding import event_time_text, event_value
-from jobs.stream.settings import StreamSettings
-from state_handoff import handoff_log
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
-from state_handoff.io.kafka_security import client_kwargs
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.jobs.inputs.encoding import event_time_text, event_value
+from switchyard.jobs.stream.settings import StreamSettings
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
+from switchyard.state_handoff.io.kafka_security import client_kwargs
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 
 @dataclass
@@ -85,8 +85,8 @@ def _steady_input(bootstrap: str, topic: str, rate: int, seconds: float, tag: st
 def _collect_updates(bootstrap: str, topic: str, stop: threading.Event, seen: dict) -> None:
     from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
-    from state_handoff.io.kafka_io import partitions_of
-    from state_handoff.io.kafka_security import librdkafka_config
+    from switchyard.state_handoff.io.kafka_io import partitions_of
+    from switchyard.state_handoff.io.kafka_security import librdkafka_config
 
     consumer = Consumer({**librdkafka_config(bootstrap), "group.id": f"latency-{time.time_ns()}",
                          "enable.auto.commit": False})
@@ -121,11 +121,11 @@ def _input_timestamps(bootstrap: str, topic: str, start: dict[int, int]) -> dict
 def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=print):
     """The demo pipeline switched over a new topic: 4,000 events on 200 keys from two hours ago, archived whole,
     backfilled and handed off (in a JVM of its own, stopped after). Returns the handoff."""
-    from deploy.spark import build_spark
-    from jobs.archive import archive_cut, run_archive
-    from jobs.backfill import run_backfill
-    from state_handoff.handoff import run_handoff
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
     create_topic(bootstrap, topic, partitions=2)
@@ -147,7 +147,7 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
                       tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
                       warmup_seconds: float = 20.0, out=print) -> LatencyReport:
     """Set up a small switched pipeline, then measure at each rate in turn."""
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
     stamp = int(time.time())

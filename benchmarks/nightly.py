@@ -25,7 +25,7 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, write_json
 from benchmarks.synthetic_archive import archive_is_current, archive_params, build_archive
-from state_handoff import settings
+from switchyard.state_handoff import settings
 
 PIPELINE = "demo"
 GOAL = 0.10  # the new day at most this share of a full backfill
@@ -62,8 +62,8 @@ def _same_state(spark, left: str, right: str) -> dict:
 
 def _commits(tables) -> list[dict]:
     """BACKFILL_COMMITTED's details, in order: where each run's seconds went."""
-    from state_handoff import handoff_log
-    from state_handoff.lifecycle import Status
+    from switchyard.state_handoff import handoff_log
+    from switchyard.state_handoff.lifecycle import Status
 
     return [handoff_log.details(e) for e in handoff_log.entries(None, tables) if e.status == Status.BACKFILL_COMMITTED]
 
@@ -76,11 +76,11 @@ def steps(tables) -> list[dict]:
 
 def worker(argv: list[str]) -> dict:
     """Inside the fresh process: the four steps of the module docstring, timed."""
-    from deploy.spark import build_spark
-    from jobs.backfill import run_backfill
-    from state_handoff.io.archive_files import list_archive
-    from state_handoff.pipelines import get_pipeline
-    from state_handoff.tables import Tables
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.io.archive_files import list_archive
+    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.tables import Tables
 
     out_dir, archive = Path(argv[0]), Path(argv[1])
     pipeline = get_pipeline(PIPELINE)

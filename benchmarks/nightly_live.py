@@ -40,9 +40,9 @@ from benchmarks.burst_arm import current_handoff_id, offsets_behind, position_pa
 from benchmarks.harness import (ROOT, delete_topics, run_fresh, start_service, switchyard_command, terminate,
                                 worker_command)
 from benchmarks.nightly import PIPELINE, figures_of, report, steps, timed
-from state_handoff import handoff_log
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 LIVE, FULL = "live", "full"  # the two warehouses below --out-dir
 REQUESTED_BY = "benchmarks nightly --live"
@@ -53,12 +53,12 @@ REBASE_STEPS = (Status.REBASE_REQUESTED, Status.PAUSED, Status.BACKFILL_COMMITTE
 def worker(argv: list[str]) -> dict:
     """Step 1 in a fresh process (its own JVM): OUT_DIR BOOTSTRAP TOPIC, and the topic's end offsets before the
     night and after it (JSON)."""
-    from deploy.spark import build_spark
-    from jobs.archive import archive_cut, run_archive
-    from jobs.backfill import run_backfill
-    from state_handoff.handoff import run_handoff
-    from state_handoff.io.archive_files import list_archive
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.io.archive_files import list_archive
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     out_dir, bootstrap, topic, before, night = Path(argv[0]), *argv[1:]
     pipeline = get_pipeline(PIPELINE)
@@ -92,8 +92,8 @@ def worker(argv: list[str]) -> dict:
 
 def _produce(args, topic: str, events: int, days: int, seed: int, start) -> dict[int, int]:
     """`events` demo events over `days` days from `start`, appended to the topic; its end offsets after them."""
-    from jobs.inputs.generate import run_generate
-    from state_handoff.io.kafka_io import offset_bounds
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
 
     with open(os.devnull, "w") as quiet:
         run_generate(args.bootstrap, topic, events=events, keys=args.keys, partitions=args.partitions, days=days,
@@ -150,8 +150,8 @@ def _rebase(tables: Tables, bootstrap: str, day: str, stream_log: Path, timeout:
     """`day` backfilled under the live stream as the nightly job does it, and its figures: seconds from the request
     to SWITCHED, between the log entries on the way, the reconciliation, the cut against the archive's end, and the
     stream's own line on how the tiles were merged."""
-    from jobs.rebase import rebase_pipeline
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     logged = stream_log.stat().st_size
     new = rebase_pipeline(get_pipeline(PIPELINE), tables, bootstrap, "backfill", REQUESTED_BY, _no_session,
@@ -197,7 +197,7 @@ def _show(label: str, rebase: dict, step: dict) -> None:
 
 def run_live(args, argv: list[str]) -> int:
     """The steps of the module docstring, from this process (no JVM here); the verdict as nightly.py reports it."""
-    from jobs.inputs.generate import DEFAULT_START, MAX_JITTER_US
+    from switchyard.jobs.inputs.generate import DEFAULT_START, MAX_JITTER_US
 
     out_dir = Path(args.out_dir or ROOT / "bench-out" / "nightly-live" / f"{args.events}-{args.days}").resolve()
     shutil.rmtree(out_dir, ignore_errors=True)

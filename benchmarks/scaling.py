@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 from benchmarks.harness import pyplot, save_figure, write_json
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 ARMS = (("streaming_only", "A streaming-only", "#b0b0b0"), ("switchyard", "B switchyard", "#2a7ab9"),
         ("batch_only", "C batch-only", "#6fbf73"), ("batch_full", "C, every table", "#a9d8ab"))

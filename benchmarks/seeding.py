@@ -25,11 +25,11 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from benchmarks.harness import write_json
-from deploy.spark import build_spark
-from jobs.seed import EVENTS_SEEN
-from jobs.stream.keyed import keyed_input, merged_state
-from state_handoff.aggregates import event_aggregations, flatten_last, partial_columns
-from state_handoff.pipelines import get_pipeline
+from switchyard.deploy.spark import build_spark
+from switchyard.jobs.seed import EVENTS_SEEN
+from switchyard.jobs.stream.keyed import keyed_input, merged_state
+from switchyard.state_handoff.aggregates import event_aggregations, flatten_last, partial_columns
+from switchyard.state_handoff.pipelines import get_pipeline
 
 PIPELINE = get_pipeline("demo")
 

@@ -25,18 +25,18 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
-from state_handoff import handoff_log, settings
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.stream_layout import StreamPaths, read_json
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, settings
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths, read_json
+from switchyard.state_handoff.tables import Tables
 
 PIPELINE = get_pipeline("demo")
 
 
 def switched_pipeline(base: Path, bootstrap: str) -> None:
     """The latency scenario's small switched pipeline in `base`, then 200 events past the handoff on its topic."""
-    from state_handoff.io.kafka_io import produce
+    from switchyard.state_handoff.io.kafka_io import produce
 
     topic = f"start.{int(time.time())}"
     small_switched_pipeline(Tables(str(base), PIPELINE.name), bootstrap, topic, out=lambda *_: None)

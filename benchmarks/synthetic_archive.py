@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from jobs.inputs.generate import KINDS
+from switchyard.jobs.inputs.generate import KINDS
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 MAX_JITTER_S = 300
@@ -108,8 +108,8 @@ def _file_ranges(spark, archive: Path) -> dict[str, dict[str, list[int]]]:
 
 
 def build_archive(archive: Path, params: dict) -> dict:
-    from deploy.spark import build_spark
-    from state_handoff.io.archive_files import write_archive_meta
+    from switchyard.deploy.spark import build_spark
+    from switchyard.state_handoff.io.archive_files import write_archive_meta
 
     started = time.monotonic()
     spark = build_spark("bench-archive")

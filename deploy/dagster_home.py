@@ -5,7 +5,7 @@ its SQLite storage and stamps the schema's version. Two doing it at once stamp i
 fails with alembic's "Version table 'alembic_version' has more than one head present" (the webserver and the
 daemon started together on a fresh home do just that). So one process opens the home first, alone: this one.
 
-    python -m deploy.dagster_home [DAGSTER_HOME]
+    python -m switchyard.deploy.dagster_home [DAGSTER_HOME]
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from deploy.paths import PROJECT_ROOT
+from switchyard.deploy.paths import PROJECT_ROOT
 
 INSTANCE_YAML = PROJECT_ROOT / "deploy" / "dagster.yaml"
 

@@ -11,7 +11,7 @@ export SWITCHYARD_WAREHOUSE; SWITCHYARD_WAREHOUSE=$(realpath -m "${SWITCHYARD_WA
 PORT="${DAGSTER_PORT:-3000}"
 
 # the instance's storage made by one process before the two that share it start (deploy/dagster_home.py)
-.venv/bin/python -m deploy.dagster_home "$DAGSTER_HOME"
+.venv/bin/python -m switchyard.deploy.dagster_home "$DAGSTER_HOME"
 
 .venv/bin/dagster-daemon run -w workspace.yaml &
 daemon=$!

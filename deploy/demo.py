@@ -13,7 +13,7 @@
 `--live` (`make demo-live`) leaves the stream and the producer running; `--stop` (`make stop`) stops them.
 
 The demo drives the system from outside, as an operator would: `switchyard` commands and Dagster runs
-(`python -m orchestration.run`) in processes of their own; it only reads the pipeline's handoff log, lease and
+(`python -m switchyard.orchestration.run`) in processes of their own; it only reads the pipeline's handoff log, lease and
 status to follow along.
 """
 
@@ -29,13 +29,13 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from deploy.dagster_home import default_home as default_dagster_home
-from deploy.dagster_home import prepare as prepare_dagster_home
-from deploy.paths import PROJECT_ROOT, runtime_home
-from state_handoff import handoff_log, lease, settings
-from state_handoff.errors import UserError
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.deploy.dagster_home import default_home as default_dagster_home
+from switchyard.deploy.dagster_home import prepare as prepare_dagster_home
+from switchyard.deploy.paths import PROJECT_ROOT, runtime_home
+from switchyard.state_handoff import handoff_log, lease, settings
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 PIPELINE = "demo"
 TOPIC_PREFIX = "demo.events."
@@ -73,12 +73,12 @@ class Demo:
 
     def dagster(self, job: str, *args: str) -> None:
         """A run of `job` in the Dagster instance (orchestration/run.py), in a process of its own."""
-        self.run(sys.executable, "-m", "orchestration.run", "--pipeline", PIPELINE, "--job", job, *args)
+        self.run(sys.executable, "-m", "switchyard.orchestration.run", "--pipeline", PIPELINE, "--job", job, *args)
 
     # ------------------------------------------------------------ the phases
 
     def history(self) -> tuple[str, dict[int, int], str, str]:
-        from state_handoff.io.kafka_io import offset_bounds
+        from switchyard.state_handoff.io.kafka_io import offset_bounds
 
         _delete_old_topics(self.bootstrap)
         shutil.rmtree(Path(self.warehouse) / PIPELINE, ignore_errors=True)
@@ -126,7 +126,7 @@ class Demo:
         raise UserError(f"no {status} from the stream within {timeout:.0f}s: see `switchyard status`")
 
     def watch_live(self) -> None:
-        from state_handoff.status import pipeline_status
+        from switchyard.state_handoff.status import pipeline_status
 
         until = time.monotonic() + self.live_seconds
         while time.monotonic() < until:
@@ -156,7 +156,7 @@ def _shown(command: tuple[str, ...]) -> str:
 
 
 def _delete_old_topics(bootstrap: str) -> None:
-    from state_handoff.io.kafka_io import admin_client
+    from switchyard.state_handoff.io.kafka_io import admin_client
 
     with admin_client(bootstrap) as admin:
         old = [t for t in admin.list_topics() if t.startswith(TOPIC_PREFIX)]
@@ -224,7 +224,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m deploy.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m switchyard.deploy.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--live", action="store_true", help="leave the stream and the producer running")
     parser.add_argument("--stop", action="store_true", help="stop what --live left running")
     parser.add_argument("--rate", type=float, default=20.0, help="live events per second (default 20)")

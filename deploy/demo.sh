@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SWITCHYARD_WAREHOUSE; SWITCHYARD_WAREHOUSE=$(realpath -m "${SWITCHYARD_WAREHOUSE:-warehouse}")
-exec .venv/bin/python -m deploy.demo "$@"
+exec .venv/bin/python -m switchyard.deploy.demo "$@"

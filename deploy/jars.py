@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from deploy.paths import jar_dir
-from state_handoff.errors import UserError
+from switchyard.deploy.paths import jar_dir
+from switchyard.state_handoff.errors import UserError
 
 _VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
 

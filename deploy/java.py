@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 MIN_JAVA = 17
 

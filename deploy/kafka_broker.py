@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import local_server
-from deploy.jars import kafka_classpath
-from deploy.java import check_java
-from deploy.local_server import HOST
-from deploy.paths import kafka_home
-from state_handoff.errors import UserError
-from state_handoff.io import kafka_security
+from switchyard.deploy import local_server
+from switchyard.deploy.jars import kafka_classpath
+from switchyard.deploy.java import check_java
+from switchyard.deploy.local_server import HOST
+from switchyard.deploy.paths import kafka_home
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import kafka_security
 
 HEAP = "512m"
 START_TIMEOUT_S = 90

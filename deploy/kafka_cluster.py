@@ -7,12 +7,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import kafka_broker, local_server
-from deploy.java import check_java
-from deploy.local_server import HOST
-from deploy.paths import kafka_cluster_home
-from state_handoff.errors import UserError
-from state_handoff.io import kafka_security
+from switchyard.deploy import kafka_broker, local_server
+from switchyard.deploy.java import check_java
+from switchyard.deploy.local_server import HOST
+from switchyard.deploy.paths import kafka_cluster_home
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import kafka_security
 
 NODE_HEAP = "256m"
 NODE_MIN_HEAP = "64m"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 HOST = "127.0.0.1"
 

@@ -16,13 +16,13 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import local_server
-from deploy.jars import objectstore_classpath
-from deploy.java import check_java
-from deploy.local_server import HOST
-from deploy.paths import objectstore_home
-from state_handoff import settings
-from state_handoff.errors import UserError
+from switchyard.deploy import local_server
+from switchyard.deploy.jars import objectstore_classpath
+from switchyard.deploy.java import check_java
+from switchyard.deploy.local_server import HOST
+from switchyard.deploy.paths import objectstore_home
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
 
 BUCKET = "switchyard"
 HEAP_ENV = "SWITCHYARD_OBJECTSTORE_HEAP"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from state_handoff import settings
+from switchyard.state_handoff import settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,17 +10,24 @@ import time
 import zipfile
 from pathlib import Path
 
-from deploy.paths import PROJECT_ROOT, shipped_code_dir
+from switchyard.deploy.paths import PROJECT_ROOT, shipped_code_dir
 
-# What executor-side code may import: the transforms and the aggregate algebra (jobs -> state_handoff), and deploy,
-# which jobs import. orchestration/ (Dagster definitions) only ever runs on the driver.
-PACKAGES = ("state_handoff", "jobs", "deploy")
+# What executor-side code may import: the transforms and the aggregate algebra (jobs -> state_handoff), deploy,
+# which jobs import, and the `switchyard` package they live in. orchestration/ (Dagster definitions) only ever runs
+# on the driver.
+PACKAGES = ("switchyard", "state_handoff", "jobs", "deploy")
 KEEP_OLD_ZIPS_S = 24 * 3600
 
 
 def _sources() -> list[Path]:
     return sorted(p for package in PACKAGES for p in (PROJECT_ROOT / package).rglob("*.py")
                   if "__pycache__" not in p.parts)
+
+
+def _name_in_zip(path: Path) -> str:
+    """Where a source lies in the installed layout: switchyard/jobs/cli.py for jobs/cli.py."""
+    relative = path.relative_to(PROJECT_ROOT)
+    return str(relative if relative.parts[0] == "switchyard" else Path("switchyard", relative))
 
 
 def project_zip() -> Path:
@@ -37,7 +44,7 @@ def project_zip() -> Path:
     partial = target.with_suffix(f".{os.getpid()}.partial")
     with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sources:
-            archive.write(path, str(path.relative_to(PROJECT_ROOT)))
+            archive.write(path, _name_in_zip(path))
     os.replace(partial, target)
     # A running driver may still serve an older zip to executors it adds later: remove only old ones.
     for old in folder.glob("switchyard-*.zip"):

@@ -7,11 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-from deploy import spark_cds
-from deploy.jars import spark_extra_jars
-from deploy.java import check_java
-from deploy.shipped_code import ship_project_code
-from state_handoff import settings
+from switchyard.deploy import spark_cds
+from switchyard.deploy.jars import spark_extra_jars
+from switchyard.deploy.java import check_java
+from switchyard.deploy.shipped_code import ship_project_code
+from switchyard.state_handoff import settings
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -74,7 +74,7 @@ def object_store_conf() -> dict:
     """S3A for s3a:// warehouses: credentials only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     read by the SDK's environment provider, on executors too), and with SWITCHYARD_S3_ENDPOINT an S3-compatible
     store addressed path-style, over plain HTTP when the endpoint says http. Inert while no path is s3a://."""
-    from state_handoff.io.storage import s3_endpoint, s3_region
+    from switchyard.state_handoff.io.storage import s3_endpoint, s3_region
 
     conf = {
         "spark.hadoop.fs.s3a.aws.credentials.provider":

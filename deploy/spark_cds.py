@@ -13,10 +13,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from deploy.jars import spark_extra_jars
-from deploy.java import java_executable
-from deploy.paths import jar_dir
-from state_handoff import settings
+from switchyard.deploy.jars import spark_extra_jars
+from switchyard.deploy.java import java_executable
+from switchyard.deploy.paths import jar_dir
+from switchyard.state_handoff import settings
 
 ENV = "SWITCHYARD_SPARK_CDS"  # false (or 0) starts drivers without the archive
 

@@ -1,7 +1,7 @@
 """Makes the Spark driver's class archive (deploy/spark_cds.py) once, at setup: a driver built by the one session
 builder runs a small switchyard workload and writes the classes it loaded as it exits.
 
-    python -m deploy.spark_cds_build     # deploy/setup.sh runs it; idempotent
+    python -m switchyard.deploy.spark_cds_build     # deploy/setup.sh runs it; idempotent
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.paths import PROJECT_ROOT
-from deploy.spark import build_spark
-from deploy.spark_cds import ENV, archive_path
-from state_handoff import settings
+from switchyard.deploy.paths import PROJECT_ROOT
+from switchyard.deploy.spark import build_spark
+from switchyard.deploy.spark_cds import ENV, archive_path
+from switchyard.state_handoff import settings
 
 
 def _workload(spark) -> None:
@@ -83,7 +83,7 @@ def main() -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.parent / "build.log"
     with open(log, "w") as out:
-        built = subprocess.run([sys.executable, "-c", "from deploy.spark_cds_build import build; build()"],
+        built = subprocess.run([sys.executable, "-c", "from switchyard.deploy.spark_cds_build import build; build()"],
                                cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT)
     if built.returncode != 0:
         print(log.read_text()[-3000:], file=sys.stderr)

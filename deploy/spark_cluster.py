@@ -11,11 +11,11 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy import local_server
-from deploy.java import check_java
-from deploy.local_server import HOST
-from deploy.paths import spark_cluster_home
-from state_handoff.errors import UserError
+from switchyard.deploy import local_server
+from switchyard.deploy.java import check_java
+from switchyard.deploy.local_server import HOST
+from switchyard.deploy.paths import spark_cluster_home
+from switchyard.state_handoff.errors import UserError
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"

@@ -29,13 +29,13 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from jobs.archive import prepare, write_and_commit
-from state_handoff.errors import UserError
-from state_handoff.io import kafka_io, storage
-from state_handoff.lease import Lease
-from state_handoff.parsing import parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import prepare, write_and_commit
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import kafka_io, storage
+from switchyard.state_handoff.lease import Lease
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+)\.(?P<format>json|parquet)$")
 

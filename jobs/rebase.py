@@ -37,25 +37,25 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import SORT, state_from_partials, tiles_from_events
-from jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range, verify_archive
-from jobs.backfill.reconciliation import described
-from jobs.delta_txn import TxnApp
-from jobs.sinks import EventsSink, mark_overlap
-from state_handoff import faults, handoff_log, kafka_retention, lease, stream_progress
-from state_handoff.aggregates import partial_columns
-from state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
+from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
+from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range, verify_archive
+from switchyard.jobs.backfill.reconciliation import described
+from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.sinks import EventsSink, mark_overlap
+from switchyard.state_handoff import faults, handoff_log, kafka_retention, lease, stream_progress
+from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                        last_committed_batch, last_planned_batch, planned_end_offsets)
-from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff, current_handoff, from_entry
-from state_handoff.io import storage
-from state_handoff.io.archive_files import archive_meta, list_archive
-from state_handoff.io.kafka_io import latest_offsets, offset_bounds
-from state_handoff.lifecycle import Status
-from state_handoff.parsing import parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import StreamPaths
-from state_handoff.tables import Tables
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
+from switchyard.state_handoff.io.kafka_io import latest_offsets, offset_bounds
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.tables import Tables
 
 CUT = "cut"
 

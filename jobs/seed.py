@@ -11,15 +11,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from jobs.sinks import ensure_tables
-from state_handoff import faults
-from state_handoff.aggregates import partial_columns
-from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff
-from state_handoff.io import storage
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import StreamPaths
-from state_handoff.tables import Tables
+from switchyard.jobs.sinks import ensure_tables
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import Handoff
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.tables import Tables
 
 # Events a keyed row carries: 0 in the seed, 1 for each stream input, so the merged state tells seed-only keys apart.
 EVENTS_SEEN = "stream_events"

@@ -19,17 +19,17 @@ from datetime import datetime, timezone
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from jobs.aggregation import tile_start, window_end, window_starts
-from jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
-from state_handoff import faults, stream_progress
-from state_handoff.aggregates import (event_aggregations, flatten_last, merge_into_sql, sketch_columns,
+from switchyard.jobs.aggregation import tile_start, window_end, window_starts
+from switchyard.jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
+from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff.aggregates import (event_aggregations, flatten_last, merge_into_sql, sketch_columns,
                                       union_sketches)
-from state_handoff.checkpoints import batch_end_offsets
-from state_handoff.handoff import Handoff, Overlap, record_identity
-from state_handoff.io import delta_upkeep, fencing, storage
-from state_handoff.parsing import dead_letter_value
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.state_handoff.checkpoints import batch_end_offsets
+from switchyard.state_handoff.handoff import Handoff, Overlap, record_identity
+from switchyard.state_handoff.io import delta_upkeep, fencing, storage
+from switchyard.state_handoff.parsing import dead_letter_value
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 SKIPPED_OVERLAP = "skipped_overlap"
 # A batch's bad records (dead letters and late rows) whose values hold at most this many bytes are collected and

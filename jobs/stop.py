@@ -8,11 +8,11 @@ import socket
 import time
 import uuid
 
-from state_handoff import handoff_log, lease
-from state_handoff.clock import utc_now
-from state_handoff.errors import UserError
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 
 def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_by: str = "switchyard stop"):

@@ -15,12 +15,12 @@ __all__ = ["PipelineDeployment", "SwitchyardComponent", "SwitchyardTranslator", 
 def __getattr__(name: str):
     """The public names, imported on first use (the factory imports Spark and Great Expectations)."""
     if name == "switchyard_definitions":
-        from orchestration.factory import switchyard_definitions
+        from switchyard.orchestration.factory import switchyard_definitions
         return switchyard_definitions
     if name in ("PipelineDeployment", "SwitchyardTranslator"):
-        from orchestration import scope
+        from switchyard.orchestration import scope
         return getattr(scope, name)
     if name == "SwitchyardComponent":
-        from orchestration.component import SwitchyardComponent
+        from switchyard.orchestration.component import SwitchyardComponent
         return SwitchyardComponent
     raise AttributeError(f"module 'orchestration' has no attribute {name!r}")

@@ -8,17 +8,17 @@ from datetime import datetime, timedelta
 import dagster as dg
 from pydantic import Field
 
-from jobs.backfill import backfill_tiles, commit_state
-from orchestration.errors import user_errors_as_failures
-from orchestration.partitions import days_of
-from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
-from orchestration.scope import Scope
-from orchestration.stream_launch import StreamConfig, launch_and_watch
-from state_handoff import handoff_log, lease, pipeline_settings
-from state_handoff.clock import as_utc
-from state_handoff.handoff import current_handoff, run_handoff
-from state_handoff.io.archive_files import archive_meta, list_archive
-from state_handoff.lifecycle import Status
+from switchyard.jobs.backfill import backfill_tiles, commit_state
+from switchyard.orchestration.errors import user_errors_as_failures
+from switchyard.orchestration.partitions import days_of
+from switchyard.orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from switchyard.orchestration.scope import Scope
+from switchyard.orchestration.stream_launch import StreamConfig, launch_and_watch
+from switchyard.state_handoff import handoff_log, lease, pipeline_settings
+from switchyard.state_handoff.clock import as_utc
+from switchyard.state_handoff.handoff import current_handoff, run_handoff
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
+from switchyard.state_handoff.lifecycle import Status
 
 # Each asset that writes holds the pipeline's lease under its own name, as the CLI's commands do: a second actor
 # (a CLI stream, another run) is refused in one line naming the owner, before anything is written.
@@ -91,7 +91,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
              accept_differences: bool) -> dg.MaterializeResult:
     """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
     resumes), else in this run; the live tables are never overwritten under a stream."""
-    from jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase import rebase_pipeline
 
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster backfill", adopt=False)

@@ -9,21 +9,21 @@ import great_expectations as gx
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import TILE_START
-from jobs.backfill import newest_archived_event_time, read_archive
-from orchestration.expectations import check_result, run_suite
-from orchestration.partitions import days_of
-from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration.scope import Scope
-from orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
-from state_handoff import kafka_retention
-from state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
-from state_handoff.errors import UserError
-from state_handoff.handoff import current_handoff
-from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
-from state_handoff.io.kafka_io import offset_bounds
-from state_handoff.spec import Aggregation, Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.aggregation import TILE_START
+from switchyard.jobs.backfill import newest_archived_event_time, read_archive
+from switchyard.orchestration.expectations import check_result, run_suite
+from switchyard.orchestration.partitions import days_of
+from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from switchyard.orchestration.scope import Scope
+from switchyard.orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
+from switchyard.state_handoff import kafka_retention
+from switchyard.state_handoff.aggregates import LAST_BY_TIME, WINDOW_PREFIX
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import current_handoff
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, unreadable
+from switchyard.state_handoff.io.kafka_io import offset_bounds
+from switchyard.state_handoff.spec import Aggregation, Pipeline
+from switchyard.state_handoff.tables import Tables
 
 
 def _counts_at_least_one(aggregations: tuple[Aggregation, ...], prefix: str = "") -> list:

@@ -1,7 +1,7 @@
 """`SwitchyardComponent`: the factory as a Dagster Component, declared in a project's `defs` folder in YAML:
 
     # <project>/defs/switchyard/defs.yaml
-    type: orchestration.component.SwitchyardComponent
+    type: switchyard.SwitchyardComponent
     attributes:
       pipelines:
         - pipeline: orders
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.scope import DEFAULT_BACKFILL_CRON, PipelineDeployment
+from switchyard.orchestration.scope import DEFAULT_BACKFILL_CRON, PipelineDeployment
 
 
 class PipelineModel(dg.Model):
@@ -42,8 +42,8 @@ class SwitchyardComponent(dg.Component, dg.Model, dg.Resolvable):
     environment: str | None = None
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        from orchestration.factory import switchyard_definitions
-        from orchestration.resources import resources_for
+        from switchyard.orchestration.factory import switchyard_definitions
+        from switchyard.orchestration.resources import resources_for
 
         resources = resources_for(self.environment)
         if self.warehouse:

@@ -1,9 +1,9 @@
 """The shipped code location: the `demo` pipeline and the `kinds` example side by side, each with its own
 asset group, partitions, schedule, sensor, checks and steering jobs; resources from the SWITCHYARD_* settings."""
 
-from orchestration.factory import switchyard_definitions
-from orchestration.scope import PipelineDeployment
-from state_handoff import settings
+from switchyard.orchestration.factory import switchyard_definitions
+from switchyard.orchestration.scope import PipelineDeployment
+from switchyard.state_handoff import settings
 
 # The shipped pipelines' calendars start at SWITCHYARD_FIRST_DAY; the demo archives recent days.
 FIRST_DAY = settings.value("SWITCHYARD_FIRST_DAY")

@@ -4,7 +4,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 
 @contextmanager

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from orchestration import assets, checks, jobs, schedules, sensors
-from orchestration.resources import resources_for
-from orchestration.scope import PipelineDeployment, Scope, SwitchyardTranslator
-from state_handoff.errors import UserError
+from switchyard.orchestration import assets, checks, jobs, schedules, sensors
+from switchyard.orchestration.resources import resources_for
+from switchyard.orchestration.scope import PipelineDeployment, Scope, SwitchyardTranslator
+from switchyard.state_handoff.errors import UserError
 
 
 def pipeline_definitions(scope: Scope) -> dg.Definitions:

@@ -5,14 +5,14 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from orchestration.errors import user_errors_as_failures
-from orchestration.resources import KafkaResource, SparkResource, WarehouseResource
-from orchestration.scope import Scope
+from switchyard.orchestration.errors import user_errors_as_failures
+from switchyard.orchestration.resources import KafkaResource, SparkResource, WarehouseResource
+from switchyard.orchestration.scope import Scope
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
-from orchestration.stream_health import is_observed, transition_metadata
-from state_handoff import handoff_log, pipeline_settings
+from switchyard.orchestration.stream_health import is_observed, transition_metadata
+from switchyard.state_handoff import handoff_log, pipeline_settings
 
 
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
@@ -36,7 +36,7 @@ class RebaseConfig(dg.Config):
 
 def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
             kafka: KafkaResource, warehouse: WarehouseResource) -> None:
-    from jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase import rebase_pipeline
 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
@@ -49,7 +49,7 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
 
 
 def _stop(context: dg.OpExecutionContext, scope: Scope, warehouse: WarehouseResource) -> None:
-    from jobs.stop import stop_stream
+    from switchyard.jobs.stop import stop_stream
 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)

@@ -10,17 +10,17 @@ import os
 
 import dagster as dg
 
-from state_handoff import settings
+from switchyard.state_handoff import settings
 
 
 class SparkResource(dg.ConfigurableResource):
-    """The run's SparkSession, built by `deploy.spark` (Delta, local jars, UTC) with a profile."""
+    """The run's SparkSession, built by `switchyard.deploy.spark` (Delta, local jars, UTC) with a profile."""
 
     profile: str = "default"
     master: str | None = None  # None: SWITCHYARD_SPARK_MASTER, else local[*]
 
     def session(self):
-        from deploy.spark import build_spark
+        from switchyard.deploy.spark import build_spark
 
         return build_spark("switchyard-dagster", profile=self.profile,
                            extra_conf={"spark.master": self.master} if self.master else None)
@@ -44,7 +44,7 @@ class KafkaResource(dg.ConfigurableResource):
     ssl_cafile: str | None = None
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        from state_handoff.io import kafka_security
+        from switchyard.state_handoff.io import kafka_security
 
         _apply({"SWITCHYARD_KAFKA_SECURITY_PROTOCOL": self.security_protocol,
                 "SWITCHYARD_KAFKA_SASL_MECHANISM": self.sasl_mechanism,

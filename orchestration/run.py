@@ -1,7 +1,7 @@
 """Run a job of the switchyard code location in the Dagster instance at $DAGSTER_HOME (the one `make ui` shows),
 through Dagster's Python API, over a range of daily partitions:
 
-    python -m orchestration.run --pipeline demo --job backfill_then_stream --from DAY --to DAY
+    python -m switchyard.orchestration.run --pipeline demo --job backfill_then_stream --from DAY --to DAY
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from state_handoff import settings
-from state_handoff.errors import UserError
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
 
 RANGE_START, RANGE_END = "dagster/asset_partition_range_start", "dagster/asset_partition_range_end"
 JOBS = ("backfill_then_stream", "backfill_days", "rebase_stream", "stop_stream")
@@ -21,8 +21,8 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
     succeeded. `stream_config` configures the job's stream asset."""
     import dagster as dg
 
-    from orchestration.definitions import defs
-    from orchestration.scope import SwitchyardTranslator
+    from switchyard.orchestration.definitions import defs
+    from switchyard.orchestration.scope import SwitchyardTranslator
 
     names = SwitchyardTranslator()  # the shipped code location's
     try:
@@ -50,7 +50,7 @@ def run_job(pipeline: str, job: str, first: str | None, last: str | None, stream
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestration.run", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m switchyard.orchestration.run", description=__doc__.splitlines()[0])
     parser.add_argument("--pipeline", default=settings.value("SWITCHYARD_PIPELINE") or "demo",
                         help="the pipeline whose job runs (default: SWITCHYARD_PIPELINE, else demo)")
     parser.add_argument("--job", required=True, choices=JOBS)

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import dagster as dg
 
-from orchestration.scope import Scope
+from switchyard.orchestration.scope import Scope
 
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition

@@ -10,10 +10,10 @@ from functools import cached_property
 
 import dagster as dg
 
-from state_handoff.errors import UserError
-from state_handoff.pipelines import get_pipeline
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 DEFAULT_BACKFILL_CRON = "30 0 * * *"
 

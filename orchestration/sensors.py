@@ -5,12 +5,12 @@ import time
 
 import dagster as dg
 
-from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
-from orchestration.scope import Scope
-from orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed,
+from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
+from switchyard.orchestration.scope import Scope
+from switchyard.orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed,
                                          problem, progress_from, sample_latency, transition_metadata, verdicts)
-from state_handoff import handoff_log
-from state_handoff.lease import stream_running
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.lease import stream_running
 
 
 def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: WarehouseResource, kafka: KafkaResource,

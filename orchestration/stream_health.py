@@ -7,13 +7,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from state_handoff import handoff_log, lifecycle
-from state_handoff.clock import as_utc
-from state_handoff.lease import stream_running
-from state_handoff.lifecycle import Status
-from state_handoff.stream_layout import read_json, stream_dir
-from state_handoff.tables import Tables
-from state_handoff.update_latency import UpdateLatency
+from switchyard.state_handoff import handoff_log, lifecycle
+from switchyard.state_handoff.clock import as_utc
+from switchyard.state_handoff.lease import stream_running
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.tables import Tables
+from switchyard.state_handoff.update_latency import UpdateLatency
 
 # A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
 # demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.
@@ -126,7 +126,7 @@ def reported_progress(phase: str, progress: dict, update_latency: dict | None) -
 def sample_latency(progress: Progress, bootstrap: str, pipeline) -> Progress:
     """The progress with the update latency sampled from Kafka, while a stream runs; a broker out of reach leaves
     it unknown (the lag figures already say so)."""
-    from state_handoff.update_latency import sample
+    from switchyard.state_handoff.update_latency import sample
 
     if progress.topic and progress.process_alive:
         try:

@@ -16,14 +16,14 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
-from jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
-from orchestration.stream_health import is_observed, reported_progress, transition_metadata
-from state_handoff import handoff_log
-from state_handoff.handoff import Handoff
-from state_handoff.handoff_log import LogEntry
-from state_handoff.io import storage
-from state_handoff.stream_layout import stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
+from switchyard.orchestration.stream_health import is_observed, reported_progress, transition_metadata
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.handoff import Handoff
+from switchyard.state_handoff.handoff_log import LogEntry
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.tables import Tables
 
 
 class StreamConfig(dg.Config):
@@ -40,7 +40,7 @@ class StreamConfig(dg.Config):
 
 
 def command(config: StreamConfig, tables: Tables, bootstrap: str) -> list[str]:
-    cmd = [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", tables.pipeline,
+    cmd = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", tables.pipeline,
            "--warehouse", os.path.abspath(tables.warehouse) if "://" not in tables.warehouse else tables.warehouse,
            "--bootstrap", bootstrap, "--caught-up-lag", str(config.caught_up_lag),
            "--max-offsets-per-trigger", str(config.max_offsets_per_trigger)]
@@ -58,7 +58,7 @@ def process_log(tables: Tables, handoff_id: str) -> Path:
     runtime folder when the warehouse is on an object store, which cannot append to a file."""
     folder = stream_dir(tables, handoff_id)
     if storage.is_object_store(folder):
-        from deploy.paths import runtime_home
+        from switchyard.deploy.paths import runtime_home
 
         return runtime_home() / "stream-logs" / tables.pipeline / handoff_id / "process.log"
     return Path(folder) / "process.log"

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from state_handoff.spec import Aggregation, Pipeline
+from switchyard.state_handoff.spec import Aggregation, Pipeline
 
 LAST_BY_TIME = "last_by_time"
 LAST_BY_ID = "last_by_event_id"

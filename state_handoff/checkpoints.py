@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from state_handoff.errors import UserError
-from state_handoff.io import storage
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import storage
 
 
 def _batch_ids(checkpoint: str, log: str) -> list[int]:

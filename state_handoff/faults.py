@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import signal
 
-from state_handoff import settings
-from state_handoff.crash_points import POINTS  # noqa: F401 (the names, for callers of faults)
-from state_handoff.errors import UserError
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.crash_points import POINTS  # noqa: F401 (the names, for callers of faults)
+from switchyard.state_handoff.errors import UserError
 
 ENV = "SWITCHYARD_FAULT"
 

@@ -14,17 +14,17 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff import faults, handoff_log
-from state_handoff.clock import as_utc, naive_utc
-from state_handoff.errors import UserError
-from state_handoff.handoff_log import LogEntry
-from state_handoff.io.archive_files import archive_meta, list_archive, unreadable
-from state_handoff.io.kafka_io import consumer, offset_bounds
-from state_handoff.lifecycle import Status
-from state_handoff.parsing import parse_events, within
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import stream_dir
-from state_handoff.tables import Tables
+from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff.clock import as_utc, naive_utc
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff_log import LogEntry
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, unreadable
+from switchyard.state_handoff.io.kafka_io import consumer, offset_bounds
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.parsing import parse_events, within
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.tables import Tables
 
 OFFSETS = "offsets"
 TIME = "time"

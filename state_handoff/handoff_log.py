@@ -26,12 +26,12 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from state_handoff.io import fencing
-from state_handoff.clock import as_utc, naive_utc, utc_now
-from state_handoff.io import delta_cas, delta_upkeep
-from state_handoff.io.storage import delta_options
-from state_handoff.lifecycle import Status, check_transition
-from state_handoff.tables import Tables
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.clock import as_utc, naive_utc, utc_now
+from switchyard.state_handoff.io import delta_cas, delta_upkeep
+from switchyard.state_handoff.io.storage import delta_options
+from switchyard.state_handoff.lifecycle import Status, check_transition
+from switchyard.state_handoff.tables import Tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

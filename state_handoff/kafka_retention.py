@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from state_handoff.io.archive_files import archive_meta
-from state_handoff.io.kafka_io import offset_bounds
-from state_handoff.tables import Tables
+from switchyard.state_handoff.io.archive_files import archive_meta
+from switchyard.state_handoff.io.kafka_io import offset_bounds
+from switchyard.state_handoff.tables import Tables
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ the recomputed state replaced it), so that version stays until the new handoff's
 
 from __future__ import annotations
 
-from state_handoff import handoff_log
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 
 def kept_state_versions(tables: Tables) -> list[int]:

@@ -37,14 +37,14 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from state_handoff import settings
-from state_handoff.clock import as_utc, utc_now
-from state_handoff.errors import Failed, UserError
-from state_handoff.io import fencing
-from state_handoff.io.archive_files import record_uri
-from state_handoff.io.delta_cas import commit_next, open_or_create, read
-from state_handoff.io.storage import delta_options
-from state_handoff.tables import Tables
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.clock import as_utc, utc_now
+from switchyard.state_handoff.errors import Failed, UserError
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.io.archive_files import record_uri
+from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read
+from switchyard.state_handoff.io.storage import delta_options
+from switchyard.state_handoff.tables import Tables
 
 ARCHIVE = "switchyard archive"
 BACKFILL = "switchyard backfill"

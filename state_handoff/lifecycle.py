@@ -49,7 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from state_handoff.errors import Failed
+from switchyard.state_handoff.errors import Failed
 
 
 class Status(StrEnum):

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from state_handoff import handoff_log, stream_progress
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_io import offset_bounds
-from state_handoff.lifecycle import Status, has_switched
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_io import offset_bounds
+from switchyard.state_handoff.lifecycle import Status, has_switched
+from switchyard.state_handoff.tables import Tables
 
 if TYPE_CHECKING:  # the handoff module brings Spark's API; `status` reads lost ranges here without it
-    from state_handoff.handoff import Handoff
+    from switchyard.state_handoff.handoff import Handoff
 
 COMMAND = "switchyard handoff --pipeline {pipeline} --restart-from-retained"
 LOST = "lost"  # the details key: per partition, the offsets [from, to) no phase read
@@ -47,7 +47,7 @@ def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:
     """Commit a new handoff over the current one's backfilled state, starting where Kafka's retention begins on
     each partition whose start offset it deleted; the deleted ranges are recorded as lost. Only a handoff whose
     stream never ran a batch: once it has, its state has moved past the backfill's."""
-    from state_handoff.handoff import OFFSETS, current_handoff, from_entry
+    from switchyard.state_handoff.handoff import OFFSETS, current_handoff, from_entry
 
     current = current_handoff(None, tables)
     if current is None:

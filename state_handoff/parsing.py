@@ -9,8 +9,8 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
-from state_handoff.spec import AVRO_TIMESTAMPS, Pipeline
+from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
+from switchyard.state_handoff.spec import AVRO_TIMESTAMPS, Pipeline
 
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # ISO-8601 with an explicit UTC designator or offset; anything else is malformed, however lenient Spark's cast.

@@ -28,14 +28,14 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from state_handoff import settings
-from state_handoff.clock import utc_now
-from state_handoff.errors import Failed, UserError
-from state_handoff.io import storage
-from state_handoff.io.delta_cas import commit_next, open_or_create, read
-from state_handoff.io.storage import delta_options
-from state_handoff.record_limits import MAX_RECORD_BYTES_ENV
-from state_handoff.tables import Tables
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.errors import Failed, UserError
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read
+from switchyard.state_handoff.io.storage import delta_options
+from switchyard.state_handoff.record_limits import MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.tables import Tables
 
 PIPELINE_WIDE = (MAX_RECORD_BYTES_ENV,)
 COMMIT_ATTEMPTS = 20

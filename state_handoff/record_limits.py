@@ -3,7 +3,7 @@ larger than it is dead-lettered as TOO_LARGE (well-formed or not) with its size 
 
 from __future__ import annotations
 
-from state_handoff import settings
+from switchyard.state_handoff import settings
 
 # The dead-letter reason. No event is that large; parsing or collecting one costs memory the rest of a batch needs.
 TOO_LARGE = "too_large"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 PREFIX = "SWITCHYARD_"
@@ -92,7 +92,7 @@ def _url(text: str) -> str:
 
 
 def _crash_point(text: str) -> tuple[str, int]:
-    from state_handoff.crash_points import POINTS
+    from switchyard.state_handoff.crash_points import POINTS
 
     point, _, nth = text.partition(":")
     if point not in POINTS:
@@ -155,7 +155,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_PIPELINE", None, "the pipeline `--pipeline` names when not given (the CLI and "
-            "`python -m orchestration.run`, default `demo` there)"),
+            "`python -m switchyard.orchestration.run`, default `demo` there)"),
     Setting("SWITCHYARD_WAREHOUSE", "./warehouse", "the warehouse: a directory or an `s3a://` URL"),
     Setting("SWITCHYARD_BOOTSTRAP", "127.0.0.1:9092", "Kafka's bootstrap servers"),
     Setting("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT", "the security protocol of every Kafka client and "

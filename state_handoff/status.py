@@ -3,13 +3,13 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from state_handoff import handoff_log, lease, lifecycle, stream_progress
-from state_handoff.clock import utc_now
-from state_handoff.io import storage
-from state_handoff.lifecycle import Status
-from state_handoff.lost_offsets import lost_ranges
-from state_handoff.stream_layout import read_json, stream_dir
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, lease, lifecycle, stream_progress
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.lost_offsets import lost_ranges
+from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.tables import Tables
 
 
 def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
@@ -57,7 +57,7 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
 def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:
     """Per partition, the archive's cut minus Kafka's earliest retained offset (negative: retention has passed the
     cut, and no rebase can recompute the records in between), and the partitions where it has."""
-    from state_handoff import kafka_retention
+    from switchyard.state_handoff import kafka_retention
 
     if not storage.exists(tables.archive):
         return
@@ -111,10 +111,10 @@ def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: 
     """With no stream running: latest (last stable) offsets minus where the events query's last committed batch
     ended (its records read, past the start, when its checkpoint says nothing: counts that miss a transaction's
     markers and aborted records, which take offsets no reader sees)."""
-    from state_handoff.checkpoints import committed_end_offsets
-    from state_handoff.io.archive_files import archive_meta
-    from state_handoff.io.kafka_io import offset_bounds
-    from state_handoff.stream_layout import StreamPaths
+    from switchyard.state_handoff.checkpoints import committed_end_offsets
+    from switchyard.state_handoff.io.archive_files import archive_meta
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
+    from switchyard.state_handoff.stream_layout import StreamPaths
 
     try:
         topic = archive_meta(tables.archive)["topic"]

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from state_handoff.io import storage
-from state_handoff.io.storage import Uri
-from state_handoff.stream_progress import EVENTS, STATE
-from state_handoff.tables import Tables
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.storage import Uri
+from switchyard.state_handoff.stream_progress import EVENTS, STATE
+from switchyard.state_handoff.tables import Tables
 
 KEYED = "keyed"  # the query that writes no Delta table; EVENTS and STATE name the other two (stream_progress)
 

@@ -14,11 +14,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from state_handoff.io import fencing
-from state_handoff.errors import Failed
-from state_handoff.io import delta_cas, delta_upkeep
-from state_handoff.io.storage import delta_options
-from state_handoff.tables import Tables
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.errors import Failed
+from switchyard.state_handoff.io import delta_cas, delta_upkeep
+from switchyard.state_handoff.io.storage import delta_options
+from switchyard.state_handoff.tables import Tables
 
 EVENTS = "events"
 STATE = "state"

@@ -7,9 +7,9 @@ import json
 import time
 from dataclasses import dataclass
 
-from state_handoff.aggregates import LAST_BY_ID
-from state_handoff.io.kafka_io import consumer
-from state_handoff.spec import Pipeline
+from switchyard.state_handoff.aggregates import LAST_BY_ID
+from switchyard.state_handoff.io.kafka_io import consumer
+from switchyard.state_handoff.spec import Pipeline
 
 SAMPLE_PER_PARTITION = 200
 # Only inputs produced this recently count: older ones in the tail are a backlog the stream caught up on, whose

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from deploy import kafka_broker
-from deploy.spark import build_spark
+from switchyard.deploy import kafka_broker
+from switchyard.deploy.spark import build_spark
 from tests.support.kafka_cluster import kafka_cluster3, sasl_env, sasl_kafka_cluster3  # noqa: F401 (fixtures)
 from tests.support.objectstore import objectstore, s3a_spark  # noqa: F401 (fixtures)
 from tests.support.ports import free_port_pair

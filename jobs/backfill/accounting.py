@@ -9,13 +9,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from jobs.backfill.read import read_archive
-from state_handoff.errors import UserError
-from state_handoff.io import storage
-from state_handoff.io.archive_files import ArchiveFile, ArchiveListing
-from state_handoff.parsing import parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.backfill.read import read_archive
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.archive_files import ArchiveFile, ArchiveListing
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 Counts = dict[int, dict[str, int]]  # per partition: read, well_formed, dead_lettered
 

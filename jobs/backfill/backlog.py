@@ -27,13 +27,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import state_from_partials
-from state_handoff import handoff_log
-from state_handoff.aggregates import partial_columns
-from state_handoff.io import storage
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.aggregation import state_from_partials
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 RECORD = "backlog"  # BACKFILL_COMMITTED's details key: {"table", "version", "tiles_version"}
 

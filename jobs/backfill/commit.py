@@ -12,22 +12,22 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
+from switchyard.jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
                               window_partials_from_tiles)
-from jobs.backfill import backlog
-from jobs.backfill.accounting import archive_accounting
-from jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
-from jobs.backfill.reconciliation import reconcile
-from jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
-from jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
-from jobs.seed import UPDATE_VERSION, prepare_stream
-from state_handoff import faults, handoff_log, kept_versions
-from state_handoff.aggregates import partial_columns
-from state_handoff.io import delta_upkeep, fencing, storage
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.step_times import StepTimes
-from state_handoff.tables import Tables
+from switchyard.jobs.backfill import backlog
+from switchyard.jobs.backfill.accounting import archive_accounting
+from switchyard.jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
+from switchyard.jobs.backfill.reconciliation import reconcile
+from switchyard.jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
+from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
+from switchyard.jobs.seed import UPDATE_VERSION, prepare_stream
+from switchyard.state_handoff import faults, handoff_log, kept_versions
+from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.io import delta_upkeep, fencing, storage
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.step_times import StepTimes
+from switchyard.state_handoff.tables import Tables
 
 
 @dataclass

@@ -9,15 +9,15 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from state_handoff.errors import UserError
-from state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
                                          unreadable)
-from state_handoff.io.archive_record import check_record
-from state_handoff.io.kafka_io import offset_bounds
-from state_handoff.io.kafka_security import spark_source_options
-from state_handoff.parsing import parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.state_handoff.io.archive_record import check_record
+from switchyard.state_handoff.io.kafka_io import offset_bounds
+from switchyard.state_handoff.io.kafka_security import spark_source_options
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")
 

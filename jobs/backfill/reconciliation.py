@@ -10,8 +10,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from state_handoff.aggregates import HLL_LG_K, partial_columns
-from state_handoff.spec import Pipeline
+from switchyard.state_handoff.aggregates import HLL_LG_K, partial_columns
+from switchyard.state_handoff.spec import Pipeline
 
 
 def _shown_key(keys: list) -> F.Column:

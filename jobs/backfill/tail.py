@@ -9,15 +9,15 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import SORT, tiles_from_events
-from jobs.backfill.read import kafka_range
-from jobs.sinks import conformed, dead_letter_rows, ensure_tables
-from state_handoff.io import fencing
-from state_handoff.io.archive_files import archive_meta
-from state_handoff.io.kafka_io import latest_offsets
-from state_handoff.parsing import cached_for_two_passes, parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.aggregation import SORT, tiles_from_events
+from switchyard.jobs.backfill.read import kafka_range
+from switchyard.jobs.sinks import conformed, dead_letter_rows, ensure_tables
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.io.archive_files import archive_meta
+from switchyard.state_handoff.io.kafka_io import latest_offsets
+from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 TAIL_PHASE = "kafka-tail"
 

@@ -12,19 +12,19 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from jobs.aggregation import SORT, tiles_from_events
-from jobs.backfill.accounting import Counts, archive_accounting, check_against_record
-from jobs.backfill.backlog import table_version
-from jobs.backfill.read import check_files, read_archive, resolve_range
-from jobs.sinks import dead_letter_rows
-from state_handoff import faults, handoff_log
-from state_handoff.io import fencing, storage
-from state_handoff.lifecycle import Status
-from state_handoff.parsing import cached_for_two_passes, parse_events
-from state_handoff.spec import Pipeline
-from state_handoff.step_times import StepTimes
-from state_handoff.stream_layout import read_json, write_json_atomically
-from state_handoff.tables import Tables
+from switchyard.jobs.aggregation import SORT, tiles_from_events
+from switchyard.jobs.backfill.accounting import Counts, archive_accounting, check_against_record
+from switchyard.jobs.backfill.backlog import table_version
+from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
+from switchyard.jobs.sinks import dead_letter_rows
+from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff.io import fencing, storage
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.step_times import StepTimes
+from switchyard.state_handoff.stream_layout import read_json, write_json_atomically
+from switchyard.state_handoff.tables import Tables
 
 
 @dataclass

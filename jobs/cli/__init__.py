@@ -5,6 +5,6 @@ backfill, handoff, stream, rebase, stop, status, config). Under `switchyard dev`
 and object store), inputs (the demo's generate and live) and developer (the smoke check of an installation).
 """
 
-from jobs.cli.parser import main
+from switchyard.jobs.cli.parser import main
 
 __all__ = ["main"]

@@ -1,7 +1,7 @@
-"""`python -m jobs.cli`: the `switchyard` command, for callers that start it with this interpreter."""
+"""`python -m switchyard.jobs.cli`: the `switchyard` command, for callers that start it with this interpreter."""
 
 import sys
 
-from jobs.cli.parser import main
+from switchyard.jobs.cli.parser import main
 
 sys.exit(main())

@@ -23,9 +23,9 @@ def run_smoke(args) -> int:
 
 def smoke_check(bootstrap: str, warehouse: str, topic: str, events: int) -> str:
     """Produce `events` records to `topic`, copy the topic into a Delta table with Spark, count both sides."""
-    from deploy.spark import build_spark
-    from state_handoff.io.kafka_io import create_topic, produce
-    from state_handoff.io.kafka_security import spark_source_options
+    from switchyard.deploy.spark import build_spark
+    from switchyard.state_handoff.io.kafka_io import create_topic, produce
+    from switchyard.state_handoff.io.kafka_security import spark_source_options
 
     started = time.monotonic()
     create_topic(bootstrap, topic, partitions=2, exist_ok=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from jobs.inputs.generate import DEFAULT_START
-from state_handoff.errors import UserError
+from switchyard.jobs.inputs.generate import DEFAULT_START
+from switchyard.state_handoff.errors import UserError
 
 
 def add_generate_command(commands, common) -> None:
@@ -39,7 +39,7 @@ def parse_start(text: str) -> datetime:
 
 
 def run_generate_command(args) -> int:
-    from jobs.inputs.generate import run_generate
+    from switchyard.jobs.inputs.generate import run_generate
 
     print(run_generate(args.bootstrap, args.topic, events=args.events, keys=args.keys, partitions=args.partitions,
                        days=args.days, seed=args.seed, malformed_rate=args.malformed_rate,
@@ -61,7 +61,7 @@ def add_live_command(commands, common) -> None:
 
 
 def run_live_command(args) -> int:
-    from jobs.inputs.live import run_live
+    from switchyard.jobs.inputs.live import run_live
 
     run_live(args.bootstrap, args.topic, args.rate, args.keys, args.seed, args.seconds)
     return 0

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
-from jobs.cli import developer, inputs, pipeline, services
-from state_handoff import settings
-from state_handoff.errors import Failed, UserError
+from switchyard.jobs.cli import developer, inputs, pipeline, services
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import Failed, UserError
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_reporting_errors(command_name(args), run)
     finally:
-        from jobs.progress import stop_reporting
+        from switchyard.jobs.progress import stop_reporting
 
         stop_reporting()  # the command's progress lines end with it, in a process that lives on

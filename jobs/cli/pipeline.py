@@ -3,16 +3,16 @@ its flags and calls one job. Jobs are imported when their command runs, so `--he
 
 from __future__ import annotations
 
-from state_handoff import settings as switchyard_settings
-from state_handoff.errors import UserError
-from state_handoff.io import storage
-from state_handoff.tables import Tables
+from switchyard.state_handoff import settings as switchyard_settings
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.tables import Tables
 
 
 def _spark(app: str, progress: bool = True):
     """The command's SparkSession; for a batch command, with its progress printed every few seconds."""
-    from deploy.spark import build_spark
-    from jobs.progress import report_progress
+    from switchyard.deploy.spark import build_spark
+    from switchyard.jobs.progress import report_progress
 
     spark = build_spark(f"switchyard-{app}")
     if progress:
@@ -31,7 +31,7 @@ def pipeline_option(parser) -> None:
 
 
 def _pipeline_and_tables(args):
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline(args.pipeline)
     _check_warehouse(args.warehouse)
@@ -58,19 +58,19 @@ def _settle(tables: Tables, command: str, record: bool = False) -> None:
     """The pipeline-wide settings (state_handoff/pipeline_settings.py): a value other than the pipeline's recorded
     one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet. Called
     before a JVM starts or Kafka is contacted."""
-    from state_handoff.pipeline_settings import settle
+    from switchyard.state_handoff.pipeline_settings import settle
 
     settle(tables, command, record=record)
 
 
 def run_archive_command(args) -> int:
-    from jobs.archive import archive_cut, run_archive
-    from state_handoff import lease
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
     _settle(tables, lease.ARCHIVE)
     if args.from_connect:
-        from jobs.connect_archive import connect_files, import_connect_archive
+        from switchyard.jobs.connect_archive import connect_files, import_connect_archive
 
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
@@ -96,7 +96,7 @@ ACCEPT_HELP = ("at a rebase's cut, replace the streamed state with the recompute
 
 def _rebase(args) -> int:
     """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase.py)."""
-    from jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase import rebase_pipeline
 
     pipeline, tables = _pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
@@ -106,7 +106,7 @@ def _rebase(args) -> int:
 
 
 def run_rebase_command(args) -> int:
-    from state_handoff.handoff import current_handoff
+    from switchyard.state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
     if not args.abandon:
@@ -115,7 +115,7 @@ def run_rebase_command(args) -> int:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
     if args.abandon:
-        from jobs.rebase import abandon_rebase
+        from switchyard.jobs.rebase import abandon_rebase
 
         if args.from_day or args.to_day or args.accept_differences:
             raise UserError("--abandon gives up the open rebase request: drop --from, --to and --accept-differences")
@@ -125,9 +125,9 @@ def run_rebase_command(args) -> int:
 
 
 def run_backfill_command(args) -> int:
-    from jobs.backfill import run_backfill
-    from state_handoff import lease
-    from state_handoff.handoff import current_handoff
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.handoff import current_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
     _settle(tables, lease.BACKFILL)
@@ -146,8 +146,8 @@ def run_backfill_command(args) -> int:
 
 
 def run_handoff_command(args) -> int:
-    from state_handoff import lease
-    from state_handoff.handoff import parse_boundary_time, run_handoff
+    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = _pipeline_and_tables(args)
     _settle(tables, lease.HANDOFF)
@@ -155,8 +155,8 @@ def run_handoff_command(args) -> int:
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
-        from state_handoff import handoff_log
-        from state_handoff.lost_offsets import lost_ranges, restart_from_retained
+        from switchyard.state_handoff import handoff_log
+        from switchyard.state_handoff.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
             raise UserError("--restart-from-retained keeps the committed handoff's boundary: drop --boundary and --at")
@@ -173,9 +173,9 @@ def run_handoff_command(args) -> int:
 
 
 def run_stream_command(args) -> int:
-    from jobs.stream import StreamSettings, run_stream
-    from jobs.stream.supervisor import refuse_another_spark_line
-    from state_handoff import lease
+    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.jobs.stream.supervisor import refuse_another_spark_line
+    from switchyard.state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)
     _settle(tables, lease.STREAM)
@@ -197,7 +197,7 @@ def run_stream_command(args) -> int:
 def run_status_command(args) -> int:
     import json
 
-    from state_handoff.status import format_status, pipeline_status
+    from switchyard.state_handoff.status import format_status, pipeline_status
 
     pipeline, tables = _pipeline_and_tables(args)
     if not any(storage.exists(path) for path in (storage.join(tables.handoffs, "_delta_log"),
@@ -210,11 +210,11 @@ def run_status_command(args) -> int:
 
 
 def run_config_command(args) -> int:
-    from state_handoff.settings import effective
+    from switchyard.state_handoff.settings import effective
 
     rows = effective()
     if args.pipeline is not None:  # the pipeline-wide settings a process leaves unset are the pipeline's
-        from state_handoff import pipeline_settings
+        from switchyard.state_handoff import pipeline_settings
 
         _, tables = _pipeline_and_tables(args)
         if args.record is not None:
@@ -233,7 +233,7 @@ def run_config_command(args) -> int:
 
 
 def run_pipelines_command(args) -> int:
-    from state_handoff.pipelines import available, get_pipeline
+    from switchyard.state_handoff.pipelines import available, get_pipeline
 
     for name, target in sorted(available().items()):
         spec = get_pipeline(name)
@@ -244,7 +244,7 @@ def run_pipelines_command(args) -> int:
 
 
 def run_stop_command(args) -> int:
-    from jobs.stop import stop_stream
+    from switchyard.jobs.stop import stop_stream
 
     _, tables = _pipeline_and_tables(args)
     stopped = stop_stream(tables, timeout_s=args.timeout)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state_handoff.errors import UserError
+from switchyard.state_handoff.errors import UserError
 
 
 def add_service_commands(commands, common) -> None:
@@ -36,7 +36,7 @@ def add_service_commands(commands, common) -> None:
 
 
 def run_objectstore(args) -> int:
-    from deploy import objectstore
+    from switchyard.deploy import objectstore
 
     store = objectstore.ObjectStore.at(args.port)
     if args.action == "start":
@@ -53,7 +53,7 @@ def run_objectstore(args) -> int:
 def run_kafka(args) -> int:
     """One broker at --port, unless --brokers N or --node K asks for the cluster; `stop` and `status` on a
     cluster's port reach the cluster too."""
-    from deploy import kafka_broker, kafka_cluster
+    from switchyard.deploy import kafka_broker, kafka_cluster
 
     if args.node is not None or args.brokers > 1:
         return _run_kafka_cluster(args)
@@ -77,7 +77,7 @@ def run_kafka(args) -> int:
 
 
 def _run_kafka_cluster(args) -> int:
-    from deploy import kafka_broker, kafka_cluster
+    from switchyard.deploy import kafka_broker, kafka_cluster
 
     if args.action == "start" and args.node is None:
         print(kafka_cluster.start(kafka_cluster.at(args.port, args.brokers), sasl=args.sasl))
@@ -102,7 +102,7 @@ def _run_kafka_cluster(args) -> int:
 
 
 def run_spark(args) -> int:
-    from deploy import spark_cluster
+    from switchyard.deploy import spark_cluster
 
     cluster = spark_cluster.Cluster.at(args.port)
     if args.action == "start":

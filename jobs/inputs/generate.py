@@ -21,8 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from jobs.inputs.encoding import event_values, json_string
-from state_handoff.errors import UserError
+from switchyard.jobs.inputs.encoding import event_values, json_string
+from switchyard.state_handoff.errors import UserError
 
 
 class GeneratedRecord(NamedTuple):
@@ -267,7 +267,7 @@ def _validate(topic: str, events: int, keys: int, partitions: int, days: int, se
 
 
 def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from state_handoff.io.kafka_io import create_topic, partitions_of
+    from switchyard.state_handoff.io.kafka_io import create_topic, partitions_of
 
     if create_topic(bootstrap, topic, partitions, exist_ok=True):
         return
@@ -280,7 +280,7 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
 def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitions: int, days: int, seed: int,
                  malformed_rate: float, start: datetime = DEFAULT_START, out=sys.stdout) -> str:
     """Create `topic` if missing, produce the demo events, print progress to `out`; return a summary line."""
-    from state_handoff.io.kafka_io import produce
+    from switchyard.state_handoff.io.kafka_io import produce
 
     _validate(topic, events, keys, partitions, days, seed, malformed_rate)
     _ensure_topic(bootstrap, topic, partitions)

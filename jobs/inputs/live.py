@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from jobs.inputs.encoding import event_time_text, event_value
-from jobs.inputs.generate import KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
-from state_handoff.errors import UserError
+from switchyard.jobs.inputs.encoding import event_time_text, event_value
+from switchyard.jobs.inputs.generate import KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
+from switchyard.state_handoff.errors import UserError
 
 
 def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes, bytes]]:
@@ -39,7 +39,7 @@ def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes,
 def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
              out=print) -> int:
     """Produce until SIGTERM/SIGINT or `seconds`; every record acknowledged (acks=all); returns how many."""
-    from state_handoff.io.kafka_io import paced, partitions_of, produce
+    from switchyard.state_handoff.io.kafka_io import paced, partitions_of, produce
 
     if rate <= 0 or keys < 1:
         raise UserError("--rate must be above 0 and --keys at least 1")

@@ -2,7 +2,7 @@
 monitor watches the lag (monitor.py), one module per query (keyed.py, events.py, state.py), and the reports to
 Dagster go through Pipes (pipes.py)."""
 
-from jobs.stream.settings import StreamFailed, StreamResult, StreamSettings
-from jobs.stream.supervisor import run_stream
+from switchyard.jobs.stream.settings import StreamFailed, StreamResult, StreamSettings
+from switchyard.jobs.stream.supervisor import run_stream
 
 __all__ = ["StreamFailed", "StreamResult", "StreamSettings", "run_stream"]

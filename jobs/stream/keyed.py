@@ -10,12 +10,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
-from jobs.seed import EVENTS_SEEN, UPDATE_VERSION, seed_schema
-from state_handoff import faults
-from state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
-from state_handoff.io.kafka_security import spark_options
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import StreamPaths
+from switchyard.jobs.seed import EVENTS_SEEN, UPDATE_VERSION, seed_schema
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
+from switchyard.state_handoff.io.kafka_security import spark_options
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths
 
 HANDOFF_HEADER = "switchyard.handoff"
 # Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).

@@ -7,18 +7,18 @@ from __future__ import annotations
 import os
 import time
 
-from jobs import rebase
-from jobs.sinks import EventsSink
-from jobs.stop import stop_requested
-from jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
-from jobs.stream.settings import COMMAND, StreamFailed, StreamResult
-from state_handoff import handoff_log, lease as leases, lifecycle
-from state_handoff.handoff import Handoff
-from state_handoff.io import storage
-from state_handoff.io.kafka_io import LatestOffsets
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
+from switchyard.jobs import rebase
+from switchyard.jobs.sinks import EventsSink
+from switchyard.jobs.stop import stop_requested
+from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
+from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
+from switchyard.state_handoff import handoff_log, lease as leases, lifecycle
+from switchyard.state_handoff.handoff import Handoff
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.kafka_io import LatestOffsets
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
 
 
 class Monitor:

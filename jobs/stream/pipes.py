@@ -16,10 +16,10 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from state_handoff import handoff_log, lifecycle
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, lifecycle
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 
 # The message kinds and the extras the launcher passes: the protocol shared with orchestration/stream_launch.py.
 TRANSITION, FIGURES, HANDED_OVER = "transition", "figures", "handed_over"
@@ -124,7 +124,7 @@ class PipesReporter:
                 return
 
     def _latency(self, topic: str):
-        from state_handoff.update_latency import sample
+        from switchyard.state_handoff.update_latency import sample
 
         try:
             return sample(self.bootstrap, self.pipeline, topic, timeout_s=10.0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import re
 
-from state_handoff.io import storage
-from state_handoff.stream_layout import StreamPaths, write_json_atomically
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.stream_layout import StreamPaths, write_json_atomically
 
 
 def checkpoint_conf(checkpoint: str) -> dict[str, str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from state_handoff import settings as switchyard_settings
-from state_handoff.errors import Failed, UserError
+from switchyard.state_handoff import settings as switchyard_settings
+from switchyard.state_handoff.errors import Failed, UserError
 
 COMMAND = "switchyard stream"
 

@@ -14,20 +14,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from jobs.delta_txn import TxnApp, keys_equal, merge_once
-from jobs.seed import UPDATE_VERSION
-from jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
-from jobs.stream.updates_topic import check_input_topic
-from state_handoff import faults, handoff_log, kept_versions, stream_progress
-from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff
-from state_handoff.io import delta_upkeep, storage
-from state_handoff.io.kafka_io import latest_offsets
-from state_handoff.io.kafka_security import spark_source_options
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.stream_layout import StreamPaths
-from state_handoff.tables import Tables
+from switchyard.jobs.delta_txn import TxnApp, keys_equal, merge_once
+from switchyard.jobs.seed import UPDATE_VERSION
+from switchyard.jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
+from switchyard.jobs.stream.updates_topic import check_input_topic
+from switchyard.state_handoff import faults, handoff_log, kept_versions, stream_progress
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import Handoff
+from switchyard.state_handoff.io import delta_upkeep, storage
+from switchyard.state_handoff.io.kafka_io import latest_offsets
+from switchyard.state_handoff.io.kafka_security import spark_source_options
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.tables import Tables
 
 
 def newest_updates(pipeline: Pipeline, messages: DataFrame, schema, handoff_id: str) -> DataFrame:

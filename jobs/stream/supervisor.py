@@ -21,31 +21,31 @@ import time
 
 from pyspark.sql import SparkSession
 
-from jobs import rebase
-from jobs.delta_txn import TxnApp
-from jobs.seed import version_base, write_seed
-from jobs.sinks import EventsSink, ensure_tables
-from jobs.stream.events import added_partitions, parsed_input, start_events_query
-from jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
-from jobs.stream.monitor import Monitor
-from jobs.stream.pipes import Silent, reporting
-from jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
+from switchyard.jobs import rebase
+from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.seed import version_base, write_seed
+from switchyard.jobs.sinks import EventsSink, ensure_tables
+from switchyard.jobs.stream.events import added_partitions, parsed_input, start_events_query
+from switchyard.jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
+from switchyard.jobs.stream.monitor import Monitor
+from switchyard.jobs.stream.pipes import Silent, reporting
+from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
                                  query_error, stop_all)
-from jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
-from jobs.stream.state import StateTurn, start_state_query, updates_start
-from state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
-from state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
-from state_handoff.errors import UserError
-from state_handoff.handoff import Handoff, current_handoff
-from state_handoff.io import delta_upkeep, storage
-from state_handoff.io.kafka_io import create_topic, latest_offsets
-from state_handoff.lifecycle import Status
-from state_handoff.lost_offsets import refuse_if_expired
-from state_handoff.spec import Pipeline
-from state_handoff.step_times import StepTimes
-from state_handoff.stream_layout import KEYED, StreamPaths
-from state_handoff.stream_progress import EVENTS
-from state_handoff.tables import Tables
+from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
+from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
+from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
+from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import Handoff, current_handoff
+from switchyard.state_handoff.io import delta_upkeep, storage
+from switchyard.state_handoff.io.kafka_io import create_topic, latest_offsets
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.lost_offsets import refuse_if_expired
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.step_times import StepTimes
+from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
+from switchyard.state_handoff.stream_progress import EVENTS
+from switchyard.state_handoff.tables import Tables
 
 
 def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:

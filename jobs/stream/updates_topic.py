@@ -5,11 +5,11 @@ line when the stream starts, before it reads any input or sends any update."""
 
 from __future__ import annotations
 
-from jobs.stream.keyed import HANDOFF_HEADER
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_io import newest_records
-from state_handoff.pipelines import available
-from state_handoff.spec import Pipeline
+from switchyard.jobs.stream.keyed import HANDOFF_HEADER
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_io import newest_records
+from switchyard.state_handoff.pipelines import available
+from switchyard.state_handoff.spec import Pipeline
 
 
 def written_by(record) -> str | None:

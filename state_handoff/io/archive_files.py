@@ -19,9 +19,9 @@ from datetime import date
 
 import pyarrow as pa
 
-from state_handoff.clock import utc_now
-from state_handoff.errors import UserError
-from state_handoff.io import delta_cas, fencing, storage
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import delta_cas, fencing, storage
 
 ARCHIVE_META = "_archive.json"
 RECORD = "_record"  # Spark's readers skip names with a leading underscore

@@ -9,8 +9,8 @@ each a refusal naming what is wrong: a backfill never silently reads less (or mo
 
 from __future__ import annotations
 
-from state_handoff.errors import UserError
-from state_handoff.io import storage
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import storage
 
 
 def _by_partition(offsets: dict) -> dict[int, int]:

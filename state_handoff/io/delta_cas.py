@@ -7,7 +7,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from state_handoff.io.storage import delta_options
+from switchyard.state_handoff.io.storage import delta_options
 
 
 def open_or_create(uri: str, schema: pa.Schema, *, name: str, description: str,

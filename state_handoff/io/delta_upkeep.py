@@ -24,8 +24,8 @@ import logging
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from state_handoff import settings
-from state_handoff.io import fencing, storage
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.io import fencing, storage
 
 EVERY_ENV = "SWITCHYARD_TIDY_EVERY"  # by default 100 batches: at the stream's 5 s trigger, every ~8 minutes
 RETENTION_HOURS = 1  # far longer than any reader of a snapshot needs its files; Delta's own default is 7 days

@@ -34,7 +34,7 @@ from typing import Any, Callable, Protocol, TypeVar
 from deltalake import CommitProperties, Transaction
 from deltalake.exceptions import CommitFailedError
 
-from state_handoff.io import storage
+from switchyard.state_handoff.io import storage
 
 FENCE_ID = "switchyard-lease-epoch"
 FENCED = ("handoffs", "stream_batches", "state", "windows", "window_state", "dead_letter", "late", "tiles", "backlog")

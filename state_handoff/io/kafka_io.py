@@ -7,8 +7,8 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from state_handoff.errors import UserError
-from state_handoff.io import kafka_security
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import kafka_security
 
 
 # A node of a cluster that has just gone down stays in the metadata the admin client starts from for a while;

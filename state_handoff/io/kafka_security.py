@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from state_handoff import settings
-from state_handoff.errors import UserError
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
 
 PREFIX = "SWITCHYARD_KAFKA_"
 PROTOCOL = PREFIX + "SECURITY_PROTOCOL"

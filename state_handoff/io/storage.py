@@ -13,8 +13,8 @@ import os
 import posixpath
 from urllib.parse import unquote, urlparse
 
-from state_handoff import settings
-from state_handoff.errors import UserError
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
 
 S3_SCHEMES = ("s3a", "s3")
 ENDPOINT_ENV = "SWITCHYARD_S3_ENDPOINT"

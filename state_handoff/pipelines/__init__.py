@@ -5,11 +5,11 @@ from __future__ import annotations
 from importlib import import_module
 from importlib.metadata import entry_points
 
-from state_handoff.errors import UserError
-from state_handoff.spec import Pipeline
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.spec import Pipeline
 
-_BUILT_IN = {"demo": "state_handoff.pipelines.demo:PIPELINE",
-             "kinds": "state_handoff.pipelines.kinds:PIPELINE"}
+_BUILT_IN = {"demo": "switchyard.state_handoff.pipelines.demo:PIPELINE",
+             "kinds": "switchyard.state_handoff.pipelines.kinds:PIPELINE"}
 
 
 def _load(target: str) -> Pipeline:

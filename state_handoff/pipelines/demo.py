@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from state_handoff.spec import (Field, Pipeline, TumblingWindows, count, last, maximum, minimum, total)
+from switchyard.state_handoff.spec import (Field, Pipeline, TumblingWindows, count, last, maximum, minimum, total)
 
 PIPELINE = Pipeline(
     name="demo",

@@ -3,7 +3,7 @@ quarter-hour windows; the same topic, another key, other aggregations, another w
 
 from datetime import timedelta
 
-from state_handoff.spec import Field, Pipeline, TumblingWindows, count, last, maximum, mean
+from switchyard.state_handoff.spec import Field, Pipeline, TumblingWindows, count, last, maximum, mean
 
 PIPELINE = Pipeline(
     name="kinds",

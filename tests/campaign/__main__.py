@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _started_broker(home: Path):
-    from deploy import kafka_broker
+    from switchyard.deploy import kafka_broker
     from tests.support.ports import free_port_pair
 
     broker = kafka_broker.Broker.at(free_port_pair(), home)
@@ -51,8 +51,8 @@ def _started_broker(home: Path):
 
 def _one(args) -> int:
     """One history in this process; its verdict printed, and written to --out/<seed>.json."""
-    from deploy import kafka_broker
-    from deploy.spark import build_spark
+    from switchyard.deploy import kafka_broker
+    from switchyard.deploy.spark import build_spark
     from tests.campaign.run import run_history
 
     out = args.out or Path(tempfile.mkdtemp(prefix="switchyard-campaign-"))
@@ -99,7 +99,7 @@ def _child(broker, out: Path, seed: int, steps: int | None = None) -> dict:
 
 def _campaign(args) -> int:
     """Seeds first-seed .. first-seed + histories - 1; each failure shrunk; summary.json and summary.md in --out."""
-    from deploy import kafka_broker
+    from switchyard.deploy import kafka_broker
     from tests.campaign.run import shortest_failing_prefix
 
     out = args.out or Path(tempfile.mkdtemp(prefix="switchyard-campaign-"))

@@ -8,7 +8,7 @@ import json
 import random
 from dataclasses import asdict, dataclass, field
 
-from state_handoff import faults
+from switchyard.state_handoff import faults
 
 RECORD_KINDS = ("normal", "malformed", "late", "out_of_order", "hostile", "burst")
 # the named crash points each command can reach (state_handoff/faults.py)

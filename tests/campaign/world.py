@@ -24,9 +24,9 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from state_handoff import faults, lease
-from state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
-from state_handoff.tables import Tables
+from switchyard.state_handoff import faults, lease
+from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
+from switchyard.state_handoff.tables import Tables
 from tests.campaign.history import Step
 from tests.campaign.records import Producer
 from tests.support import oracle
@@ -85,7 +85,7 @@ class World:
 
     def cli(self, step: str, command: list[str], env: dict | None = None) -> Outcome:
         """`switchyard COMMAND` in this process, through the command line's own entry point."""
-        from jobs.cli.parser import main
+        from switchyard.jobs.cli.parser import main
 
         self.commands[command[0]] = self.commands.get(command[0], 0) + 1
         saved = {k: os.environ.get(k) for k in {**ENV, **(env or {})}}
@@ -103,7 +103,7 @@ class World:
 
     def spawn(self, command: list[str], env: dict | None = None) -> subprocess.Popen:
         self.commands[command[0]] = self.commands.get(command[0], 0) + 1
-        return subprocess.Popen([sys.executable, "-m", "jobs.cli", *self._argv(command)],
+        return subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", *self._argv(command)],
                                 stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, **ENV, **(env or {})}, start_new_session=True)
 
@@ -194,7 +194,7 @@ class World:
 
     def archived_end(self) -> dict[int, int]:
         """Per partition, the end of what the archive holds, from its record (read without a JVM)."""
-        from state_handoff.io.archive_files import archive_meta
+        from switchyard.state_handoff.io.archive_files import archive_meta
 
         try:
             return {int(p): int(o) for p, o in (archive_meta(self.tables.archive).get("cut") or {}).items()}
@@ -249,7 +249,7 @@ class World:
         self.partitions += 1
 
     def bounce_broker(self, seconds: float) -> None:
-        from deploy import kafka_broker
+        from switchyard.deploy import kafka_broker
 
         kafka_broker.stop(self.broker)
         try:

@@ -6,8 +6,8 @@ import sqlite3
 import subprocess
 import sys
 
-from deploy.dagster_home import prepare
-from deploy.paths import PROJECT_ROOT
+from switchyard.deploy.dagster_home import prepare
+from switchyard.deploy.paths import PROJECT_ROOT
 
 OPEN_INSTANCE = "import dagster as dg\nwith dg.DagsterInstance.get() as instance: print(instance.get_runs_count())"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from state_handoff.io.kafka_io import create_topic, offset_bounds, produce
+from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, produce
 
 
 def test_delta_write_read_and_time_travel(spark, tmp_path):
@@ -74,8 +74,8 @@ def test_the_driver_maps_the_class_archive_setup_made(spark):
     the archive, and a JVM on the driver's classpath maps it (-Xshare:on refuses an archive it cannot map)."""
     import subprocess
 
-    from deploy.java import java_executable
-    from deploy.spark_cds import archive_path
+    from switchyard.deploy.java import java_executable
+    from switchyard.deploy.spark_cds import archive_path
 
     archive = archive_path()
     assert archive.exists(), f"no class archive at {archive}: deploy/setup.sh builds it"

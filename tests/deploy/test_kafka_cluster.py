@@ -14,12 +14,12 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
-from deploy.paths import PROJECT_ROOT
-from jobs.backfill import kafka_range
-from jobs.stream.keyed import update_messages
-from state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
-from state_handoff.io.kafka_security import spark_options
-from state_handoff.pipelines import get_pipeline
+from switchyard.deploy.paths import PROJECT_ROOT
+from switchyard.jobs.backfill import kafka_range
+from switchyard.jobs.stream.keyed import update_messages
+from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
+from switchyard.state_handoff.io.kafka_security import spark_options
+from switchyard.state_handoff.pipelines import get_pipeline
 from tests.support.kafka_cluster import free_base_port
 from tests.support.oracle import read_topic
 
@@ -27,7 +27,7 @@ ISR_TIMEOUT_S = 60
 
 
 def cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args], capture_output=True, text=True, env=env,
                           cwd=PROJECT_ROOT, timeout=timeout)
 
 

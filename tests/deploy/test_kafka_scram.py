@@ -8,8 +8,8 @@ import os
 import threading
 from pathlib import Path
 
-from deploy import kafka_broker
-from deploy.local_server import command_line
+from switchyard.deploy import kafka_broker
+from switchyard.deploy.local_server import command_line
 from tests.support.kafka_cluster import SASL_ENV, free_base_port
 
 PASSWORD = SASL_ENV["SWITCHYARD_KAFKA_SASL_PASSWORD"]

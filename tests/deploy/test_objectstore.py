@@ -14,13 +14,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log
-from state_handoff.io import delta_cas, storage
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.io import delta_cas, storage
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
                                    tail_events, wait_until)
 
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _switchyard(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
-    result = subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
                             env=env, timeout=timeout)
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     return result

@@ -9,14 +9,14 @@ from datetime import datetime
 
 import pytest
 
-from deploy import kafka_cluster
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log
-from state_handoff.io import storage
-from state_handoff.io.kafka_io import produce, topic_config
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.deploy import kafka_cluster
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.kafka_io import produce, topic_config
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support.spark_cluster import run_cli
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
                                    tail_events, wait_until)

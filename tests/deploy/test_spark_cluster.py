@@ -13,11 +13,11 @@ import textwrap
 
 import pytest
 
-from deploy import spark_cluster as standalone
-from deploy.paths import PROJECT_ROOT
-from jobs.archive import archive_cut
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.deploy import spark_cluster as standalone
+from switchyard.deploy.paths import PROJECT_ROOT
+from switchyard.jobs.archive import archive_cut
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 from tests.support.spark_cluster import processes_of, run_cli
@@ -29,26 +29,26 @@ PIPELINE = get_pipeline("demo")
 # (must fail), and with it (must load from the zip in the executor's own folder).
 _PROBE = textwrap.dedent("""
     import json, sys
-    from deploy.spark import build_spark
+    from switchyard.deploy.spark import build_spark
 
     def probe(_):
         import importlib, os, sys, time
         sys.meta_path[:] = [f for f in sys.meta_path if "Editable" not in getattr(f, "__name__", "")]
-        for name in [m for m in sys.modules if m.split(".")[0] in ("state_handoff", "jobs", "deploy")]:
+        for name in [m for m in sys.modules if m.split(".")[0] == "switchyard"]:
             del sys.modules[name]
         shipped = [p for p in sys.path if os.path.basename(p).startswith("switchyard-") and p.endswith(".zip")]
         path = sys.path[:]
         sys.path[:] = [p for p in path if p not in shipped]
         importlib.invalidate_caches()
         try:
-            importlib.import_module("state_handoff.spec")
+            importlib.import_module("switchyard.state_handoff.spec")
             without_zip = "imported"
         except ModuleNotFoundError as err:
             without_zip = str(err)
         sys.path[:] = path
         importlib.invalidate_caches()
-        pipelines = importlib.import_module("state_handoff.pipelines")
-        aggregation = importlib.import_module("jobs.aggregation")
+        pipelines = importlib.import_module("switchyard.state_handoff.pipelines")
+        aggregation = importlib.import_module("switchyard.jobs.aggregation")
         time.sleep(0.5)  # keep each executor busy long enough for the other to take tasks too
         yield {"cwd": os.getcwd(), "shipped": shipped, "without_zip": without_zip,
                "pipelines": os.path.abspath(pipelines.__file__), "aggregation": os.path.abspath(aggregation.__file__),

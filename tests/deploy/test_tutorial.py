@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from deploy.paths import PROJECT_ROOT
+from switchyard.deploy.paths import PROJECT_ROOT
 from tests.support import oracle
 
 DOC = PROJECT_ROOT / "docs" / "your-own-pipeline.md"

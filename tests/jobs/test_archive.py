@@ -10,13 +10,13 @@ from collections import Counter
 
 import pytest
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff.errors import UserError
-from state_handoff.io.archive_files import ARCHIVE_META, list_archive
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import rows
 

@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.rebase import open_request, rebase_pipeline
-from state_handoff import handoff_log, lease
-from state_handoff.errors import UserError
-from state_handoff.handoff import current_handoff, run_handoff
-from state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.rebase import open_request, rebase_pipeline
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import current_handoff, run_handoff
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches
 
@@ -124,7 +124,7 @@ def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap,
 
 def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, tables):
     """Dagster runs the tiles and the state as separate steps: a committed file gone in between stops the commit."""
-    from jobs.backfill import backfill_tiles, commit_state
+    from switchyard.jobs.backfill import backfill_tiles, commit_state
 
     backfill_tiles(spark, PIPELINE, tables, out=_quiet)
     gone = _below_the_others(tables)
@@ -213,7 +213,7 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
 
 
 def _archive_all(tables: Tables, bootstrap: str, topic: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobs.cli", "archive", "--pipeline", PIPELINE.name, "--topic", topic,
+    return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "archive", "--pipeline", PIPELINE.name, "--topic", topic,
                            "--fraction", "1.0", "--warehouse", tables.warehouse, "--bootstrap", bootstrap], cwd=ROOT,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})

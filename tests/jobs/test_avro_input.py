@@ -21,15 +21,15 @@ import fastavro
 import pytest
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.rebase import rebase_pipeline
-from state_handoff import handoff_log
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import create_topic, produce
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import create_topic, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.streams import start_stream, wait_until
 
@@ -51,7 +51,7 @@ PIPELINE_MODULE = """
 from datetime import timedelta
 from pathlib import Path
 
-from state_handoff.spec import (AvroFormat, Field, HoppingWindows, Pipeline, approx_distinct, count, first, last,
+from switchyard.state_handoff.spec import (AvroFormat, Field, HoppingWindows, Pipeline, approx_distinct, count, first, last,
                                 stddev, total)
 
 PIPELINE = Pipeline(

@@ -11,17 +11,17 @@ from datetime import timedelta
 import pytest
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import TAIL_PHASE, commit_state, run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io import delta_upkeep
-from state_handoff.io.kafka_io import offset_bounds, produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import TAIL_PHASE, commit_state, run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io import delta_upkeep
+from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, close, rows as _rows
 
@@ -246,7 +246,7 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
 
 
 def _some_file(tables):
-    from state_handoff.io.archive_files import list_archive
+    from switchyard.state_handoff.io.archive_files import list_archive
 
     return list_archive(tables.archive)[0]
 
@@ -282,8 +282,8 @@ def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
 
 def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
     """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
-    from state_handoff.io.archive_files import ARCHIVE_META, list_archive, write_archive_meta
-    from state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive, write_archive_meta
+    from switchyard.state_handoff.handoff import run_handoff
 
     run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,
                  out=open(os.devnull, "w"))
@@ -374,8 +374,8 @@ def test_sort_and_hash_strategies_agree(spark, tables, tmp_path):
 def test_a_kafka_range_with_a_partition_that_has_nothing_in_it(spark, bootstrap, topic_name):
     """A rebase's ranges often end where one partition already is: that partition is left out, and the read
     still returns exactly the other partitions' records (subscribe would refuse offsets naming fewer partitions)."""
-    from jobs.backfill import kafka_range
-    from state_handoff.io.kafka_io import create_topic
+    from switchyard.jobs.backfill import kafka_range
+    from switchyard.state_handoff.io.kafka_io import create_topic
 
     create_topic(bootstrap, topic_name, partitions=2)
     produce(bootstrap, topic_name, [(b"k", f"v{i}".encode(), i % 2, None) for i in range(10)])
@@ -384,7 +384,7 @@ def test_a_kafka_range_with_a_partition_that_has_nothing_in_it(spark, bootstrap,
 
 
 def test_the_archive_is_counted_from_its_metadata_only_where_the_files_hold_every_offset():
-    from jobs.backfill import dense_spans
+    from switchyard.jobs.backfill import dense_spans
 
     # two files (two days) interleaving partition 0's offsets 0..6, and partition 1's 0..1 in one of them
     assert dense_spans({"d1": {0: (0, 4, 3), 1: (0, 1, 2)}, "d2": {0: (2, 6, 4)}}) == {0: (0, 6, 7), 1: (0, 1, 2)}

@@ -11,14 +11,14 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import produce
-from state_handoff.pipelines import get_pipeline
-from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.tables import Tables
 from tests.support.compare import rows
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
                                    tail_events, wait_until)
@@ -70,7 +70,7 @@ def test_oversized_records_are_dead_lettered_with_a_bounded_prefix(spark, bootst
 
 
 def test_a_bad_record_size_limit_is_refused_in_one_line(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--pipeline", "demo", "--warehouse",
+    result = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "status", "--pipeline", "demo", "--warehouse",
                              str(tmp_path / "wh")], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, MAX_RECORD_BYTES_ENV: "1MB"})
     assert result.returncode == 2, result.stderr

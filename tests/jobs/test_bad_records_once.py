@@ -8,10 +8,10 @@ import os
 from collections import Counter
 from datetime import datetime
 
-from jobs.archive import archive_cut, run_archive
-from state_handoff import handoff_log
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, _stream_until_caught_up, assert_accounting_identity
 from tests.support.compare import rows

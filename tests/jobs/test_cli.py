@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _switchyard(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if k != "SWITCHYARD_PIPELINE"}
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env={**environment, **(env or {})}, timeout=120)
 
 

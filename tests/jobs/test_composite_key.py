@@ -14,16 +14,16 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaConsumer
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.rebase import rebase_pipeline
-from jobs.stream import StreamSettings, run_stream
-from state_handoff import handoff_log
-from state_handoff.handoff import run_handoff
-from state_handoff.lifecycle import Status
-from state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 
 PIPELINE = Pipeline(

@@ -15,15 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-from jobs.backfill import run_backfill
-from jobs.connect_archive import _lines, connect_files, import_connect_archive
-from jobs.inputs.generate import run_generate
-from jobs.stream import StreamSettings, run_stream
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io.archive_files import read_record
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.connect_archive import _lines, connect_files, import_connect_archive
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.archive_files import read_record
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_kafka_input import transaction
 from tests.support import oracle
 
@@ -138,7 +138,7 @@ def test_a_last_file_over_a_transactional_topic_is_refused_where_its_offsets_hav
     (offsets 0..4, 6..10) read as 10 consecutive offsets would number the second one 5..9 and end the archive at
     10, and the stream would count offset 10 again. Refused, nothing committed; a file holding the first
     transaction alone fills 0..4 and is taken in."""
-    from state_handoff.io.kafka_io import create_topic
+    from switchyard.state_handoff.io.kafka_io import create_topic
 
     create_topic(bootstrap, topic_name, partitions=1)
     for first in (0, 5):

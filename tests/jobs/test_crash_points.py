@@ -16,18 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.stream import StreamSettings, run_stream
-from state_handoff import faults, handoff_log
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.stream_layout import stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 from tests.support.streams import assert_matches_oracle, tail_events
@@ -87,7 +87,7 @@ def crash(point: str, command: list[str], tables: Tables, bootstrap: str, log: P
     mark = uuid.uuid4().hex
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", faults.ENV: point, "SWITCHYARD_TEST_MARK": mark}
     with open(log, "a") as out:
-        proc = subprocess.run([sys.executable, "-m", "jobs.cli", *command, "--pipeline", PIPELINE.name,
+        proc = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *command, "--pipeline", PIPELINE.name,
                                "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
                               stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env, timeout=400)
     assert proc.returncode == -signal.SIGKILL, f"{point}: exit {proc.returncode}\n{log.read_text()[-3000:]}"
@@ -187,7 +187,7 @@ def test_lost_checkpoint_is_refused_not_replayed(spark, bootstrap, pipeline_stag
 
 def test_unknown_crash_point_is_a_one_line_error(tmp_path):
     env = {**os.environ, faults.ENV: "stream.nowhere"}
-    proc = subprocess.run([sys.executable, "-m", "jobs.cli", "status", "--pipeline", "demo", "--warehouse",
+    proc = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "status", "--pipeline", "demo", "--warehouse",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.count("\n") == 1 and f"{faults.ENV} must be `point[:n]`" in proc.stderr
@@ -198,8 +198,8 @@ def test_unknown_crash_point_is_a_one_line_error(tmp_path):
 def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stages, tmp_path):
     """The monitor's Kafka calls fail soft while the broker is away; the queries ride it out or the stream stops
     with FAILED (exit 1) and resumes cleanly. Either way the oracle matches. Runs last: it adds to the topic."""
-    from deploy import kafka_broker
-    from state_handoff.status import pipeline_status
+    from switchyard.deploy import kafka_broker
+    from switchyard.state_handoff.status import pipeline_status
     from tests.support.streams import event_batches, start_stream, wait_until
 
     topic, stages = pipeline_stages
@@ -232,8 +232,8 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
 
 
 def _all_read(tables: Tables, bootstrap: str, topic: str) -> bool:
-    from state_handoff.io.kafka_io import offset_bounds
-    from state_handoff.status import pipeline_status
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
+    from switchyard.state_handoff.status import pipeline_status
 
     start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
     total = sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())

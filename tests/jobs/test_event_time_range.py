@@ -10,17 +10,17 @@ import os
 from collections import Counter
 from datetime import datetime
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log, stream_progress
-from state_handoff.handoff import run_handoff
-from state_handoff.io import storage
-from state_handoff.io.archive_files import folder_day, list_archive
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.archive_files import folder_day, list_archive
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _stream_until_caught_up
 from tests.support.compare import rows

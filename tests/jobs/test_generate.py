@@ -15,10 +15,10 @@ from functools import lru_cache
 import pytest
 from kafka.partitioner.default import murmur2
 
-from jobs.cli.inputs import add_generate_command
-from jobs.inputs.generate import MALFORMED_KINDS, SPECIAL_KEYS, generate_records, run_generate
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_io import offset_bounds
+from switchyard.jobs.cli.inputs import add_generate_command
+from switchyard.jobs.inputs.generate import MALFORMED_KINDS, SPECIAL_KEYS, generate_records, run_generate
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_io import offset_bounds
 from tests.support.demo_events import ISO_UTC, parse_event
 
 START = datetime(2026, 1, 1, tzinfo=UTC)

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from state_handoff import handoff_log
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.status import pipeline_status
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 from tests.support.streams import event_batches, start_stream, wait_until

@@ -12,14 +12,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.stream import StreamSettings, run_stream
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import produce
-from state_handoff.spec import Field, HoppingWindows, Pipeline, count, total
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.spec import Field, HoppingWindows, Pipeline, count, total
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 
 SIZE, EVERY = timedelta(hours=1), timedelta(minutes=15)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.ports import free_port_pair
 
-SWITCHYARD = [sys.executable, "-m", "jobs.cli"]
+SWITCHYARD = [sys.executable, "-m", "switchyard.jobs.cli"]
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -7,16 +7,16 @@ import json
 import uuid
 from datetime import datetime
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import produce
-from state_handoff.io.kafka_security import librdkafka_config
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.io.kafka_security import librdkafka_config
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.streams import (QUIET, assert_matches_oracle, start_stream, stop_stream, stream_read, tail_events,
                                    wait_until)
@@ -97,7 +97,7 @@ def grow(bootstrap: str, topic: str, partitions: int) -> None:
 
     from kafka.admin import NewPartitions
 
-    from state_handoff.io.kafka_io import admin_client, partitions_of
+    from switchyard.state_handoff.io.kafka_io import admin_client, partitions_of
 
     with admin_client(bootstrap) as admin:
         admin.create_partitions({topic: NewPartitions(total_count=partitions)})

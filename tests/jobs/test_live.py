@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from jobs.cli.inputs import parse_start
-from jobs.inputs.generate import run_generate
-from jobs.inputs.live import run_live
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_io import create_topic, paced
+from switchyard.jobs.cli.inputs import parse_start
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.inputs.live import run_live
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_io import create_topic, paced
 from tests.support.demo_events import parse_event
 from tests.support.oracle import read_topic
 
@@ -53,7 +53,7 @@ def test_paced_keeps_the_pace_and_never_sends_more_than_rate_times_seconds():
 
 def test_live_stops_cleanly_on_sigterm(bootstrap, topic_name):
     create_topic(bootstrap, topic_name, partitions=1)
-    process = subprocess.Popen([sys.executable, "-m", "jobs.cli", "dev", "live", "--topic", topic_name, "--rate", "50",
+    process = subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", "dev", "live", "--topic", topic_name, "--rate", "50",
                                 "--bootstrap", bootstrap], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import namedtuple
 
-from jobs.progress import progress_line, report_progress
+from switchyard.jobs.progress import progress_line, report_progress
 
 Stage = namedtuple("Stage", "stageId numTasks numCompletedTasks")
 
@@ -34,7 +34,7 @@ def test_a_command_run_in_a_longer_lived_process_leaves_no_reporter_running(spar
     it ran is stopped when it returns (a campaign history runs many commands in one process)."""
     import threading
 
-    from jobs.cli.parser import main
+    from switchyard.jobs.cli.parser import main
 
     report_progress(spark, lambda _: None, "earlier", every=0.1)
     assert any(t.name == "progress-earlier" for t in threading.enumerate())

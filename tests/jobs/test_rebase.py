@@ -11,17 +11,17 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import faults, handoff_log, lease, stream_progress
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import offset_bounds, produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.status import pipeline_status
-from state_handoff.stream_layout import stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import faults, handoff_log, lease, stream_progress
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 from tests.support.streams import event_batches, start_stream, wait_until
@@ -44,7 +44,7 @@ def _prepare(spark, bootstrap, topic, warehouse) -> Tables:
 
 
 def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "jobs.cli", *args, "--pipeline", PIPELINE.name,
+    return subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", *args, "--pipeline", PIPELINE.name,
                              "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
                             cwd=ROOT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)

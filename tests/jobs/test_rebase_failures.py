@@ -8,16 +8,16 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log, stream_progress
-from state_handoff.handoff import run_handoff
-from state_handoff.io.archive_files import list_archive
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.archive_files import list_archive
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
 from tests.support.streams import start_stream, tail_events
 
@@ -109,10 +109,10 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     """The events path caught up to a cut writes its next batch id over [E, C); asked for that batch id again over
     [E, C') it refuses in one line instead of skipping every write as done (which would lose [C, C')); asked
     again over [E, C) it writes nothing twice."""
-    from jobs.rebase import Cut, catch_up_events
-    from state_handoff.handoff import current_handoff
-    from state_handoff.io.kafka_io import offset_bounds
-    from state_handoff.stream_layout import StreamPaths
+    from switchyard.jobs.rebase import Cut, catch_up_events
+    from switchyard.state_handoff.handoff import current_handoff
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
+    from switchyard.state_handoff.stream_layout import StreamPaths
     from tests.support import oracle
     from tests.support.compare import rows
 
@@ -195,7 +195,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     logged; the next `rebase` finishes it at the recorded cut, reconciling against the state the pause recorded
     (not the replaced one, which would fold the records past the drained stream twice), and the paused version
     outlives vacuums until the new handoff has switched."""
-    from state_handoff import faults, kept_versions
+    from switchyard.state_handoff import faults, kept_versions
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
     log = tmp_path / "stream.log"
@@ -224,7 +224,7 @@ def test_the_reconciliation_takes_sums_added_in_another_order_as_equal(spark):
     event still differs (its count)."""
     from functools import reduce
 
-    from jobs.backfill.reconciliation import reconcile
+    from switchyard.jobs.backfill.reconciliation import reconcile
 
     amounts = [1e17, 0.03, -1e17, 5.0]
     one_order = reduce(lambda a, b: a + b, amounts)  # (1e17 + 0.03) rounds to 1e17: 5.0

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from jobs.archive import archive_cut, run_archive
-from jobs.rebase import rebase_pipeline
-from state_handoff import lease
-from state_handoff.errors import UserError
-from state_handoff.io.archive_files import archive_meta
-from state_handoff.io.kafka_io import produce
-from state_handoff.pipelines import get_pipeline
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.state_handoff import lease
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.archive_files import archive_meta
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.pipelines import get_pipeline
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up
 from tests.support.streams import tail_events
@@ -61,7 +61,7 @@ def test_an_offline_rebase_after_a_killed_stream_reconciles_once_a_stream_settle
     """A stream killed after its keyed query sent a batch's updates, before the state query merged them into
     `state`: `switchyard stream --until-caught-up` replays the batch and merges what was sent, and an offline
     `rebase` after it finds no key different; every table equals the oracle."""
-    from state_handoff import handoff_log
+    from switchyard.state_handoff import handoff_log
     from tests.jobs.test_crash_points import crash
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)

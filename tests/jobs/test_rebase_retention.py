@@ -8,12 +8,12 @@ from datetime import datetime
 
 from kafka import TopicPartition
 
-from jobs.rebase import open_request
-from state_handoff import faults, handoff_log, kept_versions
-from state_handoff.io.kafka_io import admin_client, offset_bounds, produce
-from state_handoff.lifecycle import Status
-from state_handoff.status import format_status, pipeline_status
-from state_handoff.tables import Tables
+from switchyard.jobs.rebase import open_request
+from switchyard.state_handoff import faults, handoff_log, kept_versions
+from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.status import format_status, pipeline_status
+from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up, assert_accounting_identity
 from tests.support import oracle

@@ -11,18 +11,18 @@ from pathlib import Path
 
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.stream import StreamSettings, run_stream
-from state_handoff import handoff_log, kept_versions
-from state_handoff.handoff import current_handoff, run_handoff
-from state_handoff.io import delta_upkeep
-from state_handoff.io.kafka_io import admin_client, produce
-from state_handoff.lifecycle import Status
-from state_handoff.status import pipeline_status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.state_handoff import handoff_log, kept_versions
+from switchyard.state_handoff.handoff import current_handoff, run_handoff
+from switchyard.state_handoff.io import delta_upkeep
+from switchyard.state_handoff.io.kafka_io import admin_client, produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 from tests.support.streams import QUIET, assert_matches_oracle, batch_ends, tail_events
@@ -93,7 +93,7 @@ def test_vacuum_keeps_the_handoffs_state_version_until_its_stream_switched(spark
 
 def _switchyard(tables: Tables, bootstrap: str, *command: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"}
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *command, "--pipeline", PIPELINE.name, "--warehouse",
+    return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *command, "--pipeline", PIPELINE.name, "--warehouse",
                            tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT,
                           env=env, timeout=600)
 

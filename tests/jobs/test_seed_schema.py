@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
-from jobs.seed import seed_schema
+from switchyard.jobs.seed import seed_schema
 
 
 def test_the_footer_schema_is_sparks_own_read_every_field_nullable(spark, tmp_path):

@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 
 from pyspark.sql import functions as F
 
-from jobs.delta_txn import TxnApp
-from jobs.seed import EVENTS_SEEN, UPDATE_VERSION
-from jobs.stream.keyed import keyed_input, merged_state, update_messages
-from jobs.stream.state import StateSink
-from state_handoff.parsing import parse_events
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.seed import EVENTS_SEEN, UPDATE_VERSION
+from switchyard.jobs.stream.keyed import keyed_input, merged_state, update_messages
+from switchyard.jobs.stream.state import StateSink
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support.compare import rows
 
 PIPELINE = get_pipeline("demo")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from jobs.stream.state import StateTurn
+from switchyard.jobs.stream.state import StateTurn
 
 INTERVAL = 1.0
 

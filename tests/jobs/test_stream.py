@@ -14,19 +14,19 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from state_handoff import handoff_log, lease, stream_progress
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io import delta_upkeep, fencing, storage
-from state_handoff.io.kafka_io import admin_client, produce, topic_config
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.status import pipeline_status
-from state_handoff.stream_layout import stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff import handoff_log, lease, stream_progress
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io import delta_upkeep, fencing, storage
+from switchyard.state_handoff.io.kafka_io import admin_client, produce, topic_config
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.tables import Tables
 from tests.support.streams import (QUIET, assert_matches_oracle, event_batches, latest_total, start_stream, stop_stream,
                                    stream_read, tail_events, wait_until)
 
@@ -64,7 +64,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
         produce(bootstrap, topic_name, tail_events(4, datetime(2026, 1, 2, 20), 300, seed=1))
         wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
                     what="SWITCHED")
-        second = subprocess.run([sys.executable, "-m", "jobs.cli", "stream", "--pipeline", "demo", "--warehouse",
+        second = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", "demo", "--warehouse",
                                  tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT)
         assert second.returncode == 2 and "already running" in second.stderr and "Traceback" not in second.stderr
         produce(bootstrap, topic_name, tail_events(4, datetime(2026, 1, 3, 4), 200, seed=2))
@@ -210,7 +210,7 @@ def test_a_batch_another_driver_planned_in_the_checkpoint_is_run_not_fatal(spark
     events checkpoint's offset log by hand while the stream idles: the stream's next plan meets it
     (CONCURRENT_STREAM_LOG_UPDATE), it starts its queries again from the checkpoint, runs the planned batch, and
     ends equal to the oracle."""
-    from state_handoff.stream_layout import StreamPaths
+    from switchyard.state_handoff.stream_layout import StreamPaths
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
@@ -241,7 +241,7 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
     try:
         wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log, what="SWITCHED")
         elsewhere = ("import socket, sys\nsocket.gethostname = lambda: 'another-host'\n"
-                     "from jobs.cli.parser import main\n"
+                     "from switchyard.jobs.cli.parser import main\n"
                      f"sys.exit(main(['stop', '--pipeline', 'demo', '--warehouse', {tables.warehouse!r}]))\n")
         stop = subprocess.run([sys.executable, "-c", elsewhere], capture_output=True, text=True, cwd=ROOT,
                               timeout=300)
@@ -279,7 +279,7 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "jobs.cli", *args, "--pipeline", "demo", "--warehouse",
+        return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args, "--pipeline", "demo", "--warehouse",
                                tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT,
                               env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
 

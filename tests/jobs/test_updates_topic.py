@@ -10,16 +10,16 @@ from datetime import datetime
 
 import pytest
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from jobs.stream import StreamSettings, run_stream
-from jobs.stream.updates_topic import check_input_topic
-from state_handoff.errors import UserError
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_security import librdkafka_config
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.stream.updates_topic import check_input_topic
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_security import librdkafka_config
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 
 PIPELINE = get_pipeline("demo")
 

@@ -11,20 +11,20 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
-from jobs.archive import archive_cut, run_archive
-from jobs.backfill import run_backfill
-from jobs.inputs.generate import run_generate
-from orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets
-from orchestration.definitions import defs
-from orchestration.expectations import run_suite
-from orchestration.factory import switchyard_definitions
-from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration.scope import PipelineDeployment, SwitchyardTranslator
-from state_handoff import handoff_log, lease
-from state_handoff.errors import UserError
-from state_handoff.lifecycle import Status
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.orchestration.checks import HANDOFF_EXPECTATIONS, handoff_offsets
+from switchyard.orchestration.definitions import defs
+from switchyard.orchestration.expectations import run_suite
+from switchyard.orchestration.factory import switchyard_definitions
+from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from switchyard.orchestration.scope import PipelineDeployment, SwitchyardTranslator
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.dagster_defs import asset, checks_def, definitions, scope
 
@@ -134,12 +134,12 @@ def test_a_pipeline_without_windows_has_no_window_assets_and_a_translator_rename
         def get_definition_name(self, pipeline, name):
             return f"analytics_{pipeline}_{name}"
 
-    from state_handoff.spec import Field, Pipeline, count
+    from switchyard.state_handoff.spec import Field, Pipeline, count
 
     flat = Pipeline(name="flat", key="key", event_time="event_time", event_id="event_id",
                     fields=(Field("event_id", "string", required=False), Field("key", "string"),
                             Field("event_time", "timestamp")), aggregations=(count("events"),))
-    monkeypatch.setattr("orchestration.scope.get_pipeline", {"flat": flat}.__getitem__)  # as if registered
+    monkeypatch.setattr("switchyard.orchestration.scope.get_pipeline", {"flat": flat}.__getitem__)  # as if registered
     built = switchyard_definitions([PipelineDeployment("flat", first_day="2026-01-01", backfill_cron="0 3 * * *")],
                                    translator=Team())
     keys = {k.to_user_string() for k in built.resolve_all_asset_keys()}
@@ -174,7 +174,7 @@ def test_a_kafka_secret_given_as_an_env_var_reaches_the_runs_clients(monkeypatch
 
     @dg.asset
     def probe(kafka: KafkaResource) -> None:
-        from state_handoff.io.kafka_security import from_env
+        from switchyard.state_handoff.io.kafka_security import from_env
 
         seen["security"] = from_env()
 

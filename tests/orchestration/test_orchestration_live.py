@@ -10,14 +10,14 @@ import time
 import dagster as dg
 import pytest
 
-from jobs.backfill import run_backfill
-from orchestration.stream_launch import process_log
-from state_handoff import handoff_log, lease
-from state_handoff.handoff import run_handoff
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.stream_layout import read_json, stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.backfill import run_backfill
+from switchyard.orchestration.stream_launch import process_log
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import asset, checks_def, definitions, op_name
 from tests.support.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick
 from tests.support.streams import LaunchedStream, wait_until

@@ -6,12 +6,12 @@ import time
 import dagster as dg
 import pytest
 
-from orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
-from orchestration import sensors
-from state_handoff import handoff_log, lease
-from state_handoff.lifecycle import Status
-from state_handoff.stream_layout import stream_dir, write_json_atomically
-from state_handoff.tables import Tables
+from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
+from switchyard.orchestration import sensors
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.stream_layout import stream_dir, write_json_atomically
+from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import scope
 
 HANDOFF_ID = "h0rch3strat1"

@@ -19,13 +19,13 @@ import dagster as dg
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
-from jobs.backfill import commit_state
-from state_handoff import handoff_log
-from state_handoff.handoff import run_handoff
-from state_handoff.io.archive_files import list_archive
-from state_handoff.io.kafka_io import produce
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.jobs.backfill import commit_state
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.archive_files import list_archive
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 from tests.support.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
 from tests.support.streams import start_stream, wait_until
 

@@ -4,12 +4,12 @@ Kafka's retention has passed the cut (no rebase could then recompute what the st
 import dagster as dg
 from kafka import TopicPartition
 
-from jobs.archive import archive_cut, run_archive
-from jobs.inputs.generate import run_generate
-from orchestration.resources import KafkaResource, WarehouseResource
-from state_handoff.io.kafka_io import admin_client
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.orchestration.resources import KafkaResource, WarehouseResource
+from switchyard.state_handoff.io.kafka_io import admin_client
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import checks_def, definitions
 from tests.support.streams import QUIET
 

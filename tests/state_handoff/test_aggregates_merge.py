@@ -17,13 +17,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from jobs.aggregation import state_from_partials, tile_start, window_partials_merged
-from jobs.delta_txn import merge_once
-from state_handoff.aggregates import (event_aggregations, event_as_partial, final_columns, flatten_last,
+from switchyard.jobs.aggregation import state_from_partials, tile_start, window_partials_merged
+from switchyard.jobs.delta_txn import merge_once
+from switchyard.state_handoff.aggregates import (event_aggregations, event_as_partial, final_columns, flatten_last,
                                       merge_aggregations, merge_into_sql, partial_columns, sketch_columns,
                                       union_sketches)
-from state_handoff.parsing import parse_events
-from state_handoff.spec import (Field, Pipeline, TumblingWindows, approx_distinct, count, first, last, maximum,
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import (Field, Pipeline, TumblingWindows, approx_distinct, count, first, last, maximum,
                                 mean, minimum, stddev, total, variance)
 
 AGGREGATIONS = (

@@ -12,15 +12,15 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from jobs.delta_txn import merge_once
-from state_handoff import handoff_log, kept_versions
-from state_handoff.errors import UserError
-from state_handoff.io import delta_upkeep
-from state_handoff.io.delta_cas import read
-from state_handoff.lifecycle import Status
-from state_handoff.settings import BY_NAME
-from state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
-from state_handoff.tables import Tables
+from switchyard.jobs.delta_txn import merge_once
+from switchyard.state_handoff import handoff_log, kept_versions
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import delta_upkeep
+from switchyard.state_handoff.io.delta_cas import read
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.settings import BY_NAME
+from switchyard.state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
+from switchyard.state_handoff.tables import Tables
 
 
 def _rows(keys, value: int) -> pa.Table:

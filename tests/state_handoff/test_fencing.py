@@ -16,11 +16,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from jobs.delta_txn import append_arrow_once
-from state_handoff import handoff_log, lease
-from state_handoff.io import fencing
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.jobs.delta_txn import append_arrow_once
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE_SECONDS = "2"
@@ -70,10 +70,10 @@ def _owner(tables: Tables) -> subprocess.Popen:
 import sys
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
-from jobs.delta_txn import append_arrow_once
-from state_handoff import lease
-from state_handoff.io import fencing
-from state_handoff.tables import Tables
+from switchyard.jobs.delta_txn import append_arrow_once
+from switchyard.state_handoff import lease
+from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.tables import Tables
 lease.FRESH_PART = 100.0  # its own clock never stops it (on a loaded machine it would, at any step): the fence must
 tables = Tables({tables.warehouse!r}, {tables.pipeline!r})
 with lease.hold(tables, lease.STREAM) as held:
@@ -168,7 +168,7 @@ def test_every_commit_of_a_holder_carries_its_epoch(tables):
     """delta-rs's commits of the holder, whichever way the warehouse's path is spelled: a batch's append, a handoff
     log entry, and a tidy of `state` (compaction, the retention property set, vacuum) each name the lease's epoch
     (the handoff log's creation, before it had a fence, aside)."""
-    from state_handoff.io import delta_upkeep
+    from switchyard.state_handoff.io import delta_upkeep
 
     for key in ("a", "b"):  # two files to compact
         write_deltalake(tables.state, pa.table({"key": [key]}), mode="append")
@@ -187,7 +187,7 @@ def test_every_commit_of_a_holder_carries_its_epoch(tables):
 
 
 def test_a_table_has_one_identity_however_its_location_is_spelled(tmp_path):
-    from state_handoff.io import storage
+    from switchyard.state_handoff.io import storage
 
     tables = Tables(_warehouse(tmp_path, "symlinked"), "demo")
     write_deltalake(tables.late, pa.table({"n": [1]}))
@@ -239,7 +239,7 @@ def test_a_process_holding_no_lease_writes_unfenced(tables):
 def test_the_archive_record_commits_by_compare_and_swap_and_under_the_archive_lease(tables, monkeypatch):
     """Two writers plan from one record: the second commit, on the version it read, is refused and changes nothing;
     a holder of the archive's lease fenced out by a newer holder commits no record."""
-    from state_handoff.io.archive_files import archive_meta, commit_record, read_record, write_archive_meta
+    from switchyard.state_handoff.io.archive_files import archive_meta, commit_record, read_record, write_archive_meta
 
     root = tables.archive
     write_archive_meta(root, {"topic": "t", "runs": 1})

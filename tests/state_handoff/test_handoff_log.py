@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql.types import LongType, TimestampType
 
-from state_handoff import handoff_log
-from state_handoff.lifecycle import Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
 
 FROZEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
 

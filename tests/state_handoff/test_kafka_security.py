@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from state_handoff.errors import UserError
-from state_handoff.io.kafka_security import from_env
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_security import from_env
 
 SCRAM = {"SWITCHYARD_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "SWITCHYARD_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
          "SWITCHYARD_KAFKA_SASL_USERNAME": "alice", "SWITCHYARD_KAFKA_SASL_PASSWORD": "pw;with=signs"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 
-from state_handoff.io.kafka_io import create_topic, topic_config
-from state_handoff.io.kafka_security import client_kwargs
+from switchyard.state_handoff.io.kafka_io import create_topic, topic_config
+from switchyard.state_handoff.io.kafka_security import client_kwargs
 
 
 def _pre_create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from state_handoff import lease
-from state_handoff.clock import utc_now
-from state_handoff.errors import UserError
-from state_handoff.tables import Tables
+from switchyard.state_handoff import lease
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +36,7 @@ def _since(held: lease.Lease) -> str:
 
 def _owner_process(tables: Tables, script: str, env: dict | None = None) -> subprocess.Popen:
     """A separate Python process that takes the lease as a `switchyard stream` and runs `script` after it."""
-    code = ("import os, sys, time\nfrom state_handoff import lease\nfrom state_handoff.tables import Tables\n"
+    code = ("import os, sys, time\nfrom switchyard.state_handoff import lease\nfrom switchyard.state_handoff.tables import Tables\n"
             f"tables = Tables({tables.warehouse!r}, {tables.pipeline!r})\n{script}")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
@@ -190,7 +190,7 @@ def test_concurrent_acquirers_in_processes_one_wins(tables):
     at = time.time() + 4  # every process imported and waiting before the first tries
     contenders = [_owner_process(tables, (
         f"time.sleep(max(0, {at} - time.time()))\n"
-        "from state_handoff.errors import UserError\n"
+        "from switchyard.state_handoff.errors import UserError\n"
         "try:\n"
         "    held = lease.acquire(tables, 'contender')\n"
         "    print('won', held.lease_id, flush=True)\n"
@@ -240,7 +240,7 @@ def test_the_table_stays_small_under_many_heartbeats(tables, monkeypatch):
 def test_cli_commands_are_refused_in_one_line_while_the_stream_holds_the_pipeline(tables):
     with lease.hold(tables, lease.STREAM):
         runs = {command: subprocess.Popen(
-            [sys.executable, "-m", "jobs.cli", command, "--pipeline", "demo", "--warehouse", tables.warehouse],
+            [sys.executable, "-m", "switchyard.jobs.cli", command, "--pipeline", "demo", "--warehouse", tables.warehouse],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for command in ("handoff", "stream", "backfill")}
         results = {command: (run.wait(timeout=120), run.stderr.read()) for command, run in runs.items()}
@@ -255,7 +255,7 @@ def test_cli_commands_are_refused_in_one_line_while_the_stream_holds_the_pipelin
 def test_stop_while_a_stream_without_a_handoff_holds_the_pipeline_is_one_line(tables):
     """A `switchyard stream` takes the lease before it finds there is no handoff to stream; a `switchyard stop` in
     that moment says so in one line (found by the fault campaign, seed 1)."""
-    from jobs.cli.parser import main
+    from switchyard.jobs.cli.parser import main
 
     err = io.StringIO()
     with lease.hold(tables, lease.STREAM), contextlib.redirect_stderr(err):

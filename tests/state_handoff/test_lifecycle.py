@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pytest
 
-from state_handoff import handoff_log, lifecycle
-from state_handoff.handoff_log import LogEntry
-from state_handoff.lifecycle import LifecycleError, Phase, Status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, lifecycle
+from switchyard.state_handoff.handoff_log import LogEntry
+from switchyard.state_handoff.lifecycle import LifecycleError, Phase, Status
+from switchyard.state_handoff.tables import Tables
 
 
 @pytest.fixture

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
-from jobs.inputs.generate import run_generate
-from state_handoff.io.delta_cas import read
-from state_handoff.io.kafka_io import produce
-from state_handoff.record_limits import MAX_RECORD_BYTES_ENV
-from state_handoff.tables import Tables
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff.io.delta_cas import read
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.record_limits import MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.tables import Tables
 from tests.support.streams import QUIET
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def switchyard(*args: str, env: dict[str, str | None] | None = None,
             merged.pop(name, None)
         else:
             merged[name] = text
-    return subprocess.run([sys.executable, "-m", "jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args], capture_output=True, text=True, cwd=ROOT,
                           env=merged, timeout=timeout)
 
 
@@ -119,8 +119,8 @@ def test_config_records_the_value_of_a_pipeline_that_has_classified_nothing(tmp_
 def test_a_process_serving_several_pipelines_must_give_the_recorded_value_and_first_runs_record_one(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from state_handoff import pipeline_settings
-    from state_handoff.errors import UserError
+    from switchyard.state_handoff import pipeline_settings
+    from switchyard.state_handoff.errors import UserError
 
     tables = Tables(str(tmp_path / "wh"), "demo")
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from state_handoff import settings
-from state_handoff.errors import UserError
-from state_handoff.settings import BY_NAME, SETTINGS, Settings, markdown_table
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.settings import BY_NAME, SETTINGS, Settings, markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]
 READ = re.compile(r"SWITCHYARD_[A-Z0-9_]*[A-Z0-9]")
@@ -37,7 +37,7 @@ def test_the_docs_show_the_table():
 def test_config_shows_each_value_in_effect_and_where_it_came_from():
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")},
            "SWITCHYARD_WAREHOUSE": "/data/wh", "SWITCHYARD_KAFKA_SASL_PASSWORD": "hunter2"}
-    shown = subprocess.run([sys.executable, "-m", "jobs.cli", "config"], capture_output=True, text=True, cwd=ROOT,
+    shown = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "config"], capture_output=True, text=True, cwd=ROOT,
                            env=env, timeout=60)
     assert shown.returncode == 0, shown.stderr
     lines = {line.split()[0]: line for line in shown.stdout.splitlines()}
@@ -54,7 +54,7 @@ def test_config_masks_the_secrets_inside_the_jvm_options():
                "-Dapi.token='tok en' -XX:+UseG1GC -Dlog4j2.configurationFile=file:/etc/log4j2.xml")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")},
            "SWITCHYARD_JVM_OPTIONS": options}
-    shown = subprocess.run([sys.executable, "-m", "jobs.cli", "config"], capture_output=True, text=True, cwd=ROOT,
+    shown = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "config"], capture_output=True, text=True, cwd=ROOT,
                            env=env, timeout=60)
     assert shown.returncode == 0, shown.stderr
     line = next(line for line in shown.stdout.splitlines() if line.startswith("SWITCHYARD_JVM_OPTIONS "))
@@ -136,8 +136,8 @@ def test_a_number_out_of_range_is_one_line_naming_the_range(name, text, says):
 
 
 def test_the_longest_lease_is_held_and_renewed(tmp_path, monkeypatch):
-    from state_handoff import lease
-    from state_handoff.tables import Tables
+    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.tables import Tables
 
     monkeypatch.setenv(lease.ENV, "86400")
     with lease.hold(Tables(str(tmp_path / "wh"), "demo"), lease.STREAM) as held:
@@ -151,7 +151,7 @@ def test_every_setting_that_can_refuse_a_value_is_tried():
 
 
 def test_an_unknown_crash_point_lists_the_points():
-    from state_handoff.faults import POINTS
+    from switchyard.state_handoff.faults import POINTS
 
     with pytest.raises(UserError) as refused:
         settings.value("SWITCHYARD_FAULT", {"SWITCHYARD_FAULT": "stream.nowhere"})
@@ -186,14 +186,14 @@ def test_a_secret_stays_out_of_the_settings_repr():
 
 
 def test_the_choices_are_the_profiles_and_environments_the_code_knows():
-    from deploy.spark import PROFILES
+    from switchyard.deploy.spark import PROFILES
 
     assert set(settings.SPARK_PROFILES) == set(PROFILES)
     assert settings.ENVIRONMENTS == ("local", "test")  # orchestration/resources.py's SPARK_PROFILES, without dagster
 
 
 def test_the_record_limit_is_at_least_a_dead_letter_prefix():
-    from state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
+    from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
 
     assert settings.value(MAX_RECORD_BYTES_ENV, {MAX_RECORD_BYTES_ENV: str(DEAD_LETTER_PREFIX_BYTES)}) == 1024
     with pytest.raises(UserError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from orchestration.factory import switchyard_definitions
-from orchestration.scope import PipelineDeployment, Scope
+from switchyard.orchestration.factory import switchyard_definitions
+from switchyard.orchestration.scope import PipelineDeployment, Scope
 
 FIRST_DAY = "2025-12-31"  # the generated topics' first day (tests/__init__.py sets SWITCHYARD_FIRST_DAY to it too)
 

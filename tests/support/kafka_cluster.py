@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import kafka_cluster
-from deploy.local_server import port_free
-from deploy.paths import PROJECT_ROOT
+from switchyard.deploy import kafka_cluster
+from switchyard.deploy.local_server import port_free
+from switchyard.deploy.paths import PROJECT_ROOT
 
 BROKERS = 3
 SASL_ENV = {

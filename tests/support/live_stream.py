@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from jobs.archive import archive_cut, run_archive
-from jobs.inputs.generate import DEFAULT_START, run_generate
-from orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
-from orchestration import sensors
-from orchestration.stream_health import read_progress
-from state_handoff.pipelines import get_pipeline
-from state_handoff.tables import Tables
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.inputs.generate import DEFAULT_START, run_generate
+from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
+from switchyard.orchestration import sensors
+from switchyard.orchestration.stream_health import read_progress
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import scope
 
 PIPELINE = get_pipeline("demo")

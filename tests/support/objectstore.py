@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from deploy import objectstore as server
-from deploy.local_server import port_free
-from state_handoff.io import storage
+from switchyard.deploy import objectstore as server
+from switchyard.deploy.local_server import port_free
+from switchyard.state_handoff.io import storage
 
 BUCKET = server.BUCKET
 

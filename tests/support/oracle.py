@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from state_handoff.io.kafka_security import client_kwargs
+from switchyard.state_handoff.io.kafka_security import client_kwargs
 
 ISO = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 WINDOW = timedelta(hours=1)
@@ -297,7 +297,7 @@ def _finite_number(value) -> bool:
 def by_kind(records: list[KafkaRecord]) -> tuple[dict[str, KindState], int]:
     """The `kinds` pipeline over `records` (keyed by the required string field `kind`): its state per kind, and
     how many records are malformed for it."""
-    from state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.pipelines import get_pipeline
 
     fields = get_pipeline("kinds").fields  # the declaration's fields only: the parsing is this module's own
     state: dict[str, KindState] = defaultdict(KindState)

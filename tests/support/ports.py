@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from deploy.local_server import port_free
+from switchyard.deploy.local_server import port_free
 
 
 def free_port_pair() -> int:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import spark_cluster as standalone
-from deploy.local_server import free_port
-from deploy.paths import PROJECT_ROOT
+from switchyard.deploy import spark_cluster as standalone
+from switchyard.deploy.local_server import free_port
+from switchyard.deploy.paths import PROJECT_ROOT
 
 SWITCHYARD = str(PROJECT_ROOT / ".venv" / "bin" / "switchyard")
 

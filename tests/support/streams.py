@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from state_handoff import handoff_log, stream_progress
-from state_handoff.lifecycle import Status
-from state_handoff.status import pipeline_status
-from state_handoff.tables import Tables
+from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
 
@@ -28,7 +28,7 @@ QUIET = open(os.devnull, "w")  # where a generator run in a test prints its prog
 def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
+        [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
          "--bootstrap", bootstrap, "--caught-up-lag", "0", *flags],
         stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
 
@@ -103,7 +103,7 @@ def stream_read(tables: Tables) -> int:
 
 
 def latest_total(bootstrap, topic, start: dict[int, int]) -> int:
-    from state_handoff.io.kafka_io import offset_bounds
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
 
     return sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
 
