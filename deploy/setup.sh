@@ -20,14 +20,16 @@ check_java() {
 
 setup_python() {
   local stamp=.venv/.switchyard-installed
-  if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ]; then return; fi
+  if [ -f "$stamp" ] && [ "$stamp" -nt pyproject.toml ] && [ "$stamp" -nt constraints.txt ]; then return; fi
   command -v "$PYTHON" >/dev/null 2>&1 || fail "$PYTHON not found: install Python 3.11 (or set PYTHON=/path/to/python3.11)"
   [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
   echo "switchyard setup: installing Python packages into .venv (first time takes a few minutes)"
   .venv/bin/python -m pip install -q --upgrade pip
   # --no-compile: compile_python below does it once, in parallel; pip compiles file by file, and dagster, pyspark
   # and GX hold many files
-  .venv/bin/python -m pip install -q --no-compile -e '.[test]' || fail "pip could not install the pinned packages (see the output above)"
+  # the package's ranges, held to the exact versions of constraints.txt; every extra (dev, bench, test)
+  .venv/bin/python -m pip install -q --no-compile -c constraints.txt -e '.[dev,bench,test]' \
+    || fail "pip could not install the pinned packages (see the output above)"
   touch "$stamp"
 }
 

@@ -22,8 +22,12 @@ from urllib.parse import urlparse
 
 from switchyard.state_handoff.errors import UserError
 
+# The folder above the package's subpackages: a checkout's root, or site-packages/switchyard in an installed copy.
 CHECKOUT = Path(__file__).resolve().parents[1]
+IN_CHECKOUT = (CHECKOUT / "pyproject.toml").is_file() and (CHECKOUT / "deploy" / "setup.sh").is_file()
 PREFIX = "SWITCHYARD_"
+# Where an installed copy keeps its jars and local servers: the user's cache folder, as pip's and Ivy's are.
+USER_CACHE_HOME = str(Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache") / "switchyard")
 
 
 class Hint(ValueError):
@@ -122,6 +126,8 @@ DAY = Kind("a day as YYYY-MM-DD", date.fromisoformat)
 FILE = Kind("a path", lambda text: Path(text).expanduser())
 CHECKOUT_PATH = Kind("a path (a relative one from the checkout)",
                      lambda text: (CHECKOUT / Path(text).expanduser()).resolve())
+HOME_PATH = Kind("a path (a relative one from the checkout, or in an installed copy from the working folder)",
+                 lambda text: ((CHECKOUT if IN_CHECKOUT else Path.cwd()) / Path(text).expanduser()).resolve())
 CRASH_POINT = Kind("`point[:n]`: a crash point of state_handoff/faults.py, its n-th arrival (n at least 1)",
                    _crash_point)
 
@@ -193,7 +199,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_FIRST_DAY", "2025-12-01", "the first day of the shipped code location's daily partitions",
             DAY),
     Setting("SWITCHYARD_FAULT", None, "a crash point to die at (tests and drills only)", CRASH_POINT),
-    Setting("SWITCHYARD_HOME", "./.switchyard", "fetched jars, the local servers' data and logs", CHECKOUT_PATH),
+    Setting("SWITCHYARD_HOME", "./.switchyard" if IN_CHECKOUT else USER_CACHE_HOME,
+            "fetched jars, the local servers' data and logs (an installed copy's default: `~/.cache/switchyard`)",
+            HOME_PATH),
+    Setting("SWITCHYARD_SPARK_JARS", "auto", "where Spark's Delta, Kafka and S3A jars come from: `auto` (the home's, "
+            "fetched by setup or resolved from Maven Central on first use) or `provided` (the platform's Spark has "
+            "them)", _one_of("auto", "provided")),
     Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with", CHECKOUT_PATH),
     Setting("SWITCHYARD_OBJECTSTORE_HEAP", "1g", "the local object store's JVM heap (it holds every object)",
             MEMORY),
@@ -261,6 +272,7 @@ class Settings:
     first_day: date
     fault: tuple[str, int] | None
     home: Path
+    spark_jars: str
     pom: Path
     objectstore_heap: str
 

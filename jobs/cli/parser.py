@@ -40,6 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pipeline.add_pipeline_commands(commands, common_options)
+    setup_jars = commands.add_parser("setup-jars", help="resolve Spark's Delta, Kafka and S3A jars from Maven Central "
+                                                        "into the home now (an installed copy does it on first use)")
+    setup_jars.add_argument("--force", action="store_true", help="resolve them again")
+    setup_jars.set_defaults(handler=_run_setup_jars)
     dev = commands.add_parser("dev", help="developer tools: local Kafka, Spark and object store, demo event "
                                           "producers, the smoke check",
                               description="Developer tools, apart from the commands an operator runs.")
@@ -49,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     inputs.add_live_command(dev_commands, common_options)
     developer.add_developer_commands(dev_commands, common_options)
     return parser
+
+
+def _run_setup_jars(args: argparse.Namespace) -> int:
+    from switchyard.deploy.jars import setup_jars
+
+    return setup_jars(force=args.force)
 
 
 def command_name(args: argparse.Namespace) -> str:

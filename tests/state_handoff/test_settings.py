@@ -88,6 +88,7 @@ BAD = [
     ("SWITCHYARD_MAX_RECORD_BYTES", "1023", "must be a whole number of bytes from 1024 to 1073741824, not '1023'"),
     ("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "yes", "SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME must be true or false"),
     ("SWITCHYARD_SPARK_CDS", "off", "SWITCHYARD_SPARK_CDS must be true or false (or 1 or 0), not 'off'"),
+    ("SWITCHYARD_SPARK_JARS", "maven", "SWITCHYARD_SPARK_JARS must be one of auto or provided, not 'maven'"),
     ("SWITCHYARD_KAFKA_SECURITY_PROTOCOL", "KERBEROS", "must be one of PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL, "
                                                       "not 'KERBEROS'"),
     ("SWITCHYARD_KAFKA_SASL_MECHANISM", "GSSAPI", "must be one of PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, "
@@ -146,7 +147,7 @@ def test_the_longest_lease_is_held_and_renewed(tmp_path, monkeypatch):
 
 
 def test_every_setting_that_can_refuse_a_value_is_tried():
-    takes_any = (settings.TEXT, settings.FILE, settings.CHECKOUT_PATH)
+    takes_any = (settings.TEXT, settings.FILE, settings.CHECKOUT_PATH, settings.HOME_PATH)
     assert {s.name for s in SETTINGS if s.kind not in takes_any} == {name for name, _, _ in BAD}
 
 
