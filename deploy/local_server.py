@@ -6,6 +6,7 @@ configuration and its readiness probe."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -36,11 +37,26 @@ def port_accepts(port: int) -> bool:
         return sock.connect_ex((HOST, port)) == 0
 
 
+# Ports a server started here listens on: below Linux's ephemeral range (32768 and up), which the system hands to
+# outgoing connections. A port taken from that range can be taken by a client's connection in the seconds a JVM
+# server needs to bind it; a node stopped and started again must find its ports free.
+LISTEN_PORTS = range(20000, 32700)
+
+
+def free_ports(count: int = 1) -> int:
+    """The first of `count` consecutive ports nothing listens on, chosen at random in LISTEN_PORTS."""
+    chooser = random.SystemRandom()
+    for _ in range(200):
+        base = chooser.randrange(LISTEN_PORTS.start, LISTEN_PORTS.stop - count)
+        if all(port_free(base + i) for i in range(count)):
+            return base
+    raise UserError(f"no {count} consecutive free ports on {HOST} between {LISTEN_PORTS.start} and "
+                    f"{LISTEN_PORTS.stop}: stop servers left running")
+
+
 def free_port() -> int:
-    """A port the system hands out as free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+    """One port nothing listens on (free_ports)."""
+    return free_ports(1)
 
 
 def check_ports_free(ports: Iterable[int], option: str = "--port") -> None:

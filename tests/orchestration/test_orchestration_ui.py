@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -19,6 +18,7 @@ import dagster as dg
 import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
+from switchyard.deploy.local_server import free_port
 from switchyard.jobs.backfill import commit_state
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.handoff import run_handoff
@@ -37,12 +37,6 @@ NOON = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 STREAM_CHECKS = ("stream_process_alive", "stream_caught_up", "stream_update_latency", "stream_reconciled",
                  "stream_is_healthy")
 WAIT_MS = 60_000
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_for_server(base: str, process: subprocess.Popen, log: Path, timeout: float = 240) -> dict:
@@ -74,7 +68,7 @@ def ui(warehouse, bootstrap, tmp_path, monkeypatch):
     """`make ui` (deploy/dagster_ui.sh) on a free port with its own instance, which this process opens too;
     stopped with its process group (webserver, daemon, their code servers and the runs they launched)."""
     assert os.access(CHROMIUM, os.X_OK), "Debian's chromium is missing: run deploy/setup.sh (make setup)"
-    port, home, log = _free_port(), tmp_path / "dagster_home", tmp_path / "ui.log"
+    port, home, log = free_port(), tmp_path / "dagster_home", tmp_path / "ui.log"
     env = {**os.environ, "DAGSTER_HOME": str(home), "DAGSTER_PORT": str(port), "SWITCHYARD_ENV": "test",
            "SWITCHYARD_WAREHOUSE": warehouse.warehouse, "SWITCHYARD_BOOTSTRAP": bootstrap}
     process = subprocess.Popen([str(ROOT / "deploy" / "dagster_ui.sh")], cwd=ROOT, env=env, stdout=open(log, "w"),

@@ -6,7 +6,6 @@ environment of a `switchyard` command that talks to it."""
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from switchyard.deploy import kafka_cluster
-from switchyard.deploy.local_server import port_free
+from switchyard.deploy.local_server import free_ports
 from switchyard.deploy.paths import PROJECT_ROOT
 
 BROKERS = 3
@@ -28,13 +27,8 @@ SASL_ENV = {
 
 
 def free_base_port(ports: int) -> int:
-    """A port P with P .. P + ports - 1 all free on 127.0.0.1, below Linux's ephemeral range (32768 and up): a node
-    stopped and started again must find its ports free, and an outgoing connection may take any ephemeral port."""
-    for _ in range(200):
-        base = random.randrange(20000, 32700 - ports)
-        if all(port_free(base + i) for i in range(ports)):
-            return base
-    raise RuntimeError(f"no {ports} consecutive free ports on 127.0.0.1")
+    """A port P with P .. P + ports - 1 all free on 127.0.0.1."""
+    return free_ports(ports)
 
 
 @contextmanager

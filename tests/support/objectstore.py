@@ -6,32 +6,21 @@ A test asks for the `objectstore` and `s3a_spark` fixtures (registered in tests/
 from __future__ import annotations
 
 import secrets
-import socket
 import uuid
 
 import pytest
 
 from switchyard.deploy import objectstore as server
-from switchyard.deploy.local_server import port_free
+from switchyard.deploy.local_server import free_port
 from switchyard.state_handoff.io import storage
 
 BUCKET = server.BUCKET
 
 
-def _free_port() -> int:
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        if port_free(port):
-            return port
-    raise RuntimeError("no free port on 127.0.0.1")
-
-
 @pytest.fixture(scope="module")
 def objectstore(tmp_path_factory):
     """The running store; `objectstore.warehouse()` names a fresh warehouse in its bucket."""
-    handle = _Handle(server.ObjectStore.at(_free_port(), tmp_path_factory.mktemp("objectstore")),
+    handle = _Handle(server.ObjectStore.at(free_port(), tmp_path_factory.mktemp("objectstore")),
                      (f"test-{uuid.uuid4().hex[:8]}", secrets.token_hex(16)))
     with pytest.MonkeyPatch.context() as patch:
         for name, value in handle.env.items():
