@@ -27,8 +27,8 @@ setup_python() {
   .venv/bin/python -m pip install -q --upgrade pip
   # --no-compile: compile_python below does it once, in parallel; pip compiles file by file, and dagster, pyspark
   # and GX hold many files
-  # the package's ranges, held to the exact versions of constraints.txt; every extra (dev, bench, test)
-  .venv/bin/python -m pip install -q --no-compile -c constraints.txt -e '.[dev,bench,test]' \
+  # the package's ranges, held to the exact versions of constraints.txt; every extra
+  .venv/bin/python -m pip install -q --no-compile -c constraints.txt -e '.[dagster,dev,bench,test]' \
     || fail "pip could not install the pinned packages (see the output above)"
   touch "$stamp"
 }

@@ -36,9 +36,19 @@ _PUBLIC = {
 __all__ = ["__version__", *_PUBLIC]
 
 
+_NEEDS_EXTRA = {"dagster": "dagster", "great_expectations": "dagster"}
+
+
 def __getattr__(name: str):
     if name in _PUBLIC:
-        value = getattr(import_module(_PUBLIC[name]), name)
+        try:
+            module = import_module(_PUBLIC[name])
+        except ModuleNotFoundError as missing:
+            extra = _NEEDS_EXTRA.get((missing.name or "").split(".")[0])
+            if extra is None:
+                raise
+            raise ImportError(f"switchyard.{name} needs the {extra} extra: pip install 'switchyard[{extra}]'") from None
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'switchyard' has no attribute {name!r}")
