@@ -1,0 +1,105 @@
+"""switchyard as a team installs it: the wheel built from this checkout, installed with its dependencies into a
+fresh virtual environment (no checkout on its path, no editable finder), used from an empty folder that holds
+top-level `jobs` and `deploy` packages of its own. Its first Spark session resolves the JVM jars into a fresh user
+cache; the switch it runs through the installed `switchyard` command is checked against the oracle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.tables import Tables
+from tests.support.streams import QUIET, assert_matches_oracle, tail_events
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The core wheel (no extras) in a fresh venv, its dependencies held to constraints.txt; the venv's bin/."""
+    where = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(where / "dist"), str(ROOT)], capture_output=True, text=True, cwd=where)
+    assert built.returncode == 0, built.stderr[-3000:]
+    wheel = next((where / "dist").glob("switchyard-*.whl"))
+    venv.create(where / "venv", with_pip=True, symlinks=True)
+    bin_dir = where / "venv" / "bin"
+    done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
+                           "--constraint", str(ROOT / "constraints.txt"), str(wheel)],
+                          capture_output=True, text=True, cwd=where, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return bin_dir
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """An empty folder with a team's own top-level `jobs` and `deploy` packages."""
+    folder = tmp_path_factory.mktemp("team-project")
+    for name in ("jobs", "deploy"):
+        (folder / name).mkdir()
+        (folder / name / "__init__.py").write_text(f"OURS = {name!r}\n")
+    return folder
+
+
+def _env(tmp_path: Path, **more: str) -> dict:
+    """The environment of a shell in the team's project: no PYTHONPATH, a user cache of its own."""
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHYARD_", "PYTHON", "VIRTUAL_ENV"))}
+    return {**keep, "XDG_CACHE_HOME": str(tmp_path / "cache"), "SWITCHYARD_SPARK_PROFILE": "test",
+            "SWITCHYARD_STATE_PARTITIONS": "2", **more}
+
+
+def test_one_import_name_beside_a_projects_own_jobs_and_deploy(installed, project, tmp_path):
+    probe = ("import jobs, deploy, switchyard, switchyard.jobs.cli.parser, switchyard.deploy.jars\n"
+             "print(jobs.OURS, deploy.OURS, switchyard.__file__, switchyard.jobs.__file__)\n"
+             "try:\n    switchyard.switchyard_definitions\nexcept ImportError as err:\n    print(err)\n")
+    shown = subprocess.run([str(installed / "python"), "-c", probe], cwd=project, env=_env(tmp_path),
+                           capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    ours, also_ours, package, subpackage, refused = shown.stdout.split(maxsplit=4)
+    assert (ours, also_ours) == ("jobs", "deploy")
+    site = str(installed.parent / "lib")
+    assert package.startswith(site) and subpackage.startswith(site), (package, subpackage)
+    assert refused.strip() == "switchyard.switchyard_definitions needs the dagster extra: pip install " \
+                              "'switchyard[dagster]'"
+
+    listed = subprocess.run([str(installed / "switchyard"), "pipelines"], cwd=project, env=_env(tmp_path),
+                            capture_output=True, text=True)
+    assert listed.returncode == 0 and "demo" in listed.stdout and "kinds" in listed.stdout, listed.stderr
+    config = subprocess.run([str(installed / "switchyard"), "config"], cwd=project, env=_env(tmp_path),
+                            capture_output=True, text=True)
+    home = [line.split() for line in config.stdout.splitlines() if line.startswith("SWITCHYARD_HOME ")]
+    assert home and home[0][1] == str(tmp_path / "cache" / "switchyard"), config.stdout
+
+
+@pytest.mark.extended  # minutes: the jars resolved from Maven Central, then a JVM per command
+@pytest.mark.timeout(1800)
+def test_the_switch_from_the_installed_command_matches_the_oracle(installed, project, tmp_path, spark, bootstrap,
+                                                                  topic_name):
+    warehouse = tmp_path / "warehouse"
+    env = _env(tmp_path, SWITCHYARD_BOOTSTRAP=bootstrap, SWITCHYARD_WAREHOUSE=str(warehouse))
+    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=5, malformed_rate=0.03,
+                 out=QUIET)
+
+    def switchyard(*args: str) -> str:
+        done = subprocess.run([str(installed / "switchyard"), *args, "--pipeline", "demo"], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    first = switchyard("archive", "--topic", topic_name, "--fraction", "0.8")
+    assert f"resolving Delta, the Kafka connector and S3A from Maven Central into {tmp_path / 'cache'}" in first
+    switchyard("backfill")
+    switchyard("handoff")
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
+    later = switchyard("stream", "--until-caught-up")
+    assert "resolving" not in later  # the jars were resolved once, into the user cache
+    assert sorted(p.name for p in (tmp_path / "cache" / "switchyard").iterdir()) >= ["ivy", "jars"]
+    assert_matches_oracle(spark, bootstrap, topic_name, Tables(str(warehouse), "demo"))
