@@ -38,7 +38,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
-from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range, verify_archive
+from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
+                                      retained_or_archived_range, verify_archive)
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.sinks import EventsSink, mark_overlap
@@ -98,14 +99,20 @@ class RebaseRefused(UserError):
 def check_before_pause(tables: Tables, bootstrap: str, handoff: Handoff, paths: StreamPaths) -> None:
     """Raise UserError, in one line, when the rebase could not read what it needs: an archive file missing or
     unreadable, or an offset it reads from Kafka deleted by retention (the Kafka range begins at the archive's cut;
-    the reconciliation and the catch-up read from where the stream's readers ended, when that is lower)."""
+    the reconciliation and the catch-up read from where the stream's readers ended, when that is lower, and take
+    from the archive what Kafka deleted below its cut)."""
     verify_archive(tables)
     start = handoff.start_offsets
     keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
     events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
     cut = kafka_retention.archive_cut(tables)
+    first = {int(p): int(o) for p, o in (archive_meta(tables.archive).get("first") or {}).items()}
     bounds = offset_bounds(bootstrap, handoff.topic)
-    needed = {p: min(cut.get(p, 0), keyed.get(p, start.get(p, 0)), events.get(p, start.get(p, 0))) for p in bounds}
+    read_from = {p: min(keyed.get(p, start.get(p, 0)), events.get(p, start.get(p, 0))) for p in bounds}
+    # what the readers need below the archive's cut, the archive serves when Kafka no longer holds it
+    # (retained_or_archived_range); Kafka must hold the rest
+    needed = {p: cut.get(p, 0) if first.get(p, 0) <= read_from[p] else min(cut.get(p, 0), read_from[p])
+              for p in bounds}
     gone = kafka_retention.unretained(needed, bounds)
     if gone:
         ranges = ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gone.items())
@@ -196,8 +203,9 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
             return sink.watermark_before(batch_id)
         # a batch the stream planned carries the range the stream's own attempt recorded, if it got that far
         offsets = sink.planned_range(batch_id) if planned else stream_progress.offset_range(start, end)
-        parsed = parse_events(pipeline, kafka_range(spark, bootstrap, handoff.topic, start, end,
-                                                    with_key=handoff.overlap is not None))
+        records = (kafka_range(spark, bootstrap, handoff.topic, start, end, with_key=True) if handoff.overlap else
+                   retained_or_archived_range(spark, tables, bootstrap, handoff.topic, start, end))
+        parsed = parse_events(pipeline, records)
         if handoff.overlap is not None:
             parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
         sink(parsed, batch_id, offsets=offsets)  # recorded over the same range: done; over another: refused
@@ -229,7 +237,7 @@ def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, b
     if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
         reader = reader.option("versionAsOf", cut.state_version)
     drained = reader.load(tables.state).select(*columns)
-    rest = keyed_partials(pipeline, kafka_range(spark, bootstrap, topic, cut.keyed, cut.offsets))
+    rest = keyed_partials(pipeline, retained_or_archived_range(spark, tables, bootstrap, topic, cut.keyed, cut.offsets))
     return state_from_partials(pipeline, drained.unionByName(rest))
 
 

@@ -3,11 +3,15 @@ restarts the handoff from what Kafka still holds, recording the records in betwe
 
 A handoff committed while Kafka held its start offsets may wait past the topic's retention before its stream first
 runs (a stopped deployment, a long outage). Its stream would then read nothing of the deleted range and could
-never account for it. The archive cannot fill the range either: it ends where the handoff starts. So the only way
-on loses those records, and it is taken only when asked: `switchyard handoff --restart-from-retained` commits a
-new handoff over the same backfilled state that starts at Kafka's earliest retained offsets, and records each
+never account for it. When the archive has grown past the deleted range since, it holds those records: a rebase
+reads them from there, and nothing is lost. Otherwise the only way on
+loses those records, and it is taken only when asked: `switchyard handoff --restart-from-retained` commits a new
+handoff over the same backfilled state that starts at Kafka's earliest retained offsets, and records each
 partition's lost range [from, to) in the log (BACKFILL_COMMITTED and HANDOFF_COMMITTED details, `lost`), where
 `switchyard status` reports it.
+
+A stream that has run and falls behind the retention later (its queries fail on data Kafka no longer holds) is
+rebased instead: the rebase reads what Kafka deleted from the archive (`behind_retention`).
 """
 
 from __future__ import annotations
@@ -38,9 +42,41 @@ def refuse_if_expired(tables: Tables, handoff: Handoff, bootstrap: str) -> None:
     gone = expired(handoff, offset_bounds(bootstrap, handoff.topic))
     if gone:
         ranges = ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gone.items())
+        if archive_holds(tables, handoff.topic, gone):
+            raise UserError(f"topic {handoff.topic} no longer retains the start of handoff {handoff.handoff_id} "
+                            f"({ranges} deleted by Kafka's retention), but the archive holds them: run "
+                            f"`switchyard rebase --pipeline {tables.pipeline}` to take them from the archive")
         raise UserError(f"topic {handoff.topic} no longer retains the start of handoff {handoff.handoff_id} "
                         f"({ranges} deleted by Kafka's retention): run `{COMMAND.format(pipeline=tables.pipeline)}` "
                         "to stream from what Kafka retains and record those records as lost")
+
+
+def archive_holds(tables: Tables, topic: str, ranges: dict[int, tuple[int, int]]) -> bool:
+    """Whether the pipeline's archive of `topic` holds every offset of `ranges` ([from, to) per partition)."""
+    from switchyard.state_handoff.io.archive_files import archive_meta
+
+    try:
+        meta = archive_meta(tables.archive)
+    except (UserError, FileNotFoundError, OSError):
+        return False
+    first = {int(p): int(o) for p, o in (meta.get("first") or {}).items()}
+    cut = {int(p): int(o) for p, o in (meta.get("cut") or {}).items()}
+    return meta.get("topic") == topic and all(p in cut and first.get(p, 0) <= a and cut[p] >= b
+                                              for p, (a, b) in ranges.items())
+
+
+def behind_retention(tables: Tables, topic: str, bootstrap: str) -> str:
+    """Why a query of a stream that has run failed on records Kafka no longer holds, and the way on."""
+    earliest = {p: lo for p, (lo, _) in offset_bounds(bootstrap, topic).items()}
+    reached = {p: (lo, lo) for p, lo in earliest.items() if lo > 0}  # the archive reaches what Kafka retains
+    if archive_holds(tables, topic, reached):
+        return (f"Kafka's retention deleted records of topic {topic} the stream had not read yet (it retains from "
+                + ", ".join(f"p{p}:{lo}" for p, lo in sorted(earliest.items()))
+                + f"); the archive holds them: run `switchyard rebase --pipeline {tables.pipeline}` to take them "
+                "from the archive")
+    return (f"Kafka's retention deleted records of topic {topic} the stream had not read yet, before the archive "
+            "took them (it retains from " + ", ".join(f"p{p}:{lo}" for p, lo in sorted(earliest.items()))
+            + "): those records are in neither phase")
 
 
 def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:

@@ -119,6 +119,38 @@ def read_archive(spark: SparkSession, tables: Tables, files: list[ArchiveFile]) 
             .select(*ARCHIVE_COLUMNS, F.col("event_date").cast("date")))
 
 
+def retained_or_archived_range(spark: SparkSession, tables: Tables, bootstrap: str, topic: str,
+                               start: dict[int, int], end: dict[int, int]) -> DataFrame:
+    """The records of [start, end) per partition as `kafka_range` reads them, except the offsets Kafka's retention
+    deleted since: those are read from the archive when it holds them (from its first offset to past them; a
+    record's Kafka timestamp is then its archive day's midnight). What neither holds is refused as `kafka_range`
+    refuses it."""
+    earliest = {p: lo for p, (lo, _) in offset_bounds(bootstrap, topic).items()}
+    gone = {p: (start.get(p, 0), min(earliest.get(p, 0), hi)) for p, hi in end.items()
+            if start.get(p, 0) < min(earliest.get(p, 0), hi)}
+    if not gone:
+        return kafka_range(spark, bootstrap, topic, start, end)
+    listing = read_listing(tables.archive)
+    first = {int(p): int(o) for p, o in (listing.meta.get("first") or {}).items()}
+    cut = {int(p): int(o) for p, o in listing.meta.get("cut", {}).items()}
+    if listing.meta.get("topic") != topic or listing.missing or any(
+            first.get(p, 0) > lo or cut.get(p, 0) < hi for p, (lo, hi) in gone.items()):
+        return kafka_range(spark, bootstrap, topic, start, end)  # refused there, naming the first offset gone
+    ranges = listing.recorded_ranges([f.path for f in listing.files])
+    needed = [f for f in listing.files
+              if ranges[f.path] is None or any(p in gone and r[0] < gone[p][1] and r[1] >= gone[p][0]
+                                               for p, r in ranges[f.path].items())]
+    wanted = None
+    for p, (lo, hi) in gone.items():
+        one = (F.col("kafka_partition") == p) & (F.col("kafka_offset") >= lo) & (F.col("kafka_offset") < hi)
+        wanted = one if wanted is None else wanted | one
+    archived = (read_archive(spark, tables, needed).where(wanted)
+                .select("kafka_partition", "kafka_offset",
+                        F.col("event_date").cast("timestamp").alias("kafka_timestamp"), "value"))
+    rest = kafka_range(spark, bootstrap, topic, {**start, **{p: hi for p, (_, hi) in gone.items()}}, end)
+    return rest.unionByName(archived)
+
+
 def kafka_range(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int], end: dict[int, int],
                 with_key: bool = False) -> DataFrame:
     """The records of [start, end) per partition, read in batch, shaped as the stream's readers see them."""

@@ -17,8 +17,13 @@ from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_io import LatestOffsets
 from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.lost_offsets import behind_retention
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
+
+
+# How Spark's Kafka source fails a query whose offsets Kafka's retention deleted (failOnDataLoss)
+KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"
 
 
 class Monitor:
@@ -172,6 +177,9 @@ class Monitor:
     def _raise_if_a_query_failed(self) -> None:
         for query in self.queries:
             if query.exception() is not None:
+                if KAFKA_DATA_LOSS in str(query.exception()):
+                    raise StreamFailed(f"query {query.name} failed: "
+                                       + behind_retention(self.sup.tables, self.handoff.topic, self.sup.bootstrap))
                 raise StreamFailed(f"query {query.name} failed: {query_error(query.exception())}")
             if not query.isActive:
                 raise StreamFailed(f"query {query.name} stopped unexpectedly")

@@ -20,10 +20,13 @@ SEEDS = {
         "partition added, a second actor's stream, two takeovers of a frozen stream",
     26: "hostile records, a corrupted archive file, a stream for 5 s, a live stream, a takeover, a second actor's "
         "stream, a rebase of the live stream, retention",
+    120: "archived to 70%, backfilled, archived to 90%, handed off, a stream for 12 s, retention up to the archive's "
+         "cut (past where the events query stood: the rebase takes those records from the archive), a live stream, "
+         "a second actor's archive",
 }
 
 
-EXTENDED = {26}  # run by `make test-extended`: make test's budget holds one history
+EXTENDED = {26, 120}  # run by `make test-extended`: make test's budget holds one history
 
 
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.extended] if s in EXTENDED else [])

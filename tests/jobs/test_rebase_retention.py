@@ -8,14 +8,16 @@ from datetime import datetime
 
 from kafka import TopicPartition
 
+from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.rebase import open_request
 from switchyard.state_handoff import faults, handoff_log, kept_versions
+from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.status import format_status, pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
-from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up, assert_accounting_identity
+from tests.jobs.test_rebase_failures import PIPELINE, _prepare, _stream_until_caught_up, assert_accounting_identity
 from tests.support import oracle
 from tests.support.streams import start_stream, stop_stream, tail_events, wait_until
 
@@ -125,3 +127,53 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     _stream_until_caught_up(tables, bootstrap, log)
     assert len(_handoffs(tables)) == 1, "the paused handoff resumed"
     _assert_exact(spark, bootstrap, topic_name, tables, _every_record(kept, bootstrap, topic_name), monkeypatch)
+
+
+def test_a_stream_behind_kafkas_retention_is_rebased_from_the_archive(spark, bootstrap, topic_name, tmp_path,
+                                                                      monkeypatch):
+    """Half the topic archived and handed off, streamed to caught up and stopped; more events arrive and the
+    archive grows past them; Kafka's retention then deletes everything archived, past where the stream stopped.
+    The stream fails in one line naming `switchyard rebase`; the rebase reads the records the stream never read
+    from the archive (Kafka no longer holds them), and the stream after it ends equal to the oracle."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    _stream_until_caught_up(tables, bootstrap, tmp_path / "first.log")
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
+    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
+                out=lambda *_: None)
+    kept = oracle.read_topic(bootstrap, topic_name)
+    archived = {int(p): int(o) for p, o in archive_meta(tables.archive)["cut"].items()}
+    _delete_below(bootstrap, topic_name, archived)
+
+    code, out = _run(tables, bootstrap, "stream", "--until-caught-up", "--tables-trigger-seconds", "1")
+    errors = [line for line in out.splitlines() if line.startswith("switchyard stream: error:")]
+    assert code == 1 and len(errors) == 1, out[-3000:]  # Spark's own log lines above it are its executors' WARN
+    assert "the archive holds them: run `switchyard rebase --pipeline demo`" in errors[0], errors[0]
+    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
+    assert code == 0, out[-3000:]
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
+    kept = _every_record(kept, bootstrap, topic_name)
+    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
+    _assert_exact(spark, bootstrap, topic_name, tables, kept, monkeypatch)
+
+
+def test_a_handoff_whose_start_kafka_deleted_but_the_archive_holds_is_rebased_not_lost(spark, bootstrap, topic_name,
+                                                                                        tmp_path, monkeypatch):
+    """Half the topic archived and handed off; before the stream ever runs, the archive grows to the whole topic and
+    Kafka's retention deletes everything archived, the handoff's start included. The stream refuses in one line
+    naming `switchyard rebase` (not the restart that would record the records as lost); after the rebase the
+    stream ends equal to the oracle over every record."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
+                out=lambda *_: None)
+    kept = oracle.read_topic(bootstrap, topic_name)
+    _delete_below(bootstrap, topic_name, {int(p): int(o) for p, o in archive_meta(tables.archive)["cut"].items()})
+
+    code, out = _run(tables, bootstrap, "stream", "--until-caught-up", "--tables-trigger-seconds", "1")
+    assert code == 2 and "but the archive holds them: run `switchyard rebase --pipeline demo`" in out, out[-3000:]
+    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
+    assert code == 0, out[-3000:]
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
+    kept = _every_record(kept, bootstrap, topic_name)
+    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
+    _assert_exact(spark, bootstrap, topic_name, tables, kept, monkeypatch)
+    assert "lost" not in handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
