@@ -12,8 +12,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk, orphan_files,
-                                         read_record, record_uri, remove_files)
+from switchyard.state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk,
+                                                       orphan_files, read_record, record_uri, remove_files)
 from switchyard.state_handoff.io.archive_record import check_record, file_totals, recorded_runs
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options

@@ -46,7 +46,7 @@ from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, handoff_log, kafka_retention, lease, stream_progress
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
-                                       last_committed_batch, last_planned_batch, planned_end_offsets)
+                                                  last_committed_batch, last_planned_batch, planned_end_offsets)
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.io import storage

@@ -23,7 +23,7 @@ from switchyard.jobs.aggregation import tile_start, window_end, window_starts
 from switchyard.jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff.aggregates import (event_aggregations, flatten_last, merge_into_sql, sketch_columns,
-                                      union_sketches)
+                                                 union_sketches)
 from switchyard.state_handoff.checkpoints import batch_end_offsets
 from switchyard.state_handoff.handoff import Handoff, Overlap, record_identity
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage

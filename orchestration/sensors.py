@@ -7,8 +7,9 @@ import dagster as dg
 
 from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration.scope import Scope
-from switchyard.orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation, is_observed,
-                                         problem, progress_from, sample_latency, transition_metadata, verdicts)
+from switchyard.orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation,
+                                                    is_observed, problem, progress_from, sample_latency,
+                                                    transition_metadata, verdicts)
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.lease import stream_running
 

@@ -10,7 +10,7 @@ The names below are the ones the rest of the project uses."""
 from switchyard.jobs.backfill.accounting import dense_spans
 from switchyard.jobs.backfill.commit import AtCut, commit_state, run_backfill
 from switchyard.jobs.backfill.read import (kafka_range, newest_archived_event_time, read_archive,
-                                          retained_or_archived_range, verify_archive)
+                                           retained_or_archived_range, verify_archive)
 from switchyard.jobs.backfill.tail import TAIL_PHASE
 from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles
 

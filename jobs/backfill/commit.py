@@ -12,8 +12,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from switchyard.jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials, window_end,
-                              window_partials_from_tiles)
+from switchyard.jobs.aggregation import (SORT, TILE_START, backlog_watermark, newest_event_time, state_from_partials,
+                                         window_end, window_partials_from_tiles)
 from switchyard.jobs.backfill import backlog
 from switchyard.jobs.backfill.accounting import archive_accounting
 from switchyard.jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
-                                         unreadable)
+                                                       unreadable)
 from switchyard.state_handoff.io.archive_record import check_record
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options

@@ -30,7 +30,7 @@ from switchyard.jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
 from switchyard.jobs.stream.monitor import Monitor
 from switchyard.jobs.stream.pipes import Silent, reporting
 from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
-                                 query_error, stop_all)
+                                            query_error, stop_all)
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
 from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
