@@ -129,6 +129,16 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     _assert_exact(spark, bootstrap, topic_name, tables, _every_record(kept, bootstrap, topic_name), monkeypatch)
 
 
+def _rebase_then_stream(spark, bootstrap, topic, tables: Tables, kept: list, tmp_path, monkeypatch) -> None:
+    """`switchyard rebase`, new events, a stream to caught up; then every table equal to the oracle over `kept` and
+    whatever Kafka holds now."""
+    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
+    assert code == 0, out[-3000:]
+    produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
+    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
+    _assert_exact(spark, bootstrap, topic, tables, _every_record(kept, bootstrap, topic), monkeypatch)
+
+
 def test_a_stream_behind_kafkas_retention_is_rebased_from_the_archive(spark, bootstrap, topic_name, tmp_path,
                                                                       monkeypatch):
     """Half the topic archived and handed off, streamed to caught up and stopped; more events arrive and the
@@ -148,12 +158,7 @@ def test_a_stream_behind_kafkas_retention_is_rebased_from_the_archive(spark, boo
     errors = [line for line in out.splitlines() if line.startswith("switchyard stream: error:")]
     assert code == 1 and len(errors) == 1, out[-3000:]  # Spark's own log lines above it are its executors' WARN
     assert "the archive holds them: run `switchyard rebase --pipeline demo`" in errors[0], errors[0]
-    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
-    assert code == 0, out[-3000:]
-    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
-    kept = _every_record(kept, bootstrap, topic_name)
-    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
-    _assert_exact(spark, bootstrap, topic_name, tables, kept, monkeypatch)
+    _rebase_then_stream(spark, bootstrap, topic_name, tables, kept, tmp_path, monkeypatch)
 
 
 def test_a_handoff_whose_start_kafka_deleted_but_the_archive_holds_is_rebased_not_lost(spark, bootstrap, topic_name,
@@ -170,10 +175,5 @@ def test_a_handoff_whose_start_kafka_deleted_but_the_archive_holds_is_rebased_no
 
     code, out = _run(tables, bootstrap, "stream", "--until-caught-up", "--tables-trigger-seconds", "1")
     assert code == 2 and "but the archive holds them: run `switchyard rebase --pipeline demo`" in out, out[-3000:]
-    code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
-    assert code == 0, out[-3000:]
-    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
-    kept = _every_record(kept, bootstrap, topic_name)
-    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
-    _assert_exact(spark, bootstrap, topic_name, tables, kept, monkeypatch)
+    _rebase_then_stream(spark, bootstrap, topic_name, tables, kept, tmp_path, monkeypatch)
     assert "lost" not in handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
