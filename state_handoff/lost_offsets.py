@@ -4,11 +4,10 @@ restarts the handoff from what Kafka still holds, recording the records in betwe
 A handoff committed while Kafka held its start offsets may wait past the topic's retention before its stream first
 runs (a stopped deployment, a long outage). Its stream would then read nothing of the deleted range and could
 never account for it. When the archive has grown past the deleted range since, it holds those records: a rebase
-reads them from there, and nothing is lost. Otherwise the only way on
-loses those records, and it is taken only when asked: `switchyard handoff --restart-from-retained` commits a new
-handoff over the same backfilled state that starts at Kafka's earliest retained offsets, and records each
-partition's lost range [from, to) in the log (BACKFILL_COMMITTED and HANDOFF_COMMITTED details, `lost`), where
-`switchyard status` reports it.
+reads them from there, and nothing is lost. Otherwise the only way on loses those records, and it is taken only
+when asked: `switchyard handoff --restart-from-retained` commits a new handoff over the same backfilled state that
+starts at Kafka's earliest retained offsets, and records each partition's lost range [from, to) in the log
+(BACKFILL_COMMITTED and HANDOFF_COMMITTED details, `lost`), where `switchyard status` reports it.
 
 A stream that has run and falls behind the retention later (its queries fail on data Kafka no longer holds) is
 rebased instead: the rebase reads what Kafka deleted from the archive (`behind_retention`).
