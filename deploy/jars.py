@@ -112,9 +112,9 @@ def _ivy_files(profiles: tuple[str, ...], cache: Path) -> tuple[str, str]:
     return ivy, ivysettings
 
 
-def resolve_spark_jars(out=print) -> list[Path]:
-    """Resolve the Spark profiles' runtime closure into <home>/jars/resolved (replacing what is there) with the Ivy
-    that pyspark ships; the jars."""
+def resolve_spark_jars(out=print, replace: bool = False) -> list[Path]:
+    """Resolve the Spark profiles' runtime closure into <home>/jars/resolved with the Ivy that pyspark ships; the
+    jars. Jars another process resolved there meanwhile are kept unless `replace`."""
     import pyspark
 
     from switchyard.deploy.java import check_java
@@ -144,8 +144,11 @@ def resolve_spark_jars(out=print) -> list[Path]:
         why = f"{unresolved[0][0]} ({unresolved[0][1].strip()})" if unresolved else "see `switchyard setup-jars`"
         raise UserError(f"could not resolve Spark's jars from Maven Central: {why}; on a machine without it, "
                         f"copy {dest} from one that has it, or set SWITCHYARD_SPARK_JARS=provided")
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(partial, dest)
+    if any(dest.glob("*.jar")) and not replace:  # another process resolved them meanwhile, and may read them now
+        shutil.rmtree(partial, ignore_errors=True)
+    else:
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(partial, dest)
     jars = sorted(dest.glob("*.jar"))
     out(f"switchyard: {len(jars)} jars in {dest}")
     return jars
@@ -160,6 +163,6 @@ def setup_jars(force: bool = False, out=print) -> int:
     if held and not force:
         out(f"switchyard: {len(held)} Spark jars already in {runtime_home() / 'jars'} (--force resolves again)")
         return 0
-    resolve_spark_jars(out)
+    resolve_spark_jars(out, replace=force)
     return 0
 
