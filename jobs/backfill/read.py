@@ -15,6 +15,7 @@ from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListi
 from switchyard.state_handoff.io.archive_record import check_record
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
+from switchyard.state_handoff.lost_offsets import archive_holds
 from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
@@ -130,12 +131,11 @@ def retained_or_archived_range(spark: SparkSession, tables: Tables, bootstrap: s
             if start.get(p, 0) < min(earliest.get(p, 0), hi)}
     if not gone:
         return kafka_range(spark, bootstrap, topic, start, end)
-    listing = read_listing(tables.archive)
-    first = {int(p): int(o) for p, o in (listing.meta.get("first") or {}).items()}
-    cut = {int(p): int(o) for p, o in listing.meta.get("cut", {}).items()}
-    if listing.meta.get("topic") != topic or listing.missing or any(
-            first.get(p, 0) > lo or cut.get(p, 0) < hi for p, (lo, hi) in gone.items()):
+    if not archive_holds(tables, topic, gone):
         return kafka_range(spark, bootstrap, topic, start, end)  # refused there, naming the first offset gone
+    listing = read_listing(tables.archive)
+    if listing.missing:  # refused there too: the archive's own check names the missing file when it runs
+        return kafka_range(spark, bootstrap, topic, start, end)
     ranges = listing.recorded_ranges([f.path for f in listing.files])
     needed = [f for f in listing.files
               if ranges[f.path] is None or any(p in gone and r[0] < gone[p][1] and r[1] >= gone[p][0]
