@@ -14,13 +14,13 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaError
 
+from switchyard.deploy.local_server import free_ports
 from switchyard.deploy.paths import PROJECT_ROOT
 from switchyard.jobs.backfill import kafka_range
 from switchyard.jobs.stream.keyed import update_messages
 from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
 from switchyard.state_handoff.io.kafka_security import spark_options
 from switchyard.state_handoff.pipelines import get_pipeline
-from tests.support.kafka_cluster import free_base_port
 from tests.support.oracle import read_topic
 
 ISR_TIMEOUT_S = 60
@@ -144,7 +144,7 @@ def test_sasl_start_needs_the_settings(tmp_path):
     (home / "jars").symlink_to(PROJECT_ROOT / ".switchyard" / "jars")
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_KAFKA_")},
            "SWITCHYARD_HOME": str(home)}
-    result = cli("dev", "kafka", "start", "--brokers", "3", "--sasl", "--port", str(free_base_port(6)), env=env,
+    result = cli("dev", "kafka", "start", "--brokers", "3", "--sasl", "--port", str(free_ports(6)), env=env,
                  timeout=60)
     line = _one_line_error(result)
     assert "SWITCHYARD_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT" in line and "SWITCHYARD_KAFKA_SASL_PASSWORD" in line

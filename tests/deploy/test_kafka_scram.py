@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 
 from switchyard.deploy import kafka_broker
-from switchyard.deploy.local_server import command_line
-from tests.support.kafka_cluster import SASL_ENV, free_base_port
+from switchyard.deploy.local_server import command_line, free_ports
+from tests.support.kafka_cluster import SASL_ENV
 
 PASSWORD = SASL_ENV["SWITCHYARD_KAFKA_SASL_PASSWORD"]
 
@@ -37,7 +37,7 @@ class CommandLines(threading.Thread):
 
 
 def test_the_scram_password_is_on_no_command_line(tmp_path, sasl_env):
-    broker = kafka_broker.Broker.at(free_base_port(2), tmp_path / "kafka")
+    broker = kafka_broker.Broker.at(free_ports(2), tmp_path / "kafka")
     seen = CommandLines(str(broker.home), PASSWORD)
     seen.start()
     try:

@@ -26,11 +26,6 @@ SASL_ENV = {
 }
 
 
-def free_base_port(ports: int) -> int:
-    """A port P with P .. P + ports - 1 all free on 127.0.0.1."""
-    return free_ports(ports)
-
-
 @contextmanager
 def kafka_environment(settings: dict[str, str]) -> Iterator[None]:
     """`settings` in os.environ for the block (the project's clients read SWITCHYARD_KAFKA_* from there)."""
@@ -74,7 +69,7 @@ def running_kafka(root: Path, brokers: int = BROKERS, security: dict[str, str] |
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "jars").exists():
         (home / "jars").symlink_to(PROJECT_ROOT / ".switchyard" / "jars")  # reuse the fetched jars
-    port = free_base_port(2 * brokers)
+    port = free_ports(2 * brokers)
     cluster = kafka_cluster.at(port, brokers, home / "kafka" / f"cluster-{port}")  # where the CLI looks
     running = RunningKafka(cluster, home, dict(security or {}))
     try:
