@@ -1,5 +1,5 @@
 """Update latency: steady input at fixed rates into a running, switched stream; the time from an input record's
-Kafka timestamp to the Kafka timestamp of the update it caused on `<pipeline>.updates`."""
+Kafka timestamp to the Kafka timestamp of the update it caused on the updates topic."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from benchmarks.harness import add_connection, start_service, switchyard_command, terminate, write_json
 from switchyard.jobs.inputs.encoding import event_time_text, event_value
 from switchyard.jobs.stream.settings import StreamSettings
+from switchyard.jobs.stream.updates_topic import last_started_with
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
@@ -172,7 +173,7 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
         report.switched_in_process_s = handoff_log.details(switched).get("seconds_since_start")
         report.seconds_to_caught_up = _wait_for(tables, Status.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
-            report.results.append(_measure(bootstrap, topic, pipeline.updates_topic, rate, seconds, warmup_seconds))
+            report.results.append(_measure(bootstrap, topic, last_started_with(tables), rate, seconds, warmup_seconds))
             out(report.table().splitlines()[-1])
     finally:
         terminate(proc, timeout=120)

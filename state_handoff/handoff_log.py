@@ -89,6 +89,13 @@ def new_handoff_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+def warehouse_id(tables: Tables) -> str:
+    """The warehouse's identity: the id Delta gave the log's table when it was created (12 hex digits). Two
+    warehouses never share one, however their paths are spelled; a copy of the log's files keeps it."""
+    table = DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
+    return table.metadata().id.replace("-", "")[:12]
+
+
 def _open_or_create(uri: str) -> DeltaTable:
     return delta_cas.open_or_create(uri, SCHEMA, name="handoffs",
                                     description="append-only handoff log, ordered by seq (its commit version)")

@@ -296,7 +296,3 @@ class Pipeline:
     @property
     def allowed_lateness(self) -> timedelta:
         return self.windows.allowed_lateness if self.windows else timedelta(0)
-
-    @property
-    def updates_topic(self) -> str:
-        return f"{self.name}.updates"

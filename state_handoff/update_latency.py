@@ -55,8 +55,9 @@ def _json(value: bytes) -> dict:
     return parsed if isinstance(parsed, dict) else {}
 
 
-def sample(bootstrap: str, pipeline: Pipeline, topic: str, per_partition: int = SAMPLE_PER_PARTITION,
-           recent_s: float = RECENT_S, timeout_s: float = 30.0) -> UpdateLatency | None:
+def sample(bootstrap: str, pipeline: Pipeline, topic: str, updates_topic: str,
+           per_partition: int = SAMPLE_PER_PARTITION, recent_s: float = RECENT_S,
+           timeout_s: float = 30.0) -> UpdateLatency | None:
     """Latency over the newest inputs of the last `recent_s` seconds that have an update naming them; None when
     none has (no recent input, or a pipeline without a last-value aggregate, whose updates name no event)."""
     since_ms = (time.time() - recent_s) * 1000
@@ -64,7 +65,7 @@ def sample(bootstrap: str, pipeline: Pipeline, topic: str, per_partition: int = 
         inputs = {_json(r.value).get(pipeline.event_id): r.timestamp
                   for r in _tail(client, topic, per_partition, timeout_s) if r.timestamp >= since_ms}
     with consumer(bootstrap) as client:
-        updates = _tail(client, pipeline.updates_topic, per_partition, timeout_s)
+        updates = _tail(client, updates_topic, per_partition, timeout_s)
     answered: dict[str, int] = {}
     for update in updates:  # the first update naming an event is the one it caused
         event_id = _json(update.value).get(LAST_BY_ID)

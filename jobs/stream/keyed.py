@@ -1,6 +1,6 @@
 """The keyed query: the seed (the state at the handoff's version, as a file stream source; jobs/seed.py) unioned
 with the parsed events, merged by one streaming aggregation on the RocksDB state store. Each batch sends the
-changed keys' whole new state to `<pipeline>.updates` through Spark's own Kafka sink and does nothing else: no
+changed keys' whole new state to the updates topic through Spark's own Kafka sink and does nothing else: no
 Delta write and no Python step sits between an input record and its update. The seed's files are recorded in the
 checkpoint, so a restart never seeds again."""
 
@@ -45,7 +45,7 @@ def update_key(pipeline: Pipeline) -> F.Column:
 
 
 def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
-    """Changed keys as `<pipeline>.updates` records: key, the whole state as JSON, the handoff as a header."""
+    """Changed keys as updates-topic records: key, the whole state as JSON, the handoff as a header."""
     return changed.select(
         update_key(pipeline).cast("binary").alias("key"),
         F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
@@ -85,9 +85,10 @@ class KeyedCrashPoint(StreamingQueryListener):
         pass
 
 
-def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff_id: str, paths: StreamPaths,
-                      source: DataFrame, trigger: dict, version_base: int = 0) -> StreamingQuery:
-    """The keyed query over `source` (the parsed input) and the handoff's seed, in the `keyed` scheduler pool."""
+def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handoff_id: str, updates_topic: str,
+                      paths: StreamPaths, source: DataFrame, trigger: dict, version_base: int = 0) -> StreamingQuery:
+    """The keyed query over `source` (the parsed input) and the handoff's seed, in the `keyed` scheduler pool,
+    sending to `updates_topic`."""
     seed = spark.readStream.schema(seed_schema(spark, str(paths.seed))).parquet(str(paths.seed))
     context = spark.sparkContext
     context.setLocalProperty("spark.scheduler.pool", "keyed")  # inherited by the query's threads
@@ -95,7 +96,7 @@ def start_keyed_query(spark: SparkSession, pipeline: Pipeline, bootstrap: str, h
     query = (keyed_updates(pipeline, merged, handoff_id, version_base)
              .writeStream.queryName(f"{pipeline.name}-keyed").outputMode("update")
              .format("kafka").options(**spark_options(bootstrap)).option("kafka.acks", "all")
-             .option("topic", pipeline.updates_topic)
+             .option("topic", updates_topic)
              .option("checkpointLocation", str(paths.keyed_checkpoint))
              .trigger(**trigger).start())
     context.setLocalProperty("spark.scheduler.pool", None)

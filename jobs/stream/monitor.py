@@ -186,8 +186,8 @@ class Monitor:
 
     def _measure_lag(self) -> tuple[dict[int, int], dict] | None:
         try:
-            measured = measure_lag(self.latest_offsets, self.sup.pipeline, self.handoff, self.queries, self.events_sink,
-                            self.sup.updates_from)
+            measured = measure_lag(self.latest_offsets, self.handoff, self.queries, self.events_sink,
+                                   self.sup.updates_topic, self.sup.updates_from)
         except Exception as err:  # a broker restarting, a network blip: the queries ride it out or fail themselves
             now = time.monotonic()
             if self.lag_error is None:
@@ -206,27 +206,27 @@ class Monitor:
         progress = {"pid": os.getpid(), "updated": time.time(), "handoff_id": self.handoff.handoff_id,
                     **snapshot, "offsets_behind": lag, "lag_error": self.lag_error,
                     "lag_unknown_since": self.lag_unknown_since}
-        self.sup.report.progress(self.handoff.topic, progress)
+        self.sup.report.progress(self.handoff.topic, self.sup.updates_topic, progress)
         try:
             write_json_atomically(self.paths.progress, progress)
         except OSError as err:  # a cache for status: the stream goes on without it
             self.lag_error = self.lag_error or f"progress file not written: {first_line(err)}"
 
 
-def measure_lag(latest_offsets: LatestOffsets, pipeline: Pipeline, handoff: Handoff, queries, events_sink: EventsSink,
-         updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
+def measure_lag(latest_offsets: LatestOffsets, handoff: Handoff, queries, events_sink: EventsSink, updates_topic: str,
+                updates_from: dict[int, int]) -> tuple[dict[int, int], dict]:
     """Input offsets behind latest per partition, for the slower of the two readers, plus figures for status:
     among them the updates the state query has yet to apply."""
     keyed, events, state = (last_progress(q) for q in queries)  # each query's last progress
-    newest = latest_offsets([handoff.topic, pipeline.updates_topic])
-    latest, updates_latest = newest[handoff.topic], newest[pipeline.updates_topic]
+    newest = latest_offsets([handoff.topic, updates_topic])
+    latest, updates_latest = newest[handoff.topic], newest[updates_topic]
     done = dict(handoff.start_offsets)
     committed = [kafka_end_offsets(progress, handoff.topic) or {} for progress in (keyed, events)]
     lag = {}
     for p, hi in latest.items():
         position = min(c.get(p, done.get(p, 0)) for c in committed)
         lag[p] = max(0, hi - position)
-    applied = kafka_end_offsets(state, pipeline.updates_topic) or updates_from
+    applied = kafka_end_offsets(state, updates_topic) or updates_from
     state_behind = sum(max(0, hi - applied.get(p, 0)) for p, hi in updates_latest.items())
     last = events_sink.last
     return lag, {

@@ -35,7 +35,7 @@ class Silent:
     def logged(self, handoff_id: str, status: str) -> None:
         pass
 
-    def progress(self, topic: str, figures: dict) -> None:
+    def progress(self, topic: str, updates_topic: str, figures: dict) -> None:
         pass
 
 
@@ -74,7 +74,7 @@ class PipesReporter:
         self.after_seq = int(after) if after is not None else max([-1] + [e.seq for e in self._entries()])
         self.phases: dict[str, str] = {}  # handoff id -> the status the stream logged last
         self.transition_pending = False
-        self.figures_due: tuple[str, dict, str] | None = None  # topic, figures, phase
+        self.figures_due: tuple[str, str, dict, str] | None = None  # topic, updates topic, figures, phase
         self.next_figures_at = 0.0
         self.lock = threading.Lock()  # one writer of messages at a time: the thread, or close()
         self.due_lock = threading.Lock()  # held only to hand the figures from the monitor to the thread
@@ -92,7 +92,7 @@ class PipesReporter:
         self.transition_pending = True
         self.wake.set()
 
-    def progress(self, topic: str, figures: dict) -> None:
+    def progress(self, topic: str, updates_topic: str, figures: dict) -> None:
         """The monitor's figures of this poll (what it writes to progress.json); sent when due."""
         now = time.monotonic()
         if self.transition_pending or now >= self.next_figures_at:
@@ -100,7 +100,7 @@ class PipesReporter:
             self.next_figures_at = now + FIGURES_EVERY_S
             phase = self.phases.get(figures["handoff_id"], Status.STREAM_STARTED)
             with self.due_lock:
-                self.figures_due = (topic, figures, phase)
+                self.figures_due = (topic, updates_topic, figures, phase)
             self.wake.set()
 
     # ------------------------------------------------------------ the reporting thread
@@ -111,23 +111,23 @@ class PipesReporter:
             self.wake.clear()
             with self.due_lock:
                 due, self.figures_due = self.figures_due, None
-            latency = self._latency(due[0]) if due and not self.stopping.is_set() else None
+            latency = self._latency(*due[:2]) if due and not self.stopping.is_set() else None
             with self.lock:
                 if self.pipes is None:
                     return
                 if due is not None:
-                    topic, figures, phase = due
+                    _, _, figures, phase = due
                     self._send({"kind": FIGURES, "phase": phase, "progress": figures,
                                 "update_latency": asdict(latency) if latency else None})
                 self._relay()
             if self.stopping.is_set():
                 return
 
-    def _latency(self, topic: str):
+    def _latency(self, topic: str, updates_topic: str):
         from switchyard.state_handoff.update_latency import sample
 
         try:
-            return sample(self.bootstrap, self.pipeline, topic, timeout_s=10.0)
+            return sample(self.bootstrap, self.pipeline, topic, updates_topic, timeout_s=10.0)
         except Exception:  # noqa: BLE001 - a broker out of reach leaves it unknown; the lag figures say so
             return None
 

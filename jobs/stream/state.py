@@ -1,4 +1,4 @@
-"""The state query: reads this handoff's updates back from `<pipeline>.updates` and upserts the newest per key
+"""The state query: reads this handoff's updates back from the updates topic (jobs/stream/updates_topic.py) and upserts the newest per key
 into `state`, only ever forward: an update replaces a row only when its UPDATE_VERSION is newer. An update is the
 key's whole state, so applying one twice (a replayed keyed batch resends it) or late changes nothing; a stop
 drains it, so `state` holds every update when the stream stops."""
@@ -112,9 +112,9 @@ class StateSink:
             delta_upkeep.tidy(self.table, keep_versions=kept_versions.kept_state_versions(self.tables))
 
 
-def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: StreamPaths,
+def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, updates_topic: str, paths: StreamPaths,
                   entries: list) -> dict[str, int]:
-    """Where this handoff's updates begin on `<pipeline>.updates`: the topic's end when its stream first started,
+    """Where this handoff's updates begin on `updates_topic`: the topic's end when its stream first started,
     kept in the log's STREAM_STARTED entry before any update is sent. Refused when the input topic is an updates
     topic."""
     check_input_topic(bootstrap, pipeline, handoff.topic)
@@ -127,18 +127,18 @@ def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, paths: S
         raise UserError(f"the stream of handoff {handoff.handoff_id} has a checkpoint ({paths.keyed_checkpoint}) but "
                         f"the handoff log ({paths.root.rsplit('/', 2)[0]}/handoffs) records no start of its updates: "
                         "restore the log, or start over with `switchyard backfill` and `switchyard handoff`")
-    ends = latest_offsets(bootstrap, [pipeline.updates_topic])[pipeline.updates_topic]
+    ends = latest_offsets(bootstrap, [updates_topic])[updates_topic]
     return {str(p): hi for p, hi in ends.items()}
 
 
 def start_state_query(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff_id: str,
-                      updates_from: dict[str, int], paths: StreamPaths, app: TxnApp, turn: StateTurn,
-                      trigger: dict) -> StreamingQuery:
-    """The state query over the updates topic from `updates_from`, in the `state` scheduler pool. The topic is
+                      updates_topic: str, updates_from: dict[str, int], paths: StreamPaths, app: TxnApp,
+                      turn: StateTurn, trigger: dict) -> StreamingQuery:
+    """The state query over `updates_topic` from `updates_from`, in the `state` scheduler pool. The topic is
     compacted: Kafka may drop a key's older updates, which only the newest matters for."""
     updates = (spark.readStream.format("kafka").options(**spark_source_options(bootstrap))
-               .option("subscribe", pipeline.updates_topic).option("includeHeaders", "true")
-               .option("startingOffsets", json.dumps({pipeline.updates_topic: updates_from}))
+               .option("subscribe", updates_topic).option("includeHeaders", "true")
+               .option("startingOffsets", json.dumps({updates_topic: updates_from}))
                .option("failOnDataLoss", "false").load())
     state_schema = spark.read.format("delta").load(tables.state).schema
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", "state")

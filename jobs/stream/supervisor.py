@@ -33,6 +33,7 @@ from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, 
                                             query_error, stop_all)
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
+from switchyard.jobs.stream.updates_topic import updates_topic
 from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from switchyard.state_handoff.errors import UserError
@@ -128,6 +129,7 @@ class Supervisor:
         self.last_switch_back: float | None = None
         self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
         self.state_turn: StateTurn | None = None  # the running state query's turn (a drain hurries it)
+        self.updates_topic = ""  # the running handoff's (jobs/stream/updates_topic.py)
         self.updates_from: dict[int, int] = {}  # where the running handoff's updates begin on the updates topic
         self.added_partitions: dict[int, int] = {}  # partitions the topic gained after the running handoff: start
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
@@ -206,15 +208,16 @@ class Supervisor:
         write_seed(spark, pipeline, tables, handoff, paths)
         step_done("seed")
         ensure_tables(pipeline, tables)
-        create_topic(bootstrap, pipeline.updates_topic, partitions=max(1, len(handoff.start_offsets)),
+        self.updates_topic = updates_topic(pipeline, tables, handoff.handoff_id, entries)
+        create_topic(bootstrap, self.updates_topic, partitions=max(1, len(handoff.start_offsets)),
                      exist_ok=True, compacted=True)
-        updates_from = updates_start(bootstrap, pipeline, handoff, paths, entries)
+        updates_from = updates_start(bootstrap, pipeline, handoff, self.updates_topic, paths, entries)
         self.updates_from = {int(p): int(o) for p, o in updates_from.items()}
         step_done("tables_and_topic")
         self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
-                          "spark_version": spark.version, "updates_from": updates_from,
+                          "spark_version": spark.version, "updates_topic": self.updates_topic, "updates_from": updates_from,
                           **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
                              if self.added_partitions else {})})
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
@@ -232,7 +235,8 @@ class Supervisor:
             self.await_first_batch(handoff, keyed, paths)
         _, events, events_sink = self.start_readers(handoff, only=EVENTS)
         self.state_turn = StateTurn(self.tables_trigger_seconds())
-        state = start_state_query(spark, pipeline, tables, bootstrap, handoff.handoff_id, updates_from, paths,
+        state = start_state_query(spark, pipeline, tables, bootstrap, handoff.handoff_id, self.updates_topic,
+                                  updates_from, paths,
                                   TxnApp(f"{self.app_id(handoff)}-state", paths.state_checkpoint), self.state_turn,
                                   self.tables_trigger())
         step_done("other_queries_started")
@@ -290,7 +294,8 @@ class Supervisor:
             if faults.armed("stream.keyed.after_send") and self._crash_listener is None:
                 self._crash_listener = KeyedCrashPoint(f"{pipeline.name}-keyed")
                 spark.streams.addListener(self._crash_listener)
-            keyed = start_keyed_query(spark, pipeline, bootstrap, handoff.handoff_id, paths, keyed_source,
+            keyed = start_keyed_query(spark, pipeline, bootstrap, handoff.handoff_id, self.updates_topic, paths,
+                                      keyed_source,
                                       once if replay_only else {"processingTime": f"{settings.trigger_seconds} seconds"},
                                       version_base(handoff.committed_at))
         events_sink = EventsSink(pipeline, tables, handoff,
@@ -351,7 +356,7 @@ class Supervisor:
 
         Without the second case, a stream stopped soon after its start (at CAUGHT_UP, a short `--until-caught-up`)
         would wait out the state query's first, cold batch over nothing."""
-        topic = self.pipeline.updates_topic
+        topic = self.updates_topic
         try:
             applied = kafka_end_offsets(last_progress(state), topic)
             ends = latest_offsets(self.bootstrap, [topic])[topic]

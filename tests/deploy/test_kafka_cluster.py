@@ -129,11 +129,12 @@ def test_project_clients_get_in_with_the_settings(sasl_kafka_cluster3, sasl_env,
     assert sorted(bytes(r.value) for r in read_by_spark) == sorted(v for _, v in sent)
 
     pipeline = get_pipeline("demo")
-    create_topic(bootstrap, pipeline.updates_topic, partitions=2, exist_ok=True, compacted=True)
+    updates_topic = f"{pipeline.name}.updates.{topic_name}"
+    create_topic(bootstrap, updates_topic, partitions=2, exist_ok=True, compacted=True)
     changed = spark.createDataFrame([("k1", 3), ("k2", 5)], f"{pipeline.key} STRING, event_count LONG")
     (update_messages(pipeline, changed, "h-sasl").write.format("kafka")  # as the keyed query's sink writes
-     .options(**spark_options(bootstrap)).option("kafka.acks", "all").option("topic", pipeline.updates_topic).save())
-    updates = read_topic(bootstrap, pipeline.updates_topic)
+     .options(**spark_options(bootstrap)).option("kafka.acks", "all").option("topic", updates_topic).save())
+    updates = read_topic(bootstrap, updates_topic)
     assert sorted(r.key for r in updates) == [b"k1", b"k2"]
     assert {json.loads(r.value)["event_count"] for r in updates} == {3, 5}
 

@@ -19,6 +19,7 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.stream.updates_topic import last_started_with
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.lifecycle import Status
@@ -104,7 +105,7 @@ def test_a_composite_key_through_backfill_stream_and_rebase(spark, bootstrap, tm
     assert windowed + late == sum(n for n, *_ in expected.values())
 
     # the updates topic's records are keyed by both fields, as a JSON object
-    consumer = KafkaConsumer(PIPELINE.updates_topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+    consumer = KafkaConsumer(last_started_with(tables), bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                              consumer_timeout_ms=5000)
     keys = [json.loads(m.key) for m in consumer]
     consumer.close()
