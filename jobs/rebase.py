@@ -43,7 +43,7 @@ from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, com
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.sinks import EventsSink, mark_overlap
-from switchyard.state_handoff import faults, handoff_log, kafka_retention, lease, stream_progress
+from switchyard.state_handoff import faults, handoff_log, kafka_retention, lease, lifecycle, stream_progress
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                                   last_committed_batch, last_planned_batch, planned_end_offsets)
@@ -371,12 +371,26 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
 
 # ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
 
+def killed_stream(tables: Tables) -> str | None:
+    """The current handoff, when the log's last word on it is that its stream runs (none does: the caller found no
+    stream live): a stream killed without a stop, maybe after sending a batch's updates and before `state` applied
+    them. Compared with that `state`, a rebase would find differences the stream never made."""
+    handoff = current_handoff(None, tables)
+    if handoff is None:
+        return None
+    history = [e.status for e in handoff_log.entries(None, tables) if e.handoff_id == handoff.handoff_id]
+    return handoff.handoff_id if lifecycle.current(history) in lifecycle.RUNNING else None
+
+
 def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
                     session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
-                    no_rebase: bool = False, accept_differences: bool = False, out=print) -> Handoff:
+                    no_rebase: bool = False, accept_differences: bool = False, finish_stream=None,
+                    out=print) -> Handoff:
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
-    (`session` builds the SparkSession only then)."""
+    (`session` builds the SparkSession only then). A stream killed without a stop is first streamed until caught
+    up by `finish_stream(spark)` (jobs/stream: `stream_until_caught_up`), which replays its planned batch and
+    drains `state`; without one, the rebase is refused in one line naming that command."""
     if lease.stream_running(tables):
         if no_rebase:
             owner = lease.owner(tables)
@@ -388,6 +402,15 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
         new = wait_for_rebase(tables, request_id, timeout_s, out)
         out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
         return new
+    killed = killed_stream(tables)
+    if killed is not None:
+        if finish_stream is None:
+            raise UserError(f"the stream of handoff {killed} ended without a stop, maybe before `state` applied "
+                            f"every update it sent: run `switchyard stream --pipeline {pipeline.name} "
+                            f"--until-caught-up` first, then {reason} again")
+        out(f"{reason} {pipeline.name}: the stream of handoff {killed} ended without a stop; streaming until caught "
+            "up first, so that `state` holds every update it sent")
+        finish_stream(session())
     with lease.hold(tables, requested_by):
         spark = session()
         request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)

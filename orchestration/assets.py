@@ -92,11 +92,14 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
     """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
     resumes), else in this run; the live tables are never overwritten under a stream."""
     from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.stream import stream_until_caught_up
 
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster backfill", adopt=False)
         new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "backfill", "dagster backfill",
                               spark.session, days=(first, last), accept_differences=accept_differences,
+                              finish_stream=stream_until_caught_up(scope.spec, tables, kafka.bootstrap,
+                                                                   out=context.log.info),
                               out=context.log.info)
     committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))

@@ -37,13 +37,17 @@ class RebaseConfig(dg.Config):
 def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
             kafka: KafkaResource, warehouse: WarehouseResource) -> None:
     from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.stream import stream_until_caught_up
 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster rebase_stream", adopt=False)
         new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
-                              spark.session, accept_differences=config.accept_differences, out=context.log.info)
+                              spark.session, accept_differences=config.accept_differences,
+                              finish_stream=stream_until_caught_up(scope.spec, tables, kafka.bootstrap,
+                                                                   out=context.log.info),
+                              out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")
     _observe_since(context, scope, tables, seq)
 

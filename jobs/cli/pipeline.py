@@ -97,11 +97,13 @@ ACCEPT_HELP = ("at a rebase's cut, replace the streamed state with the recompute
 def _rebase(args) -> int:
     """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase.py)."""
     from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.stream import stream_until_caught_up
 
     pipeline, tables = _pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
                     lambda: _spark(args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
-                    no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences)
+                    no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences,
+                    finish_stream=stream_until_caught_up(pipeline, tables, args.bootstrap))
     return 0
 
 

@@ -3,6 +3,6 @@ monitor watches the lag (monitor.py), one module per query (keyed.py, events.py,
 Dagster go through Pipes (pipes.py)."""
 
 from switchyard.jobs.stream.settings import StreamFailed, StreamResult, StreamSettings
-from switchyard.jobs.stream.supervisor import run_stream
+from switchyard.jobs.stream.supervisor import run_stream, stream_until_caught_up
 
-__all__ = ["StreamFailed", "StreamResult", "StreamSettings", "run_stream"]
+__all__ = ["StreamFailed", "StreamResult", "StreamSettings", "run_stream", "stream_until_caught_up"]

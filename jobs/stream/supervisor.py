@@ -116,6 +116,13 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
             return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
 
 
+def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, out=print):
+    """`switchyard stream --until-caught-up` as a function of the session: what an offline rebase runs first over a
+    stream killed without a stop (jobs/rebase.py, `rebase_pipeline`'s `finish_stream`)."""
+    return lambda spark: run_stream(spark, pipeline, tables, bootstrap, StreamSettings(until_caught_up=True),
+                                    out=out)
+
+
 class Supervisor:
     """One handoff's queries at a time; between them, the rebases."""
 
@@ -165,7 +172,11 @@ class Supervisor:
                 handoff = current_handoff(None, self.tables)
                 request = rebase.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
-                    self.rebase(handoff, request, queries=None)
+                    if "paused" in request or rebase.killed_stream(self.tables) != handoff.handoff_id:
+                        self.rebase(handoff, request, queries=None)
+                    elif self.may_pause(handoff, request):  # refused and answered otherwise
+                        # a stream killed without a stop: its queries run again, so the pause settles them
+                        self.rebase(handoff, request, self.start(handoff)[0])
                     continue  # rebased, or refused (before its pause, or by its reconciliation): streams on
                 try:
                     queries, events_sink = self.start(handoff)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.jobs.rebase import rebase_pipeline, request_rebase
 from switchyard.state_handoff import lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta
@@ -56,11 +58,15 @@ def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exact
 
 
 
-def test_an_offline_rebase_after_a_killed_stream_reconciles_once_a_stream_settled_it(spark, bootstrap, topic_name,
-                                                                                    tmp_path):
+def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_up_first(spark, bootstrap, topic_name,
+                                                                                         tmp_path):
     """A stream killed after its keyed query sent a batch's updates, before the state query merged them into
-    `state`: `switchyard stream --until-caught-up` replays the batch and merges what was sent, and an offline
-    `rebase` after it finds no key different; every table equals the oracle."""
+    `state`, then more events, and a rebase asked of the dead stream. An offline `rebase` refuses in one line naming
+    `switchyard stream --until-caught-up` when it cannot stream; given the stream (as the command and Dagster give
+    it), it streams until caught up first: the stream restarts the dead one's queries, so the pause for the open
+    request replays the batch and merges what was sent, and rebases with no key different; then this rebase, with
+    none different either; every table equals the oracle."""
+    from switchyard.jobs.stream import stream_until_caught_up
     from switchyard.state_handoff import handoff_log
     from tests.jobs.test_crash_points import crash
 
@@ -68,11 +74,18 @@ def test_an_offline_rebase_after_a_killed_stream_reconciles_once_a_stream_settle
     crash("stream.keyed.after_send", ["stream", "--max-offsets-per-trigger", "400", "--tables-trigger-seconds", "1",
                                       "--for", "300"], tables, bootstrap, tmp_path / "crash.log")
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=53))
-    log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)
+    with pytest.raises(UserError, match=r"^the stream of handoff \w+ ended without a stop, .* run `switchyard stream "
+                                        r"--pipeline demo --until-caught-up` first, then rebase again$"):
+        rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark)
+    request_rebase(tables, "rebase", "dagster rebase_stream")  # asked of the stream that died: the stream's to run
     lines: list[str] = []
     rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
+                    finish_stream=stream_until_caught_up(PIPELINE, tables, bootstrap, out=lines.append),
                     out=lines.append)
-    assert handoff_log.details(_handoffs(tables)[-1])["reconciliation"]["keys_different"] == 0, lines
-    _stream_until_caught_up(tables, bootstrap, log)
+    assert any("streaming until caught up first" in line for line in lines), lines
+    handoffs = _handoffs(tables)
+    assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's
+    for handoff in handoffs[1:]:
+        assert handoff_log.details(handoff)["reconciliation"]["keys_different"] == 0, lines
+    _stream_until_caught_up(tables, bootstrap, tmp_path / "stream.log")
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
