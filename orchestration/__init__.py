@@ -2,13 +2,6 @@
 built per pipeline by `switchyard_definitions` (orchestration/factory.py) or the `SwitchyardComponent`
 (orchestration/component.py)."""
 
-import warnings
-
-import dagster as dg
-
-# Observable source assets and single-run backfill policies are beta in Dagster 1.13: used knowingly.
-warnings.filterwarnings("ignore", category=dg.BetaWarning)
-
 __all__ = ["PipelineDeployment", "SwitchyardComponent", "SwitchyardTranslator", "switchyard_definitions"]
 
 

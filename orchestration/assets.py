@@ -96,9 +96,9 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
 
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster backfill", adopt=False)
-        new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "backfill", "dagster backfill",
+        new = rebase_pipeline(scope.spec, tables, scope.bootstrap(kafka), "backfill", "dagster backfill",
                               spark.session, days=(first, last), accept_differences=accept_differences,
-                              finish_stream=stream_until_caught_up(scope.spec, tables, kafka.bootstrap,
+                              finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),
                                                                    out=context.log.info),
                               out=context.log.info)
     committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
@@ -139,7 +139,7 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
     with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
         pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False)
         run = commit_state(session, pipeline, tables, out=context.log.info,
-                           kafka_tail_from=kafka.bootstrap if config.kafka_tail else None)
+                           kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
         "handoff_id": run.handoff_id,
@@ -165,7 +165,7 @@ def _handoff(context: dg.AssetExecutionContext, scope: Scope, spark: SparkResour
              warehouse: WarehouseResource) -> dg.MaterializeResult:
     tables = scope.tables(warehouse)
     with user_errors_as_failures(), lease.hold(tables, HANDOFF_OWNER):
-        switch = run_handoff(spark.session(), scope.spec, tables, kafka.bootstrap)
+        switch = run_handoff(spark.session(), scope.spec, tables, scope.bootstrap(kafka))
     context.log.info(switch.summary(tables.pipeline))
     return dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
@@ -190,7 +190,8 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
                          allow_retries=False)
     env = {"SWITCHYARD_SPARK_PROFILE": spark.profile,
            **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
-    seen = yield from launch_and_watch(context, config, tables, kafka.bootstrap, switch, env, scope.key("stream"))
+    seen = yield from launch_and_watch(context, config, tables, scope.bootstrap(kafka), switch, env,
+                                      scope.key("stream"))
     statuses = [str(e.status) for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     behind = final.get("offsets_behind") or {}
@@ -213,17 +214,17 @@ def build(scope: Scope) -> dg.Definitions:
     group, key, windows = scope.group, scope.key, ["windows", "window_state"] if scope.windowed else []
 
     @dg.observable_source_asset(key=key("archive"), group_name=group, tags=scope.tags("archive"))
-    def archive(warehouse: WarehouseResource) -> dg.ObserveResult:
+    def archive(switchyard_warehouse: WarehouseResource) -> dg.ObserveResult:
         """The topic's history as Parquet day folders, each record with its Kafka partition and offset."""
-        return _archive(scope.tables(warehouse))
+        return _archive(scope.tables(switchyard_warehouse))
 
     @dg.asset(key=key("tiles"), partitions_def=scope.daily, backfill_policy=dg.BackfillPolicy.single_run(),
               deps=[archive], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("tiles"))
-    def tiles(context: dg.AssetExecutionContext, config: TilesConfig, spark: SparkResource, kafka: KafkaResource,
-              warehouse: WarehouseResource) -> dg.MaterializeResult:
+    def tiles(context: dg.AssetExecutionContext, config: TilesConfig, switchyard_spark: SparkResource,
+              switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> dg.MaterializeResult:
         """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its
         days."""
-        return _tiles(context, scope, config, spark, kafka, warehouse)
+        return _tiles(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     window_specs = {
         "windows": "Final window results: windows ending at or before the backlog watermark.",
@@ -237,24 +238,24 @@ def build(scope: Scope) -> dg.Definitions:
         *[dg.AssetSpec(key(name), deps=[tiles], group_name=group, kinds={"delta"}, skippable=True,
                        tags=scope.tags(name), description=window_specs[name]) for name in windows],
     ])
-    def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, spark: SparkResource,
-                    warehouse: WarehouseResource, kafka: KafkaResource):
+    def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, switchyard_spark: SparkResource,
+                    switchyard_warehouse: WarehouseResource, switchyard_kafka: KafkaResource):
         """Merge all tiles into keyed state and windows and commit the backfill (BACKFILL_COMMITTED)."""
-        yield from _keyed_state(context, scope, config, spark, warehouse, kafka)
+        yield from _keyed_state(context, scope, config, switchyard_spark, switchyard_warehouse, switchyard_kafka)
 
     @dg.asset(key=key("handoff"), deps=[key(name) for name in ["state", *windows]], group_name=group,
               kinds={"delta", "kafka"}, tags=scope.tags("handoff"))
-    def handoff(context: dg.AssetExecutionContext, spark: SparkResource, kafka: KafkaResource,
-                warehouse: WarehouseResource) -> dg.MaterializeResult:
+    def handoff(context: dg.AssetExecutionContext, switchyard_spark: SparkResource, switchyard_kafka: KafkaResource,
+                switchyard_warehouse: WarehouseResource) -> dg.MaterializeResult:
         """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
-        return _handoff(context, scope, spark, kafka, warehouse)
+        return _handoff(context, scope, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.asset(key=key("stream"), deps=[handoff], group_name=group, kinds={"spark", "kafka"},
               tags=scope.tags("stream"))
-    def stream(context: dg.AssetExecutionContext, config: StreamConfig, spark: SparkResource, kafka: KafkaResource,
-               warehouse: WarehouseResource):
+    def stream(context: dg.AssetExecutionContext, config: StreamConfig, switchyard_spark: SparkResource,
+               switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource):
         """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition
         and its figures through Dagster Pipes, observed on this asset, and its death fails the run."""
-        yield from _stream(context, scope, config, spark, kafka, warehouse)
+        yield from _stream(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     return dg.Definitions(assets=[archive, tiles, keyed_state, handoff, stream])

@@ -149,7 +149,7 @@ def _handoff_is_contiguous(scope: Scope, spark: SparkResource, kafka: KafkaResou
     switch = current_handoff(session, tables)
     if switch is None:
         return dg.AssetCheckResult(passed=False, description="no committed handoff in the log")
-    offsets = handoff_offsets(session, tables, switch.start_offsets, kafka.bootstrap)
+    offsets = handoff_offsets(session, tables, switch.start_offsets, scope.bootstrap(kafka))
     table = "\n".join(f"| {r.kafka_partition} | {r.start_offset} | {r.archive_end} | "
                       f"{r.retained_earliest}..{r.retained_latest} |" for r in offsets.collect())
     return check_result(run_suite(offsets, "handoff", HANDOFF_EXPECTATIONS), handoff_id=switch.handoff_id,
@@ -159,7 +159,7 @@ def _handoff_is_contiguous(scope: Scope, spark: SparkResource, kafka: KafkaResou
 
 def _archive_within_retention(scope: Scope, kafka: KafkaResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     try:
-        margins = kafka_retention.margins(scope.tables(warehouse), kafka.bootstrap)
+        margins = kafka_retention.margins(scope.tables(warehouse), scope.bootstrap(kafka))
     except UserError as err:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN, description=str(err))
     passed = [m for m in margins if m.passed]
@@ -194,7 +194,7 @@ def _stream_checks(scope: Scope, warehouse: WarehouseResource, kafka: KafkaResou
             yield dg.AssetCheckResult(check_name=name, passed=False, severity=dg.AssetCheckSeverity.WARN,
                                       description="no handoff yet: nothing streams")
         return
-    sample_latency(progress, kafka.bootstrap, scope.spec)
+    sample_latency(progress, scope.bootstrap(kafka), scope.spec, scope.tables(warehouse))
     metadata = progress.metadata(time.time())
     for verdict in verdicts(progress, monitor):
         yield dg.AssetCheckResult(check_name=verdict.check_name, passed=verdict.passed, severity=verdict.severity,
@@ -205,8 +205,9 @@ def _windows_check(scope: Scope, table: str):
     @dg.asset_check(asset=scope.key(table), name=f"{table}_are_sound" if table == "windows" else f"{table}_is_sound",
                     blocking=True,
                     description=f"{table}: one row per (key, window), window_end = window_start + size, counts >= 1.")
-    def windows_are_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
-        session, tables = spark.session(), scope.tables(warehouse)
+    def windows_are_sound(switchyard_spark: SparkResource,
+                          switchyard_warehouse: WarehouseResource) -> dg.AssetCheckResult:
+        session, tables = switchyard_spark.session(), scope.tables(switchyard_warehouse)
         return check_result(run_suite(_table(session, tables.path(table)), table, window_expectations(scope.spec)))
 
     return windows_are_sound
@@ -216,43 +217,47 @@ def build(scope: Scope) -> dg.Definitions:
     """The pipeline's checks, on its assets' keys."""
 
     @dg.asset_check(asset=scope.key("tiles"), blocking=True)
-    def tiles_are_sound(context: dg.AssetCheckExecutionContext, spark: SparkResource,
-                        warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    def tiles_are_sound(context: dg.AssetCheckExecutionContext, switchyard_spark: SparkResource,
+                        switchyard_warehouse: WarehouseResource) -> dg.AssetCheckResult:
         """Tiles of the run's days (every tile when run on its own): keys present, one tile per (key, tile,
         partition), every count at least 1."""
-        return _tiles_are_sound(context, scope, spark, warehouse)
+        return _tiles_are_sound(context, scope, switchyard_spark, switchyard_warehouse)
 
     @dg.asset_check(asset=scope.key("state"), blocking=True)
-    def state_is_sound(spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    def state_is_sound(switchyard_spark: SparkResource,
+                       switchyard_warehouse: WarehouseResource) -> dg.AssetCheckResult:
         """Keyed state: keys non-null and unique, counts at least 1, min <= max, nothing newer than the archive."""
-        return _state_is_sound(scope, spark, warehouse)
+        return _state_is_sound(scope, switchyard_spark, switchyard_warehouse)
 
     @dg.asset_check(asset=scope.key("handoff"), blocking=True)
-    def handoff_is_contiguous(spark: SparkResource, kafka: KafkaResource,
-                              warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    def handoff_is_contiguous(switchyard_spark: SparkResource, switchyard_kafka: KafkaResource,
+                              switchyard_warehouse: WarehouseResource) -> dg.AssetCheckResult:
         """Every partition starts exactly where the archive ends (no gap, no overlap), at an offset Kafka still
         retains."""
-        return _handoff_is_contiguous(scope, spark, kafka, warehouse)
+        return _handoff_is_contiguous(scope, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.asset_check(asset=scope.key("handoff"))
-    def archive_within_retention(kafka: KafkaResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
+    def archive_within_retention(switchyard_kafka: KafkaResource,
+                                 switchyard_warehouse: WarehouseResource) -> dg.AssetCheckResult:
         """Kafka still retains every partition from the archive's cut on (archive cut minus earliest retained
         offset, per partition, at least 0): a rebase can recompute what the stream read."""
-        return _archive_within_retention(scope, kafka, warehouse)
+        return _archive_within_retention(scope, switchyard_kafka, switchyard_warehouse)
 
     @dg.asset_check(asset=scope.key("stream"))
-    def stream_is_healthy(warehouse: WarehouseResource, monitor: StreamMonitorResource) -> dg.AssetCheckResult:
+    def stream_is_healthy(switchyard_warehouse: WarehouseResource,
+                          switchyard_monitor: StreamMonitorResource) -> dg.AssetCheckResult:
         """The stream stopped cleanly or is making progress within its lag threshold (the sensor re-evaluates
         it)."""
-        return _stream_is_healthy(scope, warehouse, monitor)
+        return _stream_is_healthy(scope, switchyard_warehouse, switchyard_monitor)
 
     @dg.multi_asset_check(name=scope.name("stream_checks"),
                           specs=[dg.AssetCheckSpec(name, asset=scope.key("stream"), description=text)
                                  for name, text in CHECKS.items()])
-    def stream_checks(warehouse: WarehouseResource, kafka: KafkaResource, monitor: StreamMonitorResource):
+    def stream_checks(switchyard_warehouse: WarehouseResource, switchyard_kafka: KafkaResource,
+                      switchyard_monitor: StreamMonitorResource):
         """The stream at a glance: process alive, caught up, update latency, last reconciliation (the sensor
         re-evaluates them as the stream goes)."""
-        yield from _stream_checks(scope, warehouse, kafka, monitor)
+        yield from _stream_checks(scope, switchyard_warehouse, switchyard_kafka, switchyard_monitor)
 
     windows = [_windows_check(scope, table) for table in ("windows", "window_state")] if scope.windowed else []
     return dg.Definitions(asset_checks=[tiles_are_sound, state_is_sound, *windows, handoff_is_contiguous,

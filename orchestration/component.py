@@ -32,8 +32,9 @@ class PipelineModel(dg.Model):
 class SwitchyardComponent(dg.Component, dg.Model, dg.Resolvable):
     """Registered switchyard pipelines as Dagster assets, checks, jobs, schedules and sensors, one group each.
 
-    warehouse, bootstrap, spark_master, environment: the shared resources (unset: the SWITCHYARD_* settings, read
-    when a run starts)."""
+    warehouse, bootstrap: where these pipelines' tables live and their Kafka cluster (unset: the SWITCHYARD_*
+    settings, read when a run starts); spark_master, environment: the Spark session's (one per process, shared by
+    every switchyard Component of the code location)."""
 
     pipelines: list[PipelineModel]
     warehouse: str | None = None
@@ -45,12 +46,6 @@ class SwitchyardComponent(dg.Component, dg.Model, dg.Resolvable):
         from switchyard.orchestration.factory import switchyard_definitions
         from switchyard.orchestration.resources import resources_for
 
-        resources = resources_for(self.environment)
-        if self.warehouse:
-            resources["warehouse"] = resources["warehouse"].model_copy(update={"warehouse": self.warehouse})
-        if self.bootstrap:
-            resources["kafka"] = resources["kafka"].model_copy(update={"bootstrap": self.bootstrap})
-        if self.spark_master:
-            resources["spark"] = resources["spark"].model_copy(update={"master": self.spark_master})
-        return switchyard_definitions([PipelineDeployment(**p.model_dump()) for p in self.pipelines],
-                                      resources=resources)
+        return switchyard_definitions([PipelineDeployment(**p.model_dump(), warehouse=self.warehouse,
+                                                          bootstrap=self.bootstrap) for p in self.pipelines],
+                                      resources=resources_for(self.environment, self.spark_master))

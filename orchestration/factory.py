@@ -3,11 +3,15 @@
 Per pipeline: an asset group whose keys carry the pipeline's name (archive, tiles, state, windows, window_state,
 handoff, stream), its daily partitions, its schedule, its `stream_health` sensor, its checks and its steering jobs
 (rebase, stop); a `SwitchyardTranslator` renames them. The resources (Spark, Kafka, the warehouse, the stream
-monitor's thresholds) are shared: each pipeline's tables live in its own folder of the warehouse.
+monitor's thresholds) are shared, under the keys `switchyard_spark`, `switchyard_kafka`, `switchyard_warehouse` and
+`switchyard_monitor`: each pipeline's tables live in its own folder of the warehouse. No executor is set for the code
+location: switchyard's own jobs run in one process (every step shares the run's one SparkSession), and a project
+chooses its own default.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import dagster as dg
@@ -20,9 +24,11 @@ from switchyard.state_handoff.errors import UserError
 
 def pipeline_definitions(scope: Scope) -> dg.Definitions:
     """One pipeline's definitions, without resources."""
-    pipeline_jobs, backfill_days = jobs.build(scope)
-    return dg.Definitions.merge(assets.build(scope), checks.build(scope), pipeline_jobs,
-                                schedules.build(scope, backfill_days), sensors.build(scope))
+    with warnings.catch_warnings():  # observable source assets and single-run backfills are beta in Dagster 1.13
+        warnings.simplefilter("ignore", dg.BetaWarning)
+        pipeline_jobs, backfill_days = jobs.build(scope)
+        return dg.Definitions.merge(assets.build(scope), checks.build(scope), pipeline_jobs,
+                                    schedules.build(scope, backfill_days), sensors.build(scope))
 
 
 def switchyard_definitions(pipelines: Sequence[PipelineDeployment], *, resources: dict | None = None,
@@ -40,7 +46,5 @@ def switchyard_definitions(pipelines: Sequence[PipelineDeployment], *, resources
     scopes = [Scope(p, translator) for p in pipelines]
     for scope in scopes:
         scope.spec  # an unknown pipeline fails here, in one line, as the code location loads
-    # One process per run, so that every step shares the run's one SparkSession (a JVM per step costs minutes).
     return dg.Definitions.merge(*[pipeline_definitions(s) for s in scopes],
-                                dg.Definitions(resources=resources if resources is not None else resources_for(),
-                                               executor=dg.in_process_executor))
+                                dg.Definitions(resources=resources if resources is not None else resources_for()))

@@ -43,9 +43,9 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
     seq = _last_seq(tables)
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster rebase_stream", adopt=False)
-        new = rebase_pipeline(scope.spec, tables, kafka.bootstrap, "rebase", "dagster rebase_stream",
+        new = rebase_pipeline(scope.spec, tables, scope.bootstrap(kafka), "rebase", "dagster rebase_stream",
                               spark.session, accept_differences=config.accept_differences,
-                              finish_stream=stream_until_caught_up(scope.spec, tables, kafka.bootstrap,
+                              finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),
                                                                    out=context.log.info),
                               out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")
@@ -65,39 +65,45 @@ def _stop(context: dg.OpExecutionContext, scope: Scope, warehouse: WarehouseReso
                                      "handoff log and the stream's process.log)", allow_retries=False)
 
 
+# switchyard's jobs run in one process, so that every step shares the run's one SparkSession (a JVM per step costs
+# minutes on a small machine); the code location's default executor is the project's to choose.
+ONE_PROCESS = dg.in_process_executor
+
+
 def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]:
     """The pipeline's jobs, and its `backfill_days` job (what its schedule runs)."""
     backlog = [scope.key(name) for name in scope.backlog_assets]
     backfill_then_stream = dg.define_asset_job(
-        scope.name("backfill_then_stream"),
+        scope.name("backfill_then_stream"), executor_def=ONE_PROCESS,
         selection=dg.AssetSelection.assets(*backlog, scope.key("handoff"), scope.key("stream")),
         description=f"Pipeline {scope.pipeline}: observe the archive, backfill the chosen days, commit the state, "
                     "hand off and stream.")
     backfill_days = dg.define_asset_job(
-        scope.name("backfill_days"), selection=dg.AssetSelection.assets(*backlog),
+        scope.name("backfill_days"), selection=dg.AssetSelection.assets(*backlog), executor_def=ONE_PROCESS,
         description=f"Pipeline {scope.pipeline}: observe the archive, backfill the chosen days into tiles and commit "
                     "the keyed state and windows.")
 
     @dg.op(name=scope.name("rebase_at_a_cut"))
-    def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, spark: SparkResource,
-                        kafka: KafkaResource, warehouse: WarehouseResource) -> None:
+    def rebase_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, switchyard_spark: SparkResource,
+                        switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> None:
         """Rebase the pipeline at a cut: the live stream pauses, its state is recomputed sort-based up to the cut,
         reconciled, handed off there and resumed; with no stream running, this run rebases it."""
-        _rebase(context, scope, config, spark, kafka, warehouse)
+        _rebase(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.op(name=scope.name("stop_the_stream"))
-    def stop_the_stream(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> None:
+    def stop_the_stream(context: dg.OpExecutionContext, switchyard_warehouse: WarehouseResource) -> None:
         """Stop the pipeline's running stream cleanly, wherever it runs (a STOP_REQUESTED in its handoff log: it
         drains its queries and logs STOPPED)."""
-        _stop(context, scope, warehouse)
+        _stop(context, scope, switchyard_warehouse)
 
-    @dg.job(name=scope.name("rebase_stream"),
+    @dg.job(name=scope.name("rebase_stream"), executor_def=ONE_PROCESS,
             description=f"Pipeline {scope.pipeline}: rebase the live stream at a cut now (stream -> backlog -> "
                         "stream, reconciled).")
     def rebase_stream():
         rebase_at_a_cut()
 
-    @dg.job(name=scope.name("stop_stream"), description=f"Pipeline {scope.pipeline}: stop the live stream cleanly.")
+    @dg.job(name=scope.name("stop_stream"), executor_def=ONE_PROCESS,
+            description=f"Pipeline {scope.pipeline}: stop the live stream cleanly.")
     def stop_stream():
         stop_the_stream()
 

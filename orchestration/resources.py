@@ -7,6 +7,7 @@ run starts all read it from there (the stream process inherits the run's environ
 """
 
 import os
+from functools import lru_cache
 
 import dagster as dg
 
@@ -86,14 +87,27 @@ def _set_in_env(**fields: str) -> dict:
 SPARK_PROFILES = {"local": "default", "test": "test"}
 
 
-def resources_for(environment: str | None = None) -> dict[str, dg.ConfigurableResource]:
-    """The resources of an environment (SWITCHYARD_ENV: local, the default, or test)."""
+# The keys switchyard's assets, checks, jobs and sensors take their resources by: prefixed, so that a project's own
+# `spark` or `warehouse` resource lives beside them.
+SPARK, KAFKA, WAREHOUSE, MONITOR = "switchyard_spark", "switchyard_kafka", "switchyard_warehouse", "switchyard_monitor"
+
+
+def resources_for(environment: str | None = None, spark_master: str | None = None) -> dict[str, dg.ConfigurableResource]:
+    """The resources of an environment (SWITCHYARD_ENV: local, the default, or test), under switchyard's keys.
+    Built once per process for the same arguments and settings: every `switchyard_definitions` and Component of a
+    code location binds the same objects, so Dagster merges them."""
     environment = environment or settings.value("SWITCHYARD_ENV")
     if environment not in SPARK_PROFILES:
         raise ValueError(f"the environment must be one of {', '.join(SPARK_PROFILES)}, not {environment!r}")
-    return {
-        "spark": SparkResource(profile=SPARK_PROFILES[environment], **_set_in_env(master="SWITCHYARD_SPARK_MASTER")),
-        "kafka": KafkaResource(**_set_in_env(bootstrap="SWITCHYARD_BOOTSTRAP")),
-        "warehouse": WarehouseResource(**_set_in_env(warehouse="SWITCHYARD_WAREHOUSE")),
-        "monitor": StreamMonitorResource(),
-    }
+    given = tuple(settings.given(name) is not None
+                  for name in ("SWITCHYARD_SPARK_MASTER", "SWITCHYARD_BOOTSTRAP", "SWITCHYARD_WAREHOUSE"))
+    return dict(_resources(environment, spark_master, given))
+
+
+@lru_cache(maxsize=None)
+def _resources(environment: str, spark_master: str | None, given: tuple) -> tuple:
+    master = {"master": spark_master} if spark_master else _set_in_env(master="SWITCHYARD_SPARK_MASTER")
+    return ((SPARK, SparkResource(profile=SPARK_PROFILES[environment], **master)),
+            (KAFKA, KafkaResource(**_set_in_env(bootstrap="SWITCHYARD_BOOTSTRAP"))),
+            (WAREHOUSE, WarehouseResource(**_set_in_env(warehouse="SWITCHYARD_WAREHOUSE"))),
+            (MONITOR, StreamMonitorResource()))

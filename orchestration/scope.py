@@ -53,7 +53,9 @@ class PipelineDeployment:
     pipeline: its name in the registry (`switchyard pipelines`); first_day: its first daily partition (YYYY-MM-DD),
     read as given, nothing is listed when the code location loads; backfill_cron: when its schedule backfills the
     day that just ended (UTC); schedule_running, sensor_running: whether the schedule and the `stream_health`
-    sensor start running as the code location loads.
+    sensor start running as the code location loads; warehouse, bootstrap: where this pipeline's tables live and
+    its Kafka cluster, when not the `switchyard_warehouse` and `switchyard_kafka` resources' (so deployments of
+    several warehouses or clusters share one set of resources).
     """
 
     pipeline: str
@@ -61,6 +63,8 @@ class PipelineDeployment:
     backfill_cron: str = DEFAULT_BACKFILL_CRON
     schedule_running: bool = False
     sensor_running: bool = True
+    warehouse: str | None = None
+    bootstrap: str | None = None
 
     def __post_init__(self):
         try:
@@ -113,5 +117,9 @@ class Scope:
         return ["archive", "tiles", "state", *(["windows", "window_state"] if self.windowed else [])]
 
     def tables(self, warehouse) -> Tables:
-        """The pipeline's tables under `warehouse` (a WarehouseResource)."""
-        return Tables(warehouse.warehouse, self.pipeline)
+        """The pipeline's tables: under the deployment's warehouse, else under `warehouse` (a WarehouseResource)."""
+        return Tables(self.deployment.warehouse or warehouse.warehouse, self.pipeline)
+
+    def bootstrap(self, kafka) -> str:
+        """The deployment's Kafka cluster, else `kafka`'s (a KafkaResource)."""
+        return self.deployment.bootstrap or kafka.bootstrap

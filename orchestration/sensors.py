@@ -30,7 +30,7 @@ def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: Wareh
     new_handoff = progress.handoff_id != previous.handoff_id
     new_progress = new_handoff or progress.updated != previous.updated
     if new_progress:
-        sample_latency(progress, kafka.bootstrap, scope.spec)
+        sample_latency(progress, scope.bootstrap(kafka), scope.spec, tables)
     events: list = [dg.AssetObservation(asset_key=stream, metadata=transition_metadata(e, tables))
                     for e in entries if e.seq > previous.log_seq and is_observed(e)]
     watch.log_seq = max([previous.log_seq] + [e.seq for e in entries])
@@ -55,8 +55,9 @@ def build(scope: Scope) -> dg.Definitions:
 
     @dg.sensor(name=scope.name("stream_health"), minimum_interval_seconds=30, default_status=status,
                description=f"Pipeline {scope.pipeline}: the stream's progress, transitions and health checks.")
-    def stream_health(context: dg.SensorEvaluationContext, warehouse: WarehouseResource, kafka: KafkaResource,
-                      monitor: StreamMonitorResource) -> dg.SensorResult | dg.SkipReason:
-        return evaluate(context, scope, warehouse, kafka, monitor)
+    def stream_health(context: dg.SensorEvaluationContext, switchyard_warehouse: WarehouseResource,
+                      switchyard_kafka: KafkaResource,
+                      switchyard_monitor: StreamMonitorResource) -> dg.SensorResult | dg.SkipReason:
+        return evaluate(context, scope, switchyard_warehouse, switchyard_kafka, switchyard_monitor)
 
     return dg.Definitions(sensors=[stream_health])

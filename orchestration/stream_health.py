@@ -123,14 +123,15 @@ def reported_progress(phase: str, progress: dict, update_latency: dict | None) -
                     latency=UpdateLatency(**update_latency) if update_latency else None)
 
 
-def sample_latency(progress: Progress, bootstrap: str, pipeline) -> Progress:
+def sample_latency(progress: Progress, bootstrap: str, pipeline, tables: Tables) -> Progress:
     """The progress with the update latency sampled from Kafka, while a stream runs; a broker out of reach leaves
     it unknown (the lag figures already say so)."""
+    from switchyard.jobs.stream.updates_topic import last_started_with
     from switchyard.state_handoff.update_latency import sample
 
     if progress.topic and progress.process_alive:
         try:
-            progress.latency = sample(bootstrap, pipeline, progress.topic)
+            progress.latency = sample(bootstrap, pipeline, progress.topic, last_started_with(tables))
         except Exception:  # noqa: BLE001 - a monitor fails soft
             progress.latency = None
     return progress

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The core wheel (no extras) in a fresh venv, its dependencies held to constraints.txt; the venv's bin/."""
+    """The core wheel (no extras) in a fresh venv, its dependencies held to constraints.txt; the venv's bin/. (A
+    later test adds the `dagster` extra.)"""
     where = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                             "--wheel-dir", str(where / "dist"), str(ROOT)], capture_output=True, text=True, cwd=where)
@@ -77,6 +78,75 @@ def test_one_import_name_beside_a_projects_own_jobs_and_deploy(installed, projec
                             capture_output=True, text=True)
     home = [line.split() for line in config.stdout.splitlines() if line.startswith("SWITCHYARD_HOME ")]
     assert home and home[0][1] == str(tmp_path / "cache" / "switchyard"), config.stdout
+
+
+TEAM_DEFINITIONS = """\
+from pathlib import Path
+
+import dagster as dg
+
+
+class TeamSpark(dg.ConfigurableResource):
+    app: str = "team"
+
+
+@dg.asset
+def team_table(spark: TeamSpark) -> None:
+    pass
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    return dg.Definitions.merge(
+        dg.Definitions(assets=[team_table], resources={"spark": TeamSpark()}, executor=dg.multiprocess_executor),
+        dg.load_from_defs_folder(path_within_project=Path(__file__).parent))
+"""
+
+
+def _dg_project(folder: Path, warehouses: Path) -> Path:
+    """A `dg` project, `team_project`: its own `spark` resource and asset, a multiprocess executor, and two
+    switchyard Component folders (pipeline `demo` in one warehouse, `kinds` in another)."""
+    (folder / "pyproject.toml").write_text('[project]\nname = "team_project"\nversion = "0.1.0"\n\n'
+                                           '[tool.dg]\ndirectory_type = "project"\n\n'
+                                           '[tool.dg.project]\nroot_module = "team_project"\n')
+    package = folder / "team_project"
+    for name, pipeline in (("east", "demo"), ("west", "kinds")):
+        (package / "defs" / name).mkdir(parents=True)
+        (package / "defs" / name / "defs.yaml").write_text(
+            f"type: switchyard.SwitchyardComponent\nattributes:\n  pipelines:\n    - pipeline: {pipeline}\n"
+            f'      first_day: "2026-01-01"\n  warehouse: {warehouses / name}\n')
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "definitions.py").write_text(TEAM_DEFINITIONS)
+    return folder
+
+
+@pytest.mark.timeout(1800)
+def test_a_teams_dg_project_loads_two_components_beside_its_own_spark_and_executor(installed, project, tmp_path):
+    """The `dagster` extra and `dg` added to the installed copy; a team's `dg` project with its own `spark` resource,
+    a multiprocess executor and two switchyard Component folders: `dg list components` lists the Component, and
+    `dg list defs` loads both pipelines' assets beside the team's."""
+    import json
+
+    wheel = next((installed.parents[1] / "dist").glob("switchyard-*.whl"))
+    done = subprocess.run([str(installed / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
+                           "--constraint", str(ROOT / "constraints.txt"), f"switchyard[dagster] @ {wheel.as_uri()}",
+                           "dagster-dg-cli"], capture_output=True, text=True, cwd=project, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    team = _dg_project(tmp_path / "team", tmp_path / "warehouses")
+    env = _env(tmp_path, PYTHONPATH=str(team))
+
+    components = subprocess.run([str(installed / "dg"), "list", "components", "--json"], cwd=team, env=env,
+                                capture_output=True, text=True, timeout=600)
+    assert components.returncode == 0, components.stderr[-3000:]
+    assert "switchyard.orchestration.component.SwitchyardComponent" in {
+        c["key"] for c in json.loads(components.stdout)["items"]}
+
+    listed = subprocess.run([str(installed / "dg"), "list", "defs", "--json"], cwd=team, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assets = {a["asset_key"] for a in json.loads(listed.stdout)["assets"]}
+    assert {"team_table", "demo/tiles", "demo/stream", "kinds/tiles", "kinds/stream"} <= assets, sorted(assets)
 
 
 @pytest.mark.extended  # minutes: the jars resolved from Maven Central, then a JVM per command

@@ -67,9 +67,9 @@ def tables(backlog, tmp_path) -> Tables:
 
 
 def resources(tables: Tables, bootstrap: str) -> dict:
-    return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse),
-            "monitor": StreamMonitorResource()}
+    return {"switchyard_spark": SparkResource(profile="test"), "switchyard_kafka": KafkaResource(bootstrap=bootstrap),
+            "switchyard_warehouse": WarehouseResource(warehouse=tables.warehouse),
+            "switchyard_monitor": StreamMonitorResource()}
 
 
 def _events(result, event_type: str) -> list:
@@ -117,7 +117,8 @@ def test_the_code_location_holds_two_pipelines_side_by_side():
             j.name for j in defs.resolve_all_job_defs()}
         assert defs.resolve_assets_def(at.key("tiles")).backfill_policy == dg.BackfillPolicy.single_run()
         assert defs.resolve_sensor_def(f"{pipeline}__stream_health").default_status == dg.DefaultSensorStatus.RUNNING
-    assert set(defs.resolve_implicit_global_asset_job_def().resource_defs) >= {"spark", "kafka", "warehouse"}
+    assert set(defs.resolve_implicit_global_asset_job_def().resource_defs) >= {"switchyard_spark", "switchyard_kafka",
+                                                                           "switchyard_warehouse"}
 
 
 def test_a_pipeline_without_windows_has_no_window_assets_and_a_translator_renames_everything(monkeypatch):
@@ -206,6 +207,42 @@ def test_schedule_backfills_the_day_that_just_ended():
     early = dg.build_schedule_context(scheduled_execution_time=datetime(2025, 12, 31, 0, 30, tzinfo=timezone.utc),
                                       repository_def=defs.get_repository_def())
     assert "2025-12-30 is before the first daily partition (2025-12-31)" in schedule.evaluate_tick(early).skip_message
+
+
+def test_switchyard_composes_into_a_teams_project_with_its_own_spark_executor_and_two_components(tmp_path):
+    """A team's code location: its own `spark` resource and asset, a multiprocess executor, and two switchyard
+    Components (two pipelines, two warehouses, two Kafka clusters). It loads: switchyard's resources sit under
+    their own keys, built once and bound to the same objects by both Components; the team's executor is the code
+    location's, switchyard's own jobs run in one process; each pipeline's tables are under its Component's
+    warehouse; loading switchyard left no process-wide warning filter behind."""
+    import warnings
+
+    from switchyard.orchestration.component import SwitchyardComponent
+    from switchyard.orchestration.scope import Scope
+
+    class TeamSpark(dg.ConfigurableResource):
+        app: str = "team"
+
+    @dg.asset
+    def team_table(spark: TeamSpark) -> None:
+        pass
+
+    team_spark = TeamSpark()
+    team = dg.Definitions(assets=[team_table], resources={"spark": team_spark}, executor=dg.multiprocess_executor)
+    east = SwitchyardComponent(pipelines=[{"pipeline": "demo", "first_day": "2026-01-01"}],
+                               warehouse=str(tmp_path / "east"), bootstrap="127.0.0.1:19092")
+    west = SwitchyardComponent(pipelines=[{"pipeline": "kinds", "first_day": "2026-01-01"}],
+                               warehouse=str(tmp_path / "west"), bootstrap="127.0.0.1:29092")
+    merged = dg.Definitions.merge(team, east.build_defs(None), west.build_defs(None))
+    dg.Definitions.validate_loadable(merged)
+    assert merged.resources["spark"] is team_spark and merged.executor is dg.multiprocess_executor
+    assert {"switchyard_spark", "switchyard_kafka", "switchyard_warehouse", "switchyard_monitor"} <= set(
+        merged.resources)
+    for job in ("demo__backfill_then_stream", "kinds__rebase_stream", "demo__stop_stream", "kinds__backfill_days"):
+        assert merged.resolve_job_def(job).executor_def is dg.in_process_executor, job
+    assert Scope(PipelineDeployment("demo", "2026-01-01", warehouse=str(tmp_path / "east"))).tables(
+        merged.resources["switchyard_warehouse"]).root == str(tmp_path / "east" / "demo")
+    assert not [f for f in warnings.filters if f[2] is dg.BetaWarning], "a filter silences Dagster's beta warnings"
 
 
 def test_dagster_deprecations_from_project_code_fail_the_tests():
@@ -384,3 +421,18 @@ def test_backfill_assets_are_refused_while_another_actor_owns_the_pipeline(spark
             assert "\n" not in failure.description
     # the data files (the holder's fence commits change no data)
     assert {path: sorted(DeltaTable(path).file_uris()) for path in written} == before, "nothing written under the owner"
+
+
+def test_dg_lists_the_component(tmp_path):
+    """The installed package registers its Component with `dg`: `dg list components` lists it (and so `dg scaffold
+    defs` can make one)."""
+    import json
+    import subprocess
+    import sys
+
+    dg_cli = os.path.join(os.path.dirname(sys.executable), "dg")
+    listed = subprocess.run([dg_cli, "list", "components", "--json"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    keys = {item["key"] for item in json.loads(listed.stdout)["items"]}
+    assert "switchyard.orchestration.component.SwitchyardComponent" in keys, sorted(keys)

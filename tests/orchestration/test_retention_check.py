@@ -17,7 +17,8 @@ PIPELINE = get_pipeline("demo")
 
 
 def _evaluate(tables: Tables, bootstrap: str):
-    resources = {"kafka": KafkaResource(bootstrap=bootstrap), "warehouse": WarehouseResource(warehouse=tables.warehouse)}
+    resources = {"switchyard_kafka": KafkaResource(bootstrap=bootstrap),
+                 "switchyard_warehouse": WarehouseResource(warehouse=tables.warehouse)}
     check = checks_def(definitions(resources), "archive_within_retention")
     result = dg.materialize([check], resources=resources, selection=dg.AssetSelection.checks(check))
     (evaluation,) = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]

@@ -40,16 +40,16 @@ def archived_topic(spark, bootstrap: str, topic: str, warehouse: str, *, seed: i
 
 def resources(tables: Tables, bootstrap: str) -> dict:
     """A test deployment's resources: the test Spark profile, tight lag and latency bounds."""
-    return {"spark": SparkResource(profile="test"), "kafka": KafkaResource(bootstrap=bootstrap),
-            "warehouse": WarehouseResource(warehouse=tables.warehouse),
-            "monitor": StreamMonitorResource(max_offsets_behind=50, max_update_latency_s=120)}
+    return {"switchyard_spark": SparkResource(profile="test"), "switchyard_kafka": KafkaResource(bootstrap=bootstrap),
+            "switchyard_warehouse": WarehouseResource(warehouse=tables.warehouse),
+            "switchyard_monitor": StreamMonitorResource(max_offsets_behind=50, max_update_latency_s=120)}
 
 
 def tick(tables: Tables, bootstrap: str, cursor: str | None = None) -> dg.SensorResult:
     """One evaluation of the pipeline's stream_health sensor, as the daemon runs it (nothing recorded)."""
     deployment = resources(tables, bootstrap)
     return sensors.evaluate(dg.build_sensor_context(cursor=cursor), scope(tables.pipeline),
-                            **{k: deployment[k] for k in ("warehouse", "kafka", "monitor")})
+                            *(deployment[f"switchyard_{k}"] for k in ("warehouse", "kafka", "monitor")))
 
 
 def live_events(n: int, tag: str) -> list[tuple]:
