@@ -106,6 +106,7 @@ def defs() -> dg.Definitions:
 def _dg_project(folder: Path, warehouses: Path) -> Path:
     """A `dg` project, `team_project`: its own `spark` resource and asset, a multiprocess executor, and two
     switchyard Component folders (pipeline `demo` in one warehouse, `kinds` in another)."""
+    folder.mkdir(parents=True)
     (folder / "pyproject.toml").write_text('[project]\nname = "team_project"\nversion = "0.1.0"\n\n'
                                            '[tool.dg]\ndirectory_type = "project"\n\n'
                                            '[tool.dg.project]\nroot_module = "team_project"\n')

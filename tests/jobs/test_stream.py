@@ -261,9 +261,10 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
 
 
 def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, bootstrap, topic_name, tmp_path):
-    """A handoff whose stream last started under another Spark line (as after an upgrade) is not resumed from its
-    checkpoints: `switchyard stream` refuses in one line naming `switchyard rebase`, which moves the pipeline to a
-    new handoff with new checkpoints, and the stream then ends where plain Python does over every record."""
+    """A handoff whose stream last started under another Spark line (as after an upgrade) and was killed is not
+    resumed from its checkpoints: `switchyard stream` refuses in one line naming `switchyard rebase`, which (its
+    stream refusing to catch up first) moves the pipeline to a new handoff with new checkpoints, and the stream then
+    ends where plain Python does over every record."""
     from tests.support import oracle
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", events=1200)
@@ -273,10 +274,9 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
     started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
     assert handoff_log.details(started)["spark_version"] == spark.version
-    # what the log holds when another line's stream started the handoff last and stopped
+    # what the log holds when another line's stream started the handoff last and was killed (no STOPPED)
     handoff_log.append(None, tables, handoff.handoff_id, Status.STREAM_STARTED,
                        details={**handoff_log.details(started), "spark_version": "3.5.1"})
-    handoff_log.append(None, tables, handoff.handoff_id, Status.STOPPED)
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
 
     def cli(*args):
@@ -287,8 +287,9 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     refused = cli("stream", "--until-caught-up")
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
     assert "written by Spark 3.5.1" in refused.stderr and "`switchyard rebase --pipeline demo`" in refused.stderr
-    rebased = cli("rebase")
+    rebased = cli("rebase")  # the killed stream cannot be streamed until caught up first: the rebase goes on
     assert rebased.returncode == 0, rebased.stderr[-3000:]
+    assert "the stream did not catch up (the stream checkpoints of handoff" in rebased.stdout, rebased.stdout
     new = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     assert new.handoff_id != handoff.handoff_id
     assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
