@@ -191,7 +191,7 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
     env = {"SWITCHYARD_SPARK_PROFILE": spark.profile,
            **({"SWITCHYARD_SPARK_MASTER": spark.master} if spark.master else {})}
     seen = yield from launch_and_watch(context, config, tables, scope.bootstrap(kafka), switch, env,
-                                      scope.key("stream"))
+                                      scope.key("stream"), scope.reference)
     statuses = [str(e.status) for e in seen]
     final = handoff_log.details(seen[-1]) if seen else {}
     behind = final.get("offsets_behind") or {}

@@ -38,13 +38,13 @@ def switchyard_definitions(pipelines: Sequence[PipelineDeployment], *, resources
     definitions `<pipeline>__<name>`)."""
     if not pipelines:
         raise UserError("switchyard_definitions: name at least one pipeline")
-    names = [p.pipeline for p in pipelines]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise UserError(f"switchyard_definitions: pipeline {twice[0]} is deployed twice: deploy each pipeline once")
     translator = translator or SwitchyardTranslator()
     scopes = [Scope(p, translator) for p in pipelines]
     for scope in scopes:
-        scope.spec  # an unknown pipeline fails here, in one line, as the code location loads
+        scope.reference  # an unknown or unreachable pipeline fails here, in one line, as the code location loads
+    names = [s.pipeline for s in scopes]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise UserError(f"switchyard_definitions: pipeline {twice[0]} is deployed twice: deploy each pipeline once")
     return dg.Definitions.merge(*[pipeline_definitions(s) for s in scopes],
                                 dg.Definitions(resources=resources if resources is not None else resources_for()))

@@ -92,7 +92,8 @@ SPARK_PROFILES = {"local": "default", "test": "test"}
 SPARK, KAFKA, WAREHOUSE, MONITOR = "switchyard_spark", "switchyard_kafka", "switchyard_warehouse", "switchyard_monitor"
 
 
-def resources_for(environment: str | None = None, spark_master: str | None = None) -> dict[str, dg.ConfigurableResource]:
+def resources_for(environment: str | None = None,
+                  spark_master: str | None = None) -> dict[str, dg.ConfigurableResource]:
     """The resources of an environment (SWITCHYARD_ENV: local, the default, or test), under switchyard's keys.
     Built once per process for the same arguments and settings: every `switchyard_definitions` and Component of a
     code location binds the same objects, so Dagster merges them."""

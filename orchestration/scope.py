@@ -11,7 +11,7 @@ from functools import cached_property
 import dagster as dg
 
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.pipelines import get_pipeline, reference
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
@@ -48,17 +48,18 @@ class SwitchyardTranslator:
 
 @dataclass(frozen=True)
 class PipelineDeployment:
-    """A registered pipeline as a code location deploys it.
+    """A pipeline as a code location deploys it.
 
-    pipeline: its name in the registry (`switchyard pipelines`); first_day: its first daily partition (YYYY-MM-DD),
-    read as given, nothing is listed when the code location loads; backfill_cron: when its schedule backfills the
+    pipeline: a `Pipeline` (declared at a module's top level, so that the stream process finds it), its name in
+    the registry (`switchyard pipelines`), or a reference `module:NAME`; first_day: its first daily partition
+    (YYYY-MM-DD), read as given, nothing is listed when the code location loads; backfill_cron: when its schedule backfills the
     day that just ended (UTC); schedule_running, sensor_running: whether the schedule and the `stream_health`
     sensor start running as the code location loads; warehouse, bootstrap: where this pipeline's tables live and
     its Kafka cluster, when not the `switchyard_warehouse` and `switchyard_kafka` resources' (so deployments of
     several warehouses or clusters share one set of resources).
     """
 
-    pipeline: str
+    pipeline: str | Pipeline
     first_day: str | date
     backfill_cron: str = DEFAULT_BACKFILL_CRON
     schedule_running: bool = False
@@ -70,7 +71,8 @@ class PipelineDeployment:
         try:
             day = self.first_day if isinstance(self.first_day, date) else date.fromisoformat(str(self.first_day))
         except ValueError:
-            raise UserError(f"pipeline {self.pipeline}: first_day {self.first_day!r} is not a day: give it as "
+            name = self.pipeline if isinstance(self.pipeline, str) else self.pipeline.name
+            raise UserError(f"pipeline {name}: first_day {self.first_day!r} is not a day: give it as "
                             "YYYY-MM-DD") from None
         object.__setattr__(self, "first_day", day)
 
@@ -84,11 +86,17 @@ class Scope:
 
     @property
     def pipeline(self) -> str:
-        return self.deployment.pipeline
+        return self.spec.name
 
     @cached_property
     def spec(self) -> Pipeline:
-        return get_pipeline(self.pipeline)
+        given = self.deployment.pipeline
+        return get_pipeline(given) if isinstance(given, str) else given
+
+    @cached_property
+    def reference(self) -> str:
+        """What the stream process Dagster starts finds the pipeline by (`--pipeline`)."""
+        return reference(self.spec)
 
     @property
     def windowed(self) -> bool:

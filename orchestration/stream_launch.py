@@ -39,8 +39,9 @@ class StreamConfig(dg.Config):
         return not self.until_caught_up and self.for_seconds is None
 
 
-def command(config: StreamConfig, tables: Tables, bootstrap: str) -> list[str]:
-    cmd = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", tables.pipeline,
+def command(config: StreamConfig, tables: Tables, bootstrap: str, pipeline: str | None = None) -> list[str]:
+    """The stream process's command line; `pipeline`: what it finds the pipeline by (default: its name)."""
+    cmd = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", pipeline or tables.pipeline,
            "--warehouse", os.path.abspath(tables.warehouse) if "://" not in tables.warehouse else tables.warehouse,
            "--bootstrap", bootstrap, "--caught-up-lag", str(config.caught_up_lag),
            "--max-offsets-per-trigger", str(config.max_offsets_per_trigger)]
@@ -133,7 +134,7 @@ def _exit_reason(code: int) -> str:
 
 
 def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, tables: Tables, bootstrap: str,
-                     switch: Handoff, env: dict[str, str], asset_key: dg.AssetKey,
+                     switch: Handoff, env: dict[str, str], asset_key: dg.AssetKey, pipeline: str | None = None,
                      poll_seconds: float = 1.0) -> Generator[dg.AssetObservation, None, list]:
     """Start the stream process in a Pipes session and yield what it reports (each entry of the handoff log from
     now on, its figures) as observations of the stream asset `asset_key`, as they arrive.
@@ -150,7 +151,8 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     handed_over = False
     with _pipes_session(context, {AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:
         with open(log, "a") as out:
-            process = subprocess.Popen(command(config, tables, bootstrap), stdout=out, stderr=subprocess.STDOUT,
+            process = subprocess.Popen(command(config, tables, bootstrap, pipeline), stdout=out,
+                                       stderr=subprocess.STDOUT,
                                        env={**os.environ, **env, **session.get_bootstrap_env_vars()},
                                        start_new_session=True)
         context.log.info(f"stream process {process.pid} started; its output goes to {log}")

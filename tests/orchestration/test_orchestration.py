@@ -1,5 +1,6 @@
 """The Dagster definitions: they load, the chain materializes against the real broker, GX gates block."""
 
+import dataclasses
 import io
 import os
 import shutil
@@ -29,6 +30,8 @@ from tests.support import oracle
 from tests.support.dagster_defs import asset, checks_def, definitions, scope
 
 PIPELINE = get_pipeline("demo")
+# a team's own pipeline, declared as an object at a module's top level, registered nowhere
+ORDERS = dataclasses.replace(PIPELINE, name="orders_object")
 TOPIC = "orchestration.backlog"
 DAYS = ("2025-12-31", "2026-01-01", "2026-01-02")
 STREAM_CHECKS = ("stream_is_healthy", "stream_process_alive", "stream_caught_up", "stream_update_latency",
@@ -141,6 +144,7 @@ def test_a_pipeline_without_windows_has_no_window_assets_and_a_translator_rename
                     fields=(Field("event_id", "string", required=False), Field("key", "string"),
                             Field("event_time", "timestamp")), aggregations=(count("events"),))
     monkeypatch.setattr("switchyard.orchestration.scope.get_pipeline", {"flat": flat}.__getitem__)  # as if registered
+    monkeypatch.setattr("switchyard.orchestration.scope.reference", lambda pipeline: pipeline.name)
     built = switchyard_definitions([PipelineDeployment("flat", first_day="2026-01-01", backfill_cron="0 3 * * *")],
                                    translator=Team())
     keys = {k.to_user_string() for k in built.resolve_all_asset_keys()}
@@ -243,6 +247,34 @@ def test_switchyard_composes_into_a_teams_project_with_its_own_spark_executor_an
     assert Scope(PipelineDeployment("demo", "2026-01-01", warehouse=str(tmp_path / "east"))).tables(
         merged.resources["switchyard_warehouse"]).root == str(tmp_path / "east" / "demo")
     assert not [f for f in warnings.filters if f[2] is dg.BetaWarning], "a filter silences Dagster's beta warnings"
+
+
+def test_a_pipeline_object_is_deployed_and_its_stream_process_finds_it_by_reference():
+    """A `Pipeline` object passed to the factory (or named `module:NAME` in a Component's YAML) gets its asset group;
+    the stream process Dagster starts is given `--pipeline module:NAME`, which the command line resolves to the same
+    object. One declared where no module holds it is refused in one line as the code location loads."""
+    from switchyard.orchestration.component import SwitchyardComponent
+    from switchyard.orchestration.scope import Scope
+    from switchyard.orchestration.stream_launch import StreamConfig, command
+
+    built = switchyard_definitions([PipelineDeployment(ORDERS, "2026-01-01"), PipelineDeployment("demo", "2026-01-01")])
+    assert {"orders_object/tiles", "orders_object/stream", "demo/stream"} <= {
+        k.to_user_string() for k in built.resolve_all_asset_keys()}
+    deployed = Scope(PipelineDeployment(ORDERS, "2026-01-01"))
+    assert deployed.reference == f"{__name__}:ORDERS"
+    launched = command(StreamConfig(), Tables("/warehouse", ORDERS.name), "127.0.0.1:9", deployed.reference)
+    assert launched[launched.index("--pipeline") + 1] == f"{__name__}:ORDERS"
+    assert get_pipeline(f"{__name__}:ORDERS") is ORDERS
+    assert Scope(PipelineDeployment("demo", "2026-01-01")).reference == "demo"  # a registered one: by its name
+
+    by_yaml = SwitchyardComponent(pipelines=[{"pipeline": f"{__name__}:ORDERS", "first_day": "2026-01-01"}])
+    assert "orders_object/stream" in {k.to_user_string() for k in by_yaml.build_defs(None).resolve_all_asset_keys()}
+    nowhere = dataclasses.replace(ORDERS, name="nowhere")
+    with pytest.raises(UserError, match=r"^pipeline nowhere is neither registered nor held at the top level of an "
+                                        r"importable module, so the stream process cannot find it: "):
+        switchyard_definitions([PipelineDeployment(nowhere, "2026-01-01")])
+    with pytest.raises(UserError, match=rf"^pipeline {__name__}:NOPE: module {__name__} has no NOPE$"):
+        get_pipeline(f"{__name__}:NOPE")
 
 
 def test_dagster_deprecations_from_project_code_fail_the_tests():
