@@ -52,8 +52,8 @@ class PipelineDeployment:
 
     pipeline: a `Pipeline` (declared at a module's top level, so that the stream process finds it), its name in
     the registry (`switchyard pipelines`), or a reference `module:NAME`; first_day: its first daily partition
-    (YYYY-MM-DD), read as given, nothing is listed when the code location loads; backfill_cron: when its schedule backfills the
-    day that just ended (UTC); schedule_running, sensor_running: whether the schedule and the `stream_health`
+    (YYYY-MM-DD), read as given, nothing is listed when the code location loads; backfill_cron: when its schedule
+    backfills the day that just ended (UTC); schedule_running, sensor_running: whether the schedule and the `stream_health`
     sensor start running as the code location loads; warehouse, bootstrap: where this pipeline's tables live and
     its Kafka cluster, when not the `switchyard_warehouse` and `switchyard_kafka` resources' (so deployments of
     several warehouses or clusters share one set of resources).

@@ -18,7 +18,6 @@ from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_io import LatestOffsets
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import behind_retention
-from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
 
 

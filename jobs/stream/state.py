@@ -1,7 +1,7 @@
-"""The state query: reads this handoff's updates back from the updates topic (jobs/stream/updates_topic.py) and upserts the newest per key
-into `state`, only ever forward: an update replaces a row only when its UPDATE_VERSION is newer. An update is the
-key's whole state, so applying one twice (a replayed keyed batch resends it) or late changes nothing; a stop
-drains it, so `state` holds every update when the stream stops."""
+"""The state query: reads this handoff's updates back from the updates topic (jobs/stream/updates_topic.py) and
+upserts the newest per key into `state`, only ever forward: an update replaces a row only when its UPDATE_VERSION
+is newer. An update is the key's whole state, so applying one twice (a replayed keyed batch resends it) or late
+changes nothing; a stop drains it, so `state` holds every update when the stream stops."""
 
 from __future__ import annotations
 

@@ -228,7 +228,8 @@ class Supervisor:
         self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
-                          "spark_version": spark.version, "updates_topic": self.updates_topic, "updates_from": updates_from,
+                          "spark_version": spark.version, "updates_topic": self.updates_topic,
+                          "updates_from": updates_from,
                           **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
                              if self.added_partitions else {})})
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "

@@ -34,7 +34,9 @@ def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: 
 def last_started_with(tables: Tables) -> str | None:
     """The updates topic of the newest stream start the log records; None before any stream started."""
     starts = [e for e in handoff_log.entries(None, tables) if e.status == Status.STREAM_STARTED]
-    return (handoff_log.details(starts[-1]).get("updates_topic") or f"{starts[-1].pipeline}.updates") if starts else None
+    if not starts:
+        return None
+    return handoff_log.details(starts[-1]).get("updates_topic") or f"{starts[-1].pipeline}.updates"
 
 
 def _is_updates_topic_of(topic: str, name: str) -> bool:
