@@ -247,6 +247,25 @@ class World:
         with admin_client(self.bootstrap) as admin:
             admin.create_partitions({self.topic: NewPartitions(total_count=self.partitions + 1)})
         self.partitions += 1
+        self._await_partitions()
+
+    def _await_partitions(self, timeout_s: float = 60.0) -> None:
+        """Until the broker's metadata lists every partition with a leader: a producer started before that (the
+        broker's cache lags the controller, more so after a bounce) fails the new partition's records with
+        "Unknown partition"."""
+        from confluent_kafka import Producer
+
+        from switchyard.state_handoff.io.kafka_security import librdkafka_config
+
+        client = Producer(librdkafka_config(self.bootstrap))
+        deadline = time.monotonic() + timeout_s
+        while True:
+            topic = client.list_topics(self.topic, timeout=10).topics[self.topic]
+            if len(topic.partitions) >= self.partitions and all(p.leader >= 0 for p in topic.partitions.values()):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.topic}: {self.partitions} partitions with leaders not seen in {timeout_s}s")
+            time.sleep(0.5)
 
     def bounce_broker(self, seconds: float) -> None:
         from switchyard.deploy import kafka_broker
