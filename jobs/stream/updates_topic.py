@@ -27,8 +27,14 @@ def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: 
     warehouse's."""
     for entry in entries:
         if entry.handoff_id == handoff_id and entry.status == Status.STREAM_STARTED:
-            return handoff_log.details(entry).get("updates_topic") or f"{pipeline.name}.updates"
+            return _started_with(entry)
     return f"{pipeline.name}.updates.{handoff_log.warehouse_id(tables)}"
+
+
+def _started_with(started) -> str:
+    """The topic a STREAM_STARTED entry records; one written before names were per warehouse has none, and its
+    stream used `<pipeline>.updates`."""
+    return handoff_log.details(started).get("updates_topic") or f"{started.pipeline}.updates"
 
 
 def last_started_with(tables: Tables) -> str | None:
@@ -36,7 +42,7 @@ def last_started_with(tables: Tables) -> str | None:
     starts = [e for e in handoff_log.entries(None, tables) if e.status == Status.STREAM_STARTED]
     if not starts:
         return None
-    return handoff_log.details(starts[-1]).get("updates_topic") or f"{starts[-1].pipeline}.updates"
+    return _started_with(starts[-1])
 
 
 def _is_updates_topic_of(topic: str, name: str) -> bool:
