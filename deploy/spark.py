@@ -104,8 +104,23 @@ def _avro_limits() -> str:
                     for kind in ("string", "bytes", "collectionItems"))
 
 
+def existing_session():
+    """The session this process already has (its thread's active one, else the default one), or None: a notebook's,
+    the platform's, or one an earlier command of this process built."""
+    from pyspark.sql import SparkSession
+
+    try:
+        return SparkSession.active()
+    except Exception:  # noqa: BLE001 - pyspark's NO_ACTIVE_OR_DEFAULT_SESSION, an error class of its own
+        return None
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
-    """Return the process's SparkSession, creating it on first use."""
+    """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
+    one with switchyard's settings."""
+    session = existing_session()
+    if session is not None:
+        return session
     check_java()
     from pyspark.sql import SparkSession
 

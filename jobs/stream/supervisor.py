@@ -141,6 +141,7 @@ class Supervisor:
         self.added_partitions: dict[int, int] = {}  # partitions the topic gained after the running handoff: start
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
         self.checkpoint_races = 0  # queries started again after another driver wrote their checkpoint
+        self.conf_before: dict[str, str | None] = {}  # the session's settings before the stream set its own
 
     def _raced_for_the_checkpoint(self, handoff: Handoff, err: StreamFailed) -> bool:
         """Whether a query failed because another driver wrote its checkpoint's log while this stream holds the
@@ -198,6 +199,22 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            self.restore_conf()
+
+    def set_conf(self, conf: dict[str, str]) -> None:
+        """Set the session's settings the queries start with (each query runs on a copy of the session taken at its
+        start); the session gets its own back when the stream ends, for the process that owns it."""
+        for key, value in conf.items():
+            self.conf_before.setdefault(key, self.spark.conf.get(key, None))
+            self.spark.conf.set(key, value)
+
+    def restore_conf(self) -> None:
+        for key, value in self.conf_before.items():
+            if value is None:
+                self.spark.conf.unset(key)
+            else:
+                self.spark.conf.set(key, value)
+        self.conf_before.clear()
 
     # ------------------------------------------------------------ one handoff's queries
 
@@ -238,9 +255,8 @@ class Supervisor:
 
         # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
         # from configuration, not from its cores (a handoff's new checkpoints take a changed value).
-        spark.conf.set("spark.sql.shuffle.partitions", str(self.settings.state_partitions))
-        for key, value in checkpoint_conf(paths.keyed_checkpoint).items():
-            spark.conf.set(key, value)
+        self.set_conf({"spark.sql.shuffle.partitions": str(self.settings.state_partitions),
+                       **checkpoint_conf(paths.keyed_checkpoint)})
         keyed, _, _ = self.start_readers(handoff, only=KEYED)
         step_done("keyed_started")
         if not lifecycle.has_switched(entries, handoff.handoff_id):

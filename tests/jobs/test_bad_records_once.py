@@ -13,9 +13,9 @@ from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.lifecycle import Status
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
-from tests.jobs.test_rebase_failures import PIPELINE, _prepare, _stream_until_caught_up, assert_accounting_identity
+from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support.compare import rows
-from tests.support.streams import start_stream, tail_events
+from tests.support.streams import start_stream, stream_until_caught_up, tail_events
 
 
 def test_malformed_records_in_a_grown_archive_rebased_offline_are_dead_lettered_once(spark, bootstrap, topic_name,
@@ -24,8 +24,7 @@ def test_malformed_records_in_a_grown_archive_rebased_offline_are_dead_lettered_
     where the stream stopped; `rebase` with no stream live tiles the new days (dead-lettering their malformed
     records) and catches the events path up over the same offsets: each malformed record is in `dead_letter` once."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 0), 60, seed=51))
     run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
                 out=lambda *_: None)

@@ -22,9 +22,8 @@ from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
-from tests.jobs.test_rebase_failures import _stream_until_caught_up
 from tests.support.compare import rows
-from tests.support.streams import tail_events
+from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
 
@@ -69,16 +68,15 @@ def test_event_times_outside_the_accepted_range_are_dead_lettered_on_every_path(
     produce(bootstrap, topic_name, hostile("tail", 2))
     run_backfill(spark, PIPELINE, tables, out=lambda *_: None, kafka_tail_from=bootstrap)
     run_handoff(spark, PIPELINE, tables, bootstrap)
-    log = tmp_path / "stream.log"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=9) + hostile("stream", 2)
             + hostile("end", 2, "9998-12-31T23:59:59.999999Z"))
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 20, seed=11) + hostile("cut", 2))
 
     rebase = _cli(tables, bootstrap, "rebase", "--timeout", "600")
     out, _ = rebase.communicate(timeout=900)
     assert rebase.returncode == 0 and "Traceback" not in out, out
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     assert len(_handoffs(tables)) == 2 and len(list_archive(tables.archive)) == archived_files
 
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

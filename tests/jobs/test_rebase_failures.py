@@ -19,7 +19,7 @@ from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
-from tests.support.streams import start_stream, tail_events
+from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
 
@@ -33,11 +33,6 @@ def _prepare(spark, bootstrap, topic, warehouse, fraction: float) -> Tables:
     run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
     run_handoff(spark, PIPELINE, tables, bootstrap)
     return tables
-
-
-def _stream_until_caught_up(tables: Tables, bootstrap: str, log: Path) -> None:
-    proc = start_stream(tables, bootstrap, log, "--until-caught-up", "--tables-trigger-seconds", "1")
-    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
 
 
 def assert_accounting_identity(bootstrap, topic, tables: Tables, expected) -> None:
@@ -59,14 +54,13 @@ def test_a_rebase_after_a_stream_that_read_nothing(spark, bootstrap, topic_name,
     """Everything archived and handed off; a stream stops at once (nothing new: no events batch); events arrive;
     `rebase` completes, and the stream after it ends equal to the oracle."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
-    log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=41))
     rebase = _cli(tables, bootstrap, "rebase", "--timeout", "600")
     out, _ = rebase.communicate(timeout=900)
     assert rebase.returncode == 0, out
     assert "Traceback" not in out, out
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     assert len(_handoffs(tables)) == 2
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
@@ -78,9 +72,8 @@ def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repai
     naming it, before it pauses the stream (the archive is checked first); the file is repaired; the next `stream`
     carries on with the same handoff: nothing dead-lettered, late or windowed twice, nothing lost."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    log = tmp_path / "stream.log"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=42))
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     before = {f.path for f in list_archive(tables.archive)}
     run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.8),
                 out=lambda *_: None)
@@ -98,7 +91,7 @@ def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repai
 
     local.write_bytes(good)  # repaired
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=44))
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
     assert len(_handoffs(tables)) == 1, "the refused rebase left the stream on its handoff"
@@ -158,9 +151,8 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     from tests.support.compare import rows
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    log = tmp_path / "stream.log"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=46))
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     key = sorted(r[PIPELINE.key] for r in rows(spark, tables.state) if re.fullmatch(r"[\w-]+", r[PIPELINE.key]))[0]
     _tamper_state(tables, key)
     tampered = {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)}
@@ -178,13 +170,13 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     assert {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)} == tampered, "nothing replaced"
 
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 30, seed=47))
-    _stream_until_caught_up(tables, bootstrap, log)  # the same handoff streams on
+    stream_until_caught_up(spark, tables, bootstrap)  # the same handoff streams on
     assert len(_handoffs(tables)) == 1
     accepted = _cli(tables, bootstrap, "rebase", "--accept-differences", "--timeout", "600")
     out, _ = accepted.communicate(timeout=900)
     assert accepted.returncode == 0, out
     assert len(_handoffs(tables)) == 2
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
 
@@ -198,8 +190,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     from switchyard.state_handoff import faults, kept_versions
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
-    log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)  # reads nothing: everything past the drained state is [K, C)
+    stream_until_caught_up(spark, tables, bootstrap)  # reads nothing: everything past the drained state is [K, C)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=43))
     killed = _cli(tables, bootstrap, "rebase", "--timeout", "600", env={faults.ENV: "backfill.after_state"})
     out, _ = killed.communicate(timeout=900)
@@ -212,7 +203,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     assert again.returncode == 0 and "Traceback" not in out, out
     committed = _handoffs(tables)[-1]
     assert handoff_log.details(committed)["reconciliation"]["keys_different"] == 0, out
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     assert kept_versions.paused_state_versions(handoff_log.entries(None, tables)) == {}  # switched: released
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)

@@ -15,8 +15,8 @@ from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.pipelines import get_pipeline
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
-from tests.jobs.test_rebase_failures import _prepare, _stream_until_caught_up
-from tests.support.streams import tail_events
+from tests.jobs.test_rebase_failures import _prepare
+from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
 
@@ -28,8 +28,7 @@ def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exact
     under the archive's lease) tries to commit. It is refused in one line naming the rebase, the rebase finishes
     at its cut with nothing different, the archive run afterwards succeeds, and every table equals the oracle."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=47))
     archive_end = archive_meta(tables.archive)["cut"]
 
@@ -53,7 +52,7 @@ def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exact
     assert archive_meta(tables.archive)["cut"] == archive_end  # nothing committed under the rebase
     assert len(_handoffs(tables)) == 2
     archive_everything()  # once the rebase handed off, the archive grows as before
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
 
 
@@ -66,7 +65,7 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     it), it streams until caught up first: the stream restarts the dead one's queries, so the pause for the open
     request replays the batch and merges what was sent, and rebases with no key different; then this rebase, with
     none different either; every table equals the oracle."""
-    from switchyard.jobs.stream import stream_until_caught_up
+    from switchyard.jobs import stream as product_stream
     from switchyard.state_handoff import handoff_log
     from tests.jobs.test_crash_points import crash
 
@@ -80,12 +79,13 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     request_rebase(tables, "rebase", "dagster rebase_stream")  # asked of the stream that died: the stream's to run
     lines: list[str] = []
     rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
-                    finish_stream=stream_until_caught_up(PIPELINE, tables, bootstrap, out=lines.append),
+                    finish_stream=product_stream.stream_until_caught_up(PIPELINE, tables, bootstrap,
+                                                                         out=lines.append),
                     out=lines.append)
     assert any("streaming until caught up first" in line for line in lines), lines
     handoffs = _handoffs(tables)
     assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's
     for handoff in handoffs[1:]:
         assert handoff_log.details(handoff)["reconciliation"]["keys_different"] == 0, lines
-    _stream_until_caught_up(tables, bootstrap, tmp_path / "stream.log")
+    stream_until_caught_up(spark, tables, bootstrap)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

@@ -17,9 +17,9 @@ from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.status import format_status, pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
-from tests.jobs.test_rebase_failures import PIPELINE, _prepare, _stream_until_caught_up, assert_accounting_identity
+from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support import oracle
-from tests.support.streams import start_stream, stop_stream, tail_events, wait_until
+from tests.support.streams import start_stream, stop_stream, stream_until_caught_up, tail_events, wait_until
 
 
 def _retention_at(bootstrap: str, topic: str, share: float = 0.75) -> dict[int, int]:
@@ -101,7 +101,7 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     its checkpoint, equal to the oracle. With nothing open, `--abandon` refuses in one line."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
     log = tmp_path / "stream.log"
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     retained_from = _retention_at(bootstrap, topic_name)  # below where the stream has read to
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=52))
     code, out = _run(tables, bootstrap, "rebase", "--timeout", "300", env={faults.ENV: "rebase.after_pause"})
@@ -124,7 +124,7 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     assert code == 2 and out.strip().splitlines()[-1] == (
         "switchyard rebase: error: pipeline demo has no open rebase request: nothing to abandon"), out
 
-    _stream_until_caught_up(tables, bootstrap, log)
+    stream_until_caught_up(spark, tables, bootstrap)
     assert len(_handoffs(tables)) == 1, "the paused handoff resumed"
     _assert_exact(spark, bootstrap, topic_name, tables, _every_record(kept, bootstrap, topic_name), monkeypatch)
 
@@ -135,7 +135,7 @@ def _rebase_then_stream(spark, bootstrap, topic, tables: Tables, kept: list, tmp
     code, out = _run(tables, bootstrap, "rebase", "--timeout", "300")
     assert code == 0, out[-3000:]
     produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=8))
-    _stream_until_caught_up(tables, bootstrap, tmp_path / "after.log")
+    stream_until_caught_up(spark, tables, bootstrap)
     _assert_exact(spark, bootstrap, topic, tables, _every_record(kept, bootstrap, topic), monkeypatch)
 
 
@@ -146,7 +146,7 @@ def test_a_stream_behind_kafkas_retention_is_rebased_from_the_archive(spark, boo
     The stream fails in one line naming `switchyard rebase`; the rebase reads the records the stream never read
     from the archive (Kafka no longer holds them), and the stream after it ends equal to the oracle."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    _stream_until_caught_up(tables, bootstrap, tmp_path / "first.log")
+    stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
     run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
                 out=lambda *_: None)

@@ -14,7 +14,6 @@ from deltalake import DeltaTable
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.stream import StreamSettings, run_stream
 from switchyard.state_handoff import handoff_log, kept_versions
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io import delta_upkeep
@@ -25,7 +24,7 @@ from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
-from tests.support.streams import QUIET, assert_matches_oracle, batch_ends, tail_events
+from tests.support.streams import QUIET, assert_matches_oracle, batch_ends, stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,11 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _quiet(*_):
     pass
-
-
-def _stream_until_caught_up(spark, tables: Tables, bootstrap: str) -> None:
-    run_stream(spark, PIPELINE, tables, bootstrap,
-               StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
 
 
 def _on_disk(path: str) -> set[str]:
@@ -76,7 +70,7 @@ def test_vacuum_keeps_the_handoffs_state_version_until_its_stream_switched(spark
     handed = _files(DeltaTable(tables.state, version=handoff.state_version))
 
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
-    _stream_until_caught_up(spark, tables, bootstrap)
+    stream_until_caught_up(spark, tables, bootstrap)
     state = DeltaTable(tables.state)
     assert not handed & _files(state), "the stream's MERGEs replaced the handoff version's files"
     assert kept_versions.kept_state_versions(tables) == [], "switched: the seed is in the checkpoint"
@@ -84,7 +78,7 @@ def test_vacuum_keeps_the_handoffs_state_version_until_its_stream_switched(spark
 
     # the live handoff's stream restarts after more input; its tidies delete all that the MERGEs replaced
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=4))
-    _stream_until_caught_up(spark, tables, bootstrap)
+    stream_until_caught_up(spark, tables, bootstrap)
     state = DeltaTable(tables.state)
     assert any(h.get("operation") == "VACUUM END" for h in state.history()), "the state writer vacuumed"
     assert _on_disk(tables.state) == _files(state), "all replaced is gone, the switched handoff's version too"
@@ -136,7 +130,7 @@ def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark,
     again = _switchyard(tables, bootstrap, "handoff", "--restart-from-retained")
     assert again.returncode == 2 and "nothing is lost" in again.stderr, again.stderr
 
-    _stream_until_caught_up(spark, tables, bootstrap)
+    stream_until_caught_up(spark, tables, bootstrap)
     archived = [r for r in records if r.offset < start[r.partition]]
     tail = [r for r in records if r.offset >= restarted.start_offsets[r.partition]]
     expected = oracle.through_stream(archived, tail, batch_ends(tables, restarted.handoff_id))

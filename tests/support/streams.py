@@ -25,6 +25,22 @@ ROOT = Path(__file__).resolve().parents[2]
 QUIET = open(os.devnull, "w")  # where a generator run in a test prints its progress
 
 
+def stream_until_caught_up(spark, tables: Tables, bootstrap: str):
+    """`switchyard stream --until-caught-up` run in the test's session, not a process of its own (a JVM's start
+    would cost more than the stream): where a test only needs the pipeline streamed on. The session's settings are
+    the same after it as before, as a library's caller needs them."""
+    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.state_handoff.pipelines import get_pipeline
+
+    before = spark.conf.getAll
+    result = run_stream(spark, get_pipeline(tables.pipeline), tables, bootstrap,
+                        StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1),
+                        out=lambda *_: None)
+    changed = {k: (before.get(k), v) for k, v in spark.conf.getAll.items() if before.get(k) != v}
+    assert changed == {} and set(before) <= set(spark.conf.getAll), f"the stream left the session changed: {changed}"
+    return result
+
+
 def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
     env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}
     return subprocess.Popen(
