@@ -12,9 +12,10 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.lifecycle import Status
-from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
+from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support.compare import rows
+from tests.support.cli import cli_here
 from tests.support.streams import start_stream, stream_until_caught_up, tail_events
 
 
@@ -29,9 +30,8 @@ def test_malformed_records_in_a_grown_archive_rebased_offline_are_dead_lettered_
     run_archive(spark, PIPELINE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
                 out=lambda *_: None)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 30, seed=52))  # past the archive
-    rebase = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = rebase.communicate(timeout=900)
-    assert rebase.returncode == 0, out
+    rebase, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
+    assert rebase == 0, out
     assert len(_handoffs(tables)) == 2
     phases = Counter(r.phase for r in rows(spark, tables.dead_letter))
     assert phases["backfill"] >= 4, phases  # the grown archive's malformed records were the backfill's to write

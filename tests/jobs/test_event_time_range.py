@@ -21,8 +21,9 @@ from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
-from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
+from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
 from tests.support.compare import rows
+from tests.support.cli import cli_here
 from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
@@ -73,9 +74,8 @@ def test_event_times_outside_the_accepted_range_are_dead_lettered_on_every_path(
     stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 20, seed=11) + hostile("cut", 2))
 
-    rebase = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = rebase.communicate(timeout=900)
-    assert rebase.returncode == 0 and "Traceback" not in out, out
+    rebase, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
+    assert rebase == 0 and "Traceback" not in out, out
     stream_until_caught_up(spark, tables, bootstrap)
     assert len(_handoffs(tables)) == 2 and len(list_archive(tables.archive)) == archived_files
 

@@ -19,6 +19,7 @@ from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
+from tests.support.cli import cli_here
 from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
@@ -56,9 +57,8 @@ def test_a_rebase_after_a_stream_that_read_nothing(spark, bootstrap, topic_name,
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
     stream_until_caught_up(spark, tables, bootstrap)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=41))
-    rebase = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = rebase.communicate(timeout=900)
-    assert rebase.returncode == 0, out
+    rebase, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
+    assert rebase == 0, out
     assert "Traceback" not in out, out
     stream_until_caught_up(spark, tables, bootstrap)
     assert len(_handoffs(tables)) == 2
@@ -83,10 +83,9 @@ def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repai
     local.write_bytes(b"PAR1 not parquet at all" * 10)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=43))  # past E: the catch-up
 
-    refused = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = refused.communicate(timeout=900)
+    refused, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
     error = out.strip().splitlines()[-1]
-    assert refused.returncode == 2 and "Traceback" not in out, out
+    assert refused == 2 and "Traceback" not in out, out
     assert error.startswith("switchyard rebase: error:") and os.path.basename(corrupt) in error, out
 
     local.write_bytes(good)  # repaired
@@ -157,10 +156,9 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     _tamper_state(tables, key)
     tampered = {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)}
 
-    refused = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = refused.communicate(timeout=900)
+    refused, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
     error = out.strip().splitlines()[-1]
-    assert refused.returncode == 2 and "Traceback" not in out, out
+    assert refused == 2 and "Traceback" not in out, out
     assert "1 of" in error and "--accept-differences" in error and key in error, out
     failed = [e for e in handoff_log.entries(None, tables) if e.status == Status.RECONCILIATION_FAILED]
     assert len(failed) == 1 and handoff_log.details(failed[0])["resumable"], failed
@@ -172,9 +170,8 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 30, seed=47))
     stream_until_caught_up(spark, tables, bootstrap)  # the same handoff streams on
     assert len(_handoffs(tables)) == 1
-    accepted = _cli(tables, bootstrap, "rebase", "--accept-differences", "--timeout", "600")
-    out, _ = accepted.communicate(timeout=900)
-    assert accepted.returncode == 0, out
+    accepted, out = cli_here(tables, bootstrap, "rebase", "--accept-differences", "--timeout", "600")
+    assert accepted == 0, out
     assert len(_handoffs(tables)) == 2
     stream_until_caught_up(spark, tables, bootstrap)
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
@@ -198,9 +195,8 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     paused = kept_versions.paused_state_versions(handoff_log.entries(None, tables))
     assert len(paused) == 1 and list(paused.values())[0] in kept_versions.kept_state_versions(tables)
 
-    again = _cli(tables, bootstrap, "rebase", "--timeout", "600")
-    out, _ = again.communicate(timeout=900)
-    assert again.returncode == 0 and "Traceback" not in out, out
+    again, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
+    assert again == 0 and "Traceback" not in out, out
     committed = _handoffs(tables)[-1]
     assert handoff_log.details(committed)["reconciliation"]["keys_different"] == 0, out
     stream_until_caught_up(spark, tables, bootstrap)

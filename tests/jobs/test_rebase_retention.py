@@ -19,6 +19,7 @@ from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support import oracle
+from tests.support.cli import cli_here
 from tests.support.streams import start_stream, stop_stream, stream_until_caught_up, tail_events, wait_until
 
 
@@ -40,6 +41,9 @@ def _every_record(kept: list, bootstrap: str, topic: str) -> list:
 
 
 def _run(tables: Tables, bootstrap: str, *args: str, env: dict | None = None) -> tuple[int, str]:
+    """The command in this process, or in one of its own where a crash point (env) is to kill it."""
+    if env is None:
+        return cli_here(tables, bootstrap, *args)
     proc = _cli(tables, bootstrap, *args, env=env)
     out, _ = proc.communicate(timeout=900)
     return proc.returncode, out
