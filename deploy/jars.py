@@ -154,8 +154,12 @@ def resolve_spark_jars(out=print, replace: bool = False) -> list[Path]:
     return jars
 
 
-def setup_jars(force: bool = False, out=print) -> int:
-    """`switchyard setup-jars`: the Spark jars resolved ahead of the first session (again with --force)."""
+def setup_jars(force: bool = False, out=print, classpath: bool = False) -> int:
+    """`switchyard setup-jars`: the Spark jars resolved ahead of the first session (again with --force); with
+    `classpath`, only their paths, comma-separated, as `spark-submit --jars` takes them (resolved first if need be)."""
+    if classpath:
+        out(",".join(str(j) for j in spark_extra_jars()))
+        return 0
     if settings.value("SWITCHYARD_SPARK_JARS") == "provided":
         out("switchyard: SWITCHYARD_SPARK_JARS=provided: the platform's Spark has the jars; nothing to resolve")
         return 0

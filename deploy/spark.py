@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -12,6 +14,7 @@ from switchyard.deploy.jars import spark_extra_jars
 from switchyard.deploy.java import check_java
 from switchyard.deploy.shipped_code import ship_project_code
 from switchyard.state_handoff import settings
+from switchyard.state_handoff.errors import UserError
 
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -115,27 +118,72 @@ def existing_session():
         return None
 
 
-def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
-    """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
-    one with switchyard's settings."""
-    session = existing_session()
-    if session is not None:
-        return session
-    check_java()
-    from pyspark.sql import SparkSession
+UTC_NAMES = {"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00"}
 
+
+def _check_utc(zone: str | None, whose: str) -> None:
+    """Event days, windows and every timestamp switchyard writes are in UTC; a session in another zone would
+    file events under other days."""
+    if zone is not None and zone not in UTC_NAMES:
+        raise UserError(f"{whose} spark.sql.session.timeZone is {zone}: switchyard computes event days and windows "
+                        "in UTC; set spark.sql.session.timeZone=UTC for its session")
+
+
+def platform_conf() -> dict[str, str]:
+    """The Spark settings the platform already gives this driver, which win over switchyard's defaults. Under
+    `spark-submit` (its JVM started this interpreter): that JVM's conf (--master, --conf, --jars, --packages and
+    spark-defaults.conf alike). Otherwise what the driver PySpark launches will read besides switchyard's settings:
+    PYSPARK_SUBMIT_ARGS and the spark-defaults.conf of SPARK_CONF_DIR (else SPARK_HOME/conf)."""
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkConf
+
+        return dict(SparkConf().getAll())  # through the running JVM's gateway: no JVM of its own
+    given = _defaults_file()
+    given.update(_submit_args(os.environ.get("PYSPARK_SUBMIT_ARGS", "")))
+    return given
+
+
+def _defaults_file() -> dict[str, str]:
+    folder = os.environ.get("SPARK_CONF_DIR") or (os.path.join(os.environ["SPARK_HOME"], "conf")
+                                                  if os.environ.get("SPARK_HOME") else None)
+    path = Path(folder, "spark-defaults.conf") if folder else None
+    if path is None or not path.is_file():
+        return {}
+    given = {}
+    for line in path.read_text().splitlines():  # java.util.Properties: "key value", "key=value" or "key: value"
+        match = re.match(r"\s*([^#!\s=:][^\s=:]*)\s*[\s=:]\s*(.*?)\s*$", line)
+        if match:
+            given[match[1]] = match[2]
+    return given
+
+
+_SUBMIT_FLAGS = {"--master": "spark.master", "--jars": "spark.jars", "--packages": "spark.jars.packages",
+                 "--driver-memory": "spark.driver.memory", "--driver-java-options": "spark.driver.extraJavaOptions",
+                 "--name": "spark.app.name"}
+
+
+def _submit_args(text: str) -> dict[str, str]:
+    given, words = {}, shlex.split(text)
+    for flag, value in zip(words, words[1:]):
+        if flag in _SUBMIT_FLAGS:
+            given[_SUBMIT_FLAGS[flag]] = value
+        elif flag == "--conf" and "=" in value:
+            key, _, setting = value.partition("=")
+            given[key] = setting
+    return given
+
+
+def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | None = None) -> dict[str, str]:
+    """A new session's settings: `extra_conf` (a command's --conf, a Dagster resource's spark_config) over what the
+    platform gives (`platform_conf`), over switchyard's own (the master, Delta and its jars, UTC, the profile)."""
     driver_host, bind_address = driver_addresses()
-    os.environ.setdefault("SPARK_LOCAL_IP", bind_address)  # loopback only, unless told otherwise
-    # Python workers run this interpreter (the project's .venv); PySpark reads the variable, not only the conf.
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
-    os.environ["TZ"] = "UTC"
-    time.tzset()
     profile = profile or settings.value("SWITCHYARD_SPARK_PROFILE")
     # SWITCHYARD_JVM_OPTIONS: more options for the driver's and executors' JVMs (flags, -Xshare archives)
     jvm_options = " ".join(filter(None, [f"-Dlog4j2.configurationFile=file:{_LOG_CONFIG}", _avro_limits(),
                                          PROFILE_JVM_OPTIONS.get(profile), settings.value("SWITCHYARD_JVM_OPTIONS")]))
-    conf = {
+    ours = {
+        "spark.app.name": app_name,
+        "spark.master": spark_master(),
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -174,9 +222,34 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
         **object_store_conf(),
         **PROFILES[profile],
         **_shuffle_partitions(),
-        **(extra_conf or {}),
     }
-    builder = SparkSession.builder.appName(app_name).master(spark_master())
+    given = platform_conf()
+    conf = {**{k: v for k, v in ours.items() if k not in given}, **(extra_conf or {})}
+    _check_utc(conf.get("spark.sql.session.timeZone", given.get("spark.sql.session.timeZone")), "the given")
+    return conf
+
+
+def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
+    """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
+    one. A new one takes, in this order of precedence, `extra_conf` (a command's --conf, a Dagster resource's
+    spark_config), what the platform gives (`platform_conf`: spark-submit's master, jars and confs), then
+    switchyard's settings (the master, Delta and its jars, UTC, the profile)."""
+    # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    session = existing_session()
+    if session is not None:
+        _check_utc(session.conf.get("spark.sql.session.timeZone", None), "the session's")
+        return session
+    check_java()
+    from pyspark.sql import SparkSession
+
+    driver_host, bind_address = driver_addresses()
+    os.environ.setdefault("SPARK_LOCAL_IP", bind_address)  # loopback only, unless told otherwise
+    # Python workers run this interpreter (the project's .venv); PySpark reads the variable, not only the conf.
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    conf = session_conf(app_name, profile, extra_conf)
+    builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -18,13 +18,16 @@ class SparkResource(dg.ConfigurableResource):
     """The run's SparkSession, built by `switchyard.deploy.spark` (Delta, local jars, UTC) with a profile."""
 
     profile: str = "default"
-    master: str | None = None  # None: SWITCHYARD_SPARK_MASTER, else local[*]
+    master: str | None = None  # None: the platform's (spark-submit's), else SWITCHYARD_SPARK_MASTER, else local[*]
+    # Spark settings over switchyard's and the platform's, as `--conf` gives them on the command line
+    spark_config: dict[str, str] = {}
 
     def session(self):
+        """The run process's session: the one it already has, as it is; else one built with these settings."""
         from switchyard.deploy.spark import build_spark
 
         return build_spark("switchyard-dagster", profile=self.profile,
-                           extra_conf={"spark.master": self.master} if self.master else None)
+                           extra_conf={**self.spark_config, **({"spark.master": self.master} if self.master else {})})
 
 
 def _apply(given: dict[str, str | None]) -> None:

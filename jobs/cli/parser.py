@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     setup_jars = commands.add_parser("setup-jars", help="resolve Spark's Delta, Kafka and S3A jars from Maven Central "
                                                         "into the home now (an installed copy does it on first use)")
     setup_jars.add_argument("--force", action="store_true", help="resolve them again")
+    setup_jars.add_argument("--classpath", action="store_true",
+                            help="print their paths comma-separated, for `spark-submit --jars` (the driver JVM "
+                                 "spark-submit starts needs them on its classpath from the start)")
     setup_jars.set_defaults(handler=_run_setup_jars)
     dev = commands.add_parser("dev", help="developer tools: local Kafka, Spark and object store, demo event "
                                           "producers, the smoke check",
@@ -58,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_setup_jars(args: argparse.Namespace) -> int:
     from switchyard.deploy.jars import setup_jars
 
-    return setup_jars(force=args.force)
+    return setup_jars(force=args.force, classpath=args.classpath)
 
 
 def command_name(args: argparse.Namespace) -> str:

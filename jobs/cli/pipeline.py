@@ -3,21 +3,38 @@ its flags and calls one job. Jobs are imported when their command runs, so `--he
 
 from __future__ import annotations
 
+import argparse
+
 from switchyard.state_handoff import settings as switchyard_settings
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.tables import Tables
 
 
-def _spark(app: str, progress: bool = True):
-    """The command's SparkSession; for a batch command, with its progress printed every few seconds."""
+def _spark(args, app: str, progress: bool = True):
+    """The command's SparkSession (with its --conf settings); for a batch command, with its progress printed every
+    few seconds."""
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.progress import report_progress
 
-    spark = build_spark(f"switchyard-{app}")
+    spark = build_spark(f"switchyard-{app}", extra_conf=dict(args.spark_conf or []))
     if progress:
         report_progress(spark, lambda line: print(line, flush=True), app)
     return spark
+
+
+def _spark_setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def spark_conf_option(parser) -> None:
+    """--conf spark.KEY=VALUE (repeatable): Spark settings for this command's session, over switchyard's defaults
+    and the platform's (spark-submit's, spark-defaults.conf); a session the process already has is used as it is."""
+    parser.add_argument("--conf", dest="spark_conf", action="append", type=_spark_setting, metavar="spark.KEY=VALUE",
+                        help="a Spark setting for this command's session (repeatable)")
 
 
 PIPELINE_ENV = "SWITCHYARD_PIPELINE"
@@ -75,7 +92,7 @@ def run_archive_command(args) -> int:
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
             _settle(tables, lease.ARCHIVE, record=True)
-            print(import_connect_archive(_spark("archive"), pipeline, tables, args.from_connect, args.bootstrap,
+            print(import_connect_archive(_spark(args, "archive"), pipeline, tables, args.from_connect, args.bootstrap,
                                          args.topic, lease=held))
         return 0
     if not args.topic:
@@ -86,7 +103,7 @@ def run_archive_command(args) -> int:
     # backfill and a handoff hold the pipeline's lease and read only what the record has committed
     with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
         _settle(tables, lease.ARCHIVE, record=True)
-        print(run_archive(_spark("archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
+        print(run_archive(_spark(args, "archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
     return 0
 
 
@@ -101,7 +118,7 @@ def _rebase(args) -> int:
 
     pipeline, tables = _pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
-                    lambda: _spark(args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
+                    lambda: _spark(args, args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
                     no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences,
                     finish_stream=stream_until_caught_up(pipeline, tables, args.bootstrap))
     return 0
@@ -140,7 +157,7 @@ def run_backfill_command(args) -> int:
         return _rebase(args)
     with lease.hold(tables, lease.BACKFILL):  # taken before the JVM starts, so a refusal costs none
         _settle(tables, lease.BACKFILL, record=True)
-        result = run_backfill(_spark("backfill"), pipeline, tables, args.from_day, args.to_day,
+        result = run_backfill(_spark(args, "backfill"), pipeline, tables, args.from_day, args.to_day,
                               skip_bad_files=args.skip_bad_files, strategy=args.aggregation,
                               kafka_tail_from=args.bootstrap if args.kafka_tail else None)
     print(result.summary(pipeline.name))
@@ -169,7 +186,7 @@ def run_handoff_command(args) -> int:
         print(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
         return 0
     with lease.hold(tables, lease.HANDOFF):
-        switch = run_handoff(_spark("handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
+        switch = run_handoff(_spark(args, "handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
     print(switch.summary(pipeline.name))
     return 0
 
@@ -191,7 +208,8 @@ def run_stream_command(args) -> int:
     refuse_another_spark_line(pipeline, tables)
     with lease.hold(tables, lease.STREAM) as held:
         _settle(tables, lease.STREAM, record=True)
-        result = run_stream(_spark("stream", progress=False), pipeline, tables, args.bootstrap, settings, lease=held)
+        result = run_stream(_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
+                            lease=held)
     print(result.summary(pipeline.name))
     return 0
 
@@ -270,6 +288,7 @@ def add_pipeline_commands(commands, common) -> None:
     cut.add_argument("--from-connect", metavar="PATH", help="take in the files Kafka Connect's S3 sink wrote below "
                                                             "PATH (<topic>+<partition>+<startOffset>.json|parquet)")
     common(archive)
+    spark_conf_option(archive)
     archive.set_defaults(handler=run_archive_command)
 
     backfill = commands.add_parser("backfill", help="sort-based aggregation of archived days into Delta state")
@@ -289,6 +308,7 @@ def add_pipeline_commands(commands, common) -> None:
                           help="how long to wait for a live stream's rebase (default 3600)")
     backfill.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
     common(backfill)
+    spark_conf_option(backfill)
     backfill.set_defaults(handler=run_backfill_command)
 
     rebase = commands.add_parser("rebase", help="stream -> backlog -> stream at a cut (the live stream, or offline)")
@@ -303,6 +323,7 @@ def add_pipeline_commands(commands, common) -> None:
                              "cut, while the paused stream can still resume (the next `stream` resumes it from its "
                              "checkpoint with its streamed state), or one not yet paused")
     common(rebase)
+    spark_conf_option(rebase)
     rebase.set_defaults(handler=run_rebase_command)
 
     handoff = commands.add_parser(
@@ -328,6 +349,7 @@ def add_pipeline_commands(commands, common) -> None:
                          help="T for --boundary time, e.g. 2026-01-02T09:30:00Z (default: newest archived Kafka "
                               "timestamp minus the pipeline's allowed lateness)")
     common(handoff)
+    spark_conf_option(handoff)
     handoff.set_defaults(handler=run_handoff_command)
 
     stream = commands.add_parser("stream", help="Structured Streaming from the handoff, seeded once from the state")
@@ -353,6 +375,7 @@ def add_pipeline_commands(commands, common) -> None:
                         help="state-store partitions of a handoff's new checkpoints, fixed for that handoff "
                              "(env SWITCHYARD_STATE_PARTITIONS, default 2)")
     common(stream)
+    spark_conf_option(stream)
     stream.set_defaults(handler=run_stream_command)
 
     stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
