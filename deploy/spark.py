@@ -135,9 +135,10 @@ def platform_conf() -> dict[str, str]:
     spark-defaults.conf alike). Otherwise what the driver PySpark launches will read besides switchyard's settings:
     PYSPARK_SUBMIT_ARGS and the spark-defaults.conf of SPARK_CONF_DIR (else SPARK_HOME/conf)."""
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
-        from pyspark import SparkConf
+        from pyspark import SparkConf, SparkContext
 
-        return dict(SparkConf().getAll())  # through the running JVM's gateway: no JVM of its own
+        SparkContext._ensure_initialized()  # connects to spark-submit's JVM: no JVM of its own
+        return dict(SparkConf(_jvm=SparkContext._jvm).getAll())
     given = _defaults_file()
     given.update(_submit_args(os.environ.get("PYSPARK_SUBMIT_ARGS", "")))
     return given

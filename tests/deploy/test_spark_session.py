@@ -69,8 +69,10 @@ def test_a_spark_setting_not_named_spark_is_refused_before_any_work(tmp_path):
 
 
 def _environment(event_log: Path) -> dict[str, str]:
-    """The Spark properties a driver ran with, from its event log's environment event."""
-    for line in event_log.read_text().splitlines():
+    """The Spark properties a driver ran with, from its event log's environment event (a rolling log is a folder
+    of event files)."""
+    files = sorted(event_log.glob("events_*")) if event_log.is_dir() else [event_log]
+    for line in "\n".join(f.read_text() for f in files).splitlines():
         event = json.loads(line)
         if event["Event"] == "SparkListenerEnvironmentUpdate":
             return event["Spark Properties"] if isinstance(event["Spark Properties"], dict) else \
@@ -104,7 +106,8 @@ def test_under_spark_submit_its_master_and_confs_win(spark, bootstrap, topic_nam
         done = subprocess.run(
             [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[2]",
              "--jars", ",".join(map(str, jars)), "--conf", "spark.eventLog.enabled=true",
-             "--conf", f"spark.eventLog.dir={events}", "--conf", "spark.sql.shuffle.partitions=3",
+             "--conf", f"spark.eventLog.dir={events}", "--conf", "spark.eventLog.compress=false",
+             "--conf", "spark.sql.shuffle.partitions=3",
              "--conf", "spark.switchyard.test.probe=given", "--conf", "spark.driver.bindAddress=127.0.0.1",
              "--conf", "spark.driver.host=127.0.0.1",
              str(ROOT / "jobs" / "cli" / "__main__.py"), command, "--pipeline", pipeline.name,
