@@ -172,6 +172,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_KAFKA_SSL_CAFILE", None, "the CA certificate (PEM) that signs the brokers' certificates",
             FILE),
     Setting("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "true", "whether TLS checks the broker's host name", BOOL),
+    Setting("SWITCHYARD_CONSUMER_GROUP", None, "the consumer group a stream commits the input offsets it has "
+            "processed to, for Kafka's own tools and lag dashboards (unset: `switchyard.<pipeline>`; `off`: none)"),
     Setting("SWITCHYARD_S3_ENDPOINT", None, "an S3-compatible store's endpoint (unset: AWS); keys from "
             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", URL),
     Setting("SWITCHYARD_SPARK_MASTER", "local[*]", "Spark's master URL"),

@@ -10,6 +10,7 @@ import time
 from switchyard.jobs import rebase
 from switchyard.jobs.sinks import EventsSink
 from switchyard.jobs.stop import stop_requested
+from switchyard.jobs.stream.group_offsets import ProcessedOffsets
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
 from switchyard.state_handoff import handoff_log, lease as leases, lifecycle
@@ -45,6 +46,8 @@ class Monitor:
         self.behind_since: float | None = None
         self.caught_up_since: float | None = None
         self.latest_offsets = LatestOffsets(supervisor.bootstrap)
+        self.processed = ProcessedOffsets(supervisor.bootstrap, supervisor.pipeline.name, handoff.topic,
+                                          supervisor.out)
         self.pruned = False  # the earlier handoffs' stream folders, once this one is live
 
     def log(self, status: str, **fields) -> None:
@@ -55,6 +58,7 @@ class Monitor:
             return self._run()
         finally:
             self.latest_offsets.close()
+            self.processed.close(time.monotonic())
 
     def _run(self) -> dict | None:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
@@ -79,6 +83,7 @@ class Monitor:
                     if measured is not None:
                         lag, snapshot = measured
                         result.lag = lag
+                        self.processed.offer({p: snapshot["latest_offsets"][p] - n for p, n in lag.items()}, now)
                 known = self.lag_error is None
                 behind = sum(lag.values())
                 state_current = snapshot.get("state_updates_behind", 0) <= settings.caught_up_lag

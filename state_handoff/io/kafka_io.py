@@ -289,6 +289,40 @@ class LatestOffsets:
             client.close()
 
 
+class GroupOffsets:
+    """The offsets a stream has processed, committed to a consumer group for Kafka's own tools and a team's lag
+    dashboards (`kafka-consumer-groups --describe`). For monitoring only: the stream's checkpoint is what it resumes
+    from, and it never joins the group (a commit without a generation, as a consumer assigned its partitions makes).
+    One client kept open between commits, made again after an error; `close()` when done."""
+
+    REQUEST_TIMEOUT_MS = 5000
+
+    def __init__(self, bootstrap: str, group: str):
+        self.bootstrap, self.group = bootstrap, group
+        self._client = None
+
+    def commit(self, topic: str, offsets: dict[int, int]) -> None:
+        from kafka import TopicPartition
+        from kafka.structs import OffsetAndMetadata
+
+        if self._client is None:
+            from kafka import KafkaConsumer
+
+            self._client = KafkaConsumer(**_client_kwargs(self.bootstrap), group_id=self.group,
+                                         enable_auto_commit=False, request_timeout_ms=self.REQUEST_TIMEOUT_MS)
+        try:
+            self._client.commit({TopicPartition(topic, p): OffsetAndMetadata(o, "switchyard", -1)
+                                 for p, o in offsets.items()}, timeout_ms=self.REQUEST_TIMEOUT_MS)
+        except Exception:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            client.close(autocommit=False)
+
+
 def _ends(client, bootstrap: str, topics: list[str]) -> dict[str, dict[int, int]]:
     from kafka import TopicPartition
 
