@@ -230,11 +230,21 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
     return conf
 
 
+def check_classic() -> None:
+    """switchyard's jobs need a classic session: refused in one line, before any work, where Spark Connect is asked
+    for (PySpark would fail on the master switchyard sets)."""
+    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
+        raise UserError("SPARK_REMOTE is set, and switchyard's jobs need a classic Spark session (they use its "
+                        "SparkContext: job groups, scheduler pools, listeners): Spark Connect is not supported; "
+                        "unset SPARK_REMOTE and give a master (spark-submit --master, SWITCHYARD_SPARK_MASTER)")
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
     """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
     one. A new one takes, in this order of precedence, `extra_conf` (a command's --conf, a Dagster resource's
     spark_config), what the platform gives (`platform_conf`: spark-submit's master, jars and confs), then
     switchyard's settings (the master, Delta and its jars, UTC, the profile)."""
+    check_classic()
     # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
     os.environ["TZ"] = "UTC"
     time.tzset()

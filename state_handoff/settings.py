@@ -257,6 +257,7 @@ class Settings:
     kafka_sasl_password: str | None
     kafka_ssl_cafile: Path | None
     kafka_ssl_check_hostname: bool
+    consumer_group: str | None
     s3_endpoint: str | None
     spark_master: str
     spark_profile: str

@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> int:
         if args.command != "config":  # config shows the settings as given, bad ones too
             settings.Settings.from_env()  # a bad setting stops the command here, before any work
+        if hasattr(args, "spark_conf"):  # a command that runs Spark
+            from switchyard.deploy.spark import check_classic
+
+            check_classic()
         return args.handler(args)
 
     try:
