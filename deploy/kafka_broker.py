@@ -102,7 +102,7 @@ class Broker:
         return f"kafka node {self.node_id} on {self.bootstrap}" if self.voters else f"kafka on {self.bootstrap}"
 
 
-def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None) -> str:
+def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None, acls: bool = False) -> str:
     listener = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     controller_protocol = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     replicas = min(3, broker.cluster_size)
@@ -126,7 +126,8 @@ group.initial.rebalance.delay.ms=0
 # Generated events carry historical event times; never expire a topic behind the user's back.
 log.retention.ms=-1
 log.segment.bytes=67108864
-""" + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl) if sasl else "")
+""" + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl) if sasl else "") + (
+        _acl_config(sasl) if sasl and acls else "")
 
 
 # Three JVMs share a small machine: fewer request threads than Kafka's defaults.
@@ -150,6 +151,16 @@ listener.name.sasl_plaintext.{sasl.mechanism.lower()}.sasl.jaas.config={scram_lo
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
 listener.name.controller.plain.sasl.jaas.config={plain_login}
+"""
+
+
+def _acl_config(sasl: kafka_security.KafkaSecurity) -> str:
+    """Kafka's authorizer on: the user the broker was formatted with may do anything (the brokers and controllers
+    authenticate as it); any other user only what an ACL grants it."""
+    return f"""\
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:{sasl.username}
+allow.everyone.if.no.acl.found=false
 """
 
 
@@ -247,8 +258,8 @@ def check_ports_free(broker: Broker) -> None:
 
 
 def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
-           heap: str = HEAP, min_heap: str | None = None, jvm_flags: tuple[str, ...] = ("-XX:+UseG1GC",)
-           ) -> subprocess.Popen:
+           heap: str = HEAP, min_heap: str | None = None, jvm_flags: tuple[str, ...] = ("-XX:+UseG1GC",),
+           acls: bool = False) -> subprocess.Popen:
     """Write the node's configuration, format its storage once, and start it in the background."""
     check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -256,7 +267,7 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     if sasl:  # it holds the password: only the user reads it, from its first byte on
         broker.config_file.touch(mode=0o600)
         broker.config_file.chmod(0o600)
-    broker.config_file.write_text(_config(broker, sasl))
+    broker.config_file.write_text(_config(broker, sasl, acls))
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
     _format_storage(broker, java, cluster_id, sasl)
     proc = local_server.launch(
@@ -268,13 +279,14 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     return proc
 
 
-def start(broker: Broker, sasl: bool = False) -> str:
-    """Start the broker (idempotent); return a one-line description."""
+def start(broker: Broker, sasl: bool = False, acls: bool = False) -> str:
+    """Start the broker (idempotent); return a one-line description. `acls` (with `sasl`): Kafka's authorizer on,
+    the broker's own user its only super user."""
     if running_pid(broker) is not None:
         wait_until_up(broker, subprocess_handle=None)
         return f"kafka already running on {broker.bootstrap} (pid {running_pid(broker)})"
     check_ports_free(broker)
-    proc = launch(broker, check_java(), sasl)
+    proc = launch(broker, check_java(), sasl, acls=acls)
     wait_until_up(broker, proc)
     secured = f", SASL {broker.sasl_file.read_text()}" if broker.sasl_file.exists() else ""
     return f"kafka started on {broker.bootstrap} (pid {proc.pid}{secured}); logs in {broker.log_file}"

@@ -174,6 +174,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "true", "whether TLS checks the broker's host name", BOOL),
     Setting("SWITCHYARD_CONSUMER_GROUP", None, "the consumer group a stream commits the input offsets it has "
             "processed to, for Kafka's own tools and lag dashboards (unset: `switchyard.<pipeline>`; `off`: none)"),
+    Setting("SWITCHYARD_UPDATES_TOPIC", None, "the compacted topic a new handoff's stream sends its updates to: "
+            "one created ahead with the stream's Read and Write rights (unset: `<pipeline>.updates.<warehouse>`, "
+            "created by the stream)"),
     Setting("SWITCHYARD_S3_ENDPOINT", None, "an S3-compatible store's endpoint (unset: AWS); keys from "
             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", URL),
     Setting("SWITCHYARD_SPARK_MASTER", "local[*]", "Spark's master URL"),
@@ -258,6 +261,7 @@ class Settings:
     kafka_ssl_cafile: Path | None
     kafka_ssl_check_hostname: bool
     consumer_group: str | None
+    updates_topic: str | None
     s3_endpoint: str | None
     spark_master: str
     spark_profile: str

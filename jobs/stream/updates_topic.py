@@ -13,7 +13,7 @@ stream starts, before it reads any input or sends any update."""
 from __future__ import annotations
 
 from switchyard.jobs.stream.keyed import HANDOFF_HEADER
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff import handoff_log, settings
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import newest_records
 from switchyard.state_handoff.pipelines import available
@@ -23,12 +23,13 @@ from switchyard.state_handoff.tables import Tables
 
 
 def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: list) -> str:
-    """The topic `handoff_id`'s stream sends its updates to: the one its first start recorded, else this
+    """The topic `handoff_id`'s stream sends its updates to: the one its first start recorded, else the one
+    SWITCHYARD_UPDATES_TOPIC names (created ahead, where the stream may not create topics), else this
     warehouse's."""
     for entry in entries:
         if entry.handoff_id == handoff_id and entry.status == Status.STREAM_STARTED:
             return _started_with(entry)
-    return f"{pipeline.name}.updates.{handoff_log.warehouse_id(tables)}"
+    return settings.value("SWITCHYARD_UPDATES_TOPIC") or f"{pipeline.name}.updates.{handoff_log.warehouse_id(tables)}"
 
 
 def _started_with(started) -> str:

@@ -92,6 +92,10 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
     from kafka.errors import TopicAlreadyExistsError
 
     with admin_client(bootstrap) as admin:
+        if exist_ok and _exists(admin, topic):  # asking needs only a right on the topic, not on the cluster
+            if compacted:
+                set_missing_configs(bootstrap, topic, {"cleanup.policy": "compact"})
+            return False
         replicas = replication_factor(admin)
         configs = topic_configs(replicas, compacted)
         try:
@@ -105,6 +109,22 @@ def create_topic(bootstrap: str, topic: str, partitions: int, exist_ok: bool = F
             return False
         _wait_until_served(admin, topic, partitions)
     return True
+
+
+def _not_authorized() -> set:
+    from confluent_kafka import KafkaError
+
+    return {KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED}
+
+
+def _exists(admin, topic: str) -> bool:
+    from kafka.errors import UnknownTopicOrPartitionError
+
+    try:
+        described = admin.describe_topics([topic])
+    except UnknownTopicOrPartitionError:
+        return False
+    return any((d.get("topic") or d.get("name")) == topic and d["error_code"] == 0 for d in described)
 
 
 def set_missing_configs(bootstrap: str, topic: str, configs: dict[str, str], timeout_s: float = 30.0) -> dict:
@@ -125,6 +145,11 @@ def set_missing_configs(bootstrap: str, topic: str, configs: dict[str, str], tim
                 for name, value in missing.items()])
             admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s)
     except KafkaException as error:
+        if error.args and error.args[0].code() in _not_authorized():  # created ahead by those who may: theirs to set
+            print(f"switchyard: topic {topic}: its settings {', '.join(configs)} are not this client's to read or "
+                  "set (no DescribeConfigs or AlterConfigs right on it); they stay as its owners set them",
+                  file=sys.stderr)
+            return {}
         raise UserError(f"topic {topic} on {bootstrap}: its settings {', '.join(configs)} could not be read or set "
                         f"({error.args[0].str() if error.args else error}): check the client's rights on the "
                         "topic's configuration") from None
