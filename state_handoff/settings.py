@@ -172,6 +172,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_KAFKA_SSL_CAFILE", None, "the CA certificate (PEM) that signs the brokers' certificates",
             FILE),
     Setting("SWITCHYARD_KAFKA_SSL_CHECK_HOSTNAME", "true", "whether TLS checks the broker's host name", BOOL),
+    Setting("SWITCHYARD_KAFKA_PROPERTIES", None, "a Kafka client properties file (the Java client's format, as "
+            "`kafka-console-consumer --consumer.config` takes): any client property, for Spark as given and mapped "
+            "for the Python clients; instead of the other SWITCHYARD_KAFKA_* settings", FILE),
     Setting("SWITCHYARD_CONSUMER_GROUP", None, "the consumer group a stream commits the input offsets it has "
             "processed to, for Kafka's own tools and lag dashboards (unset: `switchyard.<pipeline>`; `off`: none)"),
     Setting("SWITCHYARD_UPDATES_TOPIC", None, "the compacted topic a new handoff's stream sends its updates to: "
@@ -260,6 +263,7 @@ class Settings:
     kafka_sasl_password: str | None
     kafka_ssl_cafile: Path | None
     kafka_ssl_check_hostname: bool
+    kafka_properties: Path | None
     consumer_group: str | None
     updates_topic: str | None
     s3_endpoint: str | None

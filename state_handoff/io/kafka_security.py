@@ -19,7 +19,8 @@ USERNAME = PREFIX + "SASL_USERNAME"
 PASSWORD = PREFIX + "SASL_PASSWORD"
 CAFILE = PREFIX + "SSL_CAFILE"
 CHECK_HOSTNAME = PREFIX + "SSL_CHECK_HOSTNAME"
-KNOWN = (PROTOCOL, MECHANISM, USERNAME, PASSWORD, CAFILE, CHECK_HOSTNAME)
+PROPERTIES = PREFIX + "PROPERTIES"
+KNOWN = (PROTOCOL, MECHANISM, USERNAME, PASSWORD, CAFILE, CHECK_HOSTNAME, PROPERTIES)
 
 SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOGIN_MODULE = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -93,7 +94,7 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
     return f'{_LOGIN_MODULE[mechanism]} required username="{username}" password="{password}";'
 
 
-def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
+def from_env(env: Mapping[str, str] | None = None):
     """The settings in the environment, each parsed by its kind and then checked together: an unknown, bad or
     incomplete setting is one UserError."""
     env = os.environ if env is None else env
@@ -101,6 +102,8 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
     if unknown:
         raise UserError(f"unknown Kafka setting {unknown[0]} in the environment: the known ones are {', '.join(KNOWN)}")
     value = {name: settings.value(name, env) for name in KNOWN}
+    if value[PROPERTIES] is not None:
+        return _from_properties(value[PROPERTIES], env)
     protocol = value[PROTOCOL]
     security = KafkaSecurity(protocol=protocol)
     sasl_given = [name for name in (MECHANISM, USERNAME, PASSWORD) if value[name] is not None]
@@ -125,6 +128,20 @@ def from_env(env: Mapping[str, str] | None = None) -> KafkaSecurity:
             raise UserError(f"{CAFILE}={cafile} is not a readable file: point it at the CA certificates (PEM)")
         security = KafkaSecurity(security.protocol, security.mechanism, security.username, security.password,
                                  None if cafile is None else str(cafile), value[CHECK_HOSTNAME])
+    return security
+
+
+def _from_properties(path, env: Mapping[str, str]):
+    """The connection the properties file describes; with it, the other SWITCHYARD_KAFKA_* settings are refused
+    (two places that say how to connect would disagree sooner or later)."""
+    from switchyard.state_handoff.io.kafka_properties import PropertiesSecurity, read
+
+    also = [name for name in KNOWN if name != PROPERTIES and settings.given(name, env) is not None]
+    if also:
+        raise UserError(f"{also[0]} is set beside {PROPERTIES}: say how to connect in one of them (in the file: "
+                        "security.protocol, sasl.*, ssl.*)")
+    security = PropertiesSecurity(str(path), read(path))
+    security.check()
     return security
 
 

@@ -1,11 +1,13 @@
 """A stream on a cluster whose authorizer is on, as a team's platform runs Kafka: the application's user is granted
 Read on the input topic and on its consumer group, and Read and Write on an updates topic created ahead (the stream
-reads its updates back into `state`); nothing on the cluster, no topic creation, no configuration rights. Archive,
-backfill, handoff and a stream to caught up all run, and the tables equal the oracle's."""
+reads its updates back into `state`); nothing on the cluster, no topic creation, no configuration rights. It
+connects with SCRAM given as a Kafka client properties file (SWITCHYARD_KAFKA_PROPERTIES). Archive, backfill,
+handoff and a stream to caught up all run, and the tables equal the oracle's."""
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -24,8 +26,27 @@ from tests.support.kafka_cluster import SASL_ENV, kafka_environment
 from tests.support.streams import assert_matches_oracle, stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")
-APP = {**SASL_ENV, "SWITCHYARD_KAFKA_SASL_USERNAME": "switchyard-app",
-       "SWITCHYARD_KAFKA_SASL_PASSWORD": "app-only.s3cret"}
+APP_USER, APP_PASSWORD = "switchyard-app", "app-only.s3cret"
+APP_PROPERTIES = f"""\
+# the application's Kafka client configuration, as the platform team hands it out
+security.protocol=SASL_PLAINTEXT
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\
+    username="{APP_USER}" password="{APP_PASSWORD}";
+client.id=switchyard-app
+"""
+
+
+@contextmanager
+def as_platform_team():
+    """The broker's own (super) user, for what the platform team does: topics, users, rights, other producers."""
+    given = os.environ.pop("SWITCHYARD_KAFKA_PROPERTIES", None)
+    try:
+        with kafka_environment(SASL_ENV):
+            yield
+    finally:
+        if given is not None:
+            os.environ["SWITCHYARD_KAFKA_PROPERTIES"] = given
 
 
 @pytest.fixture(scope="module")
@@ -70,27 +91,28 @@ def test_a_stream_granted_only_read_and_write_on_its_topics_runs_to_caught_up(sp
                                                                               monkeypatch):
     bootstrap, topic, updates = acl_broker.bootstrap, "acl.events", "acl.demo.updates"
     group = f"switchyard.{PIPELINE.name}"
-    with kafka_environment(SASL_ENV):  # the platform team: the topics, the application's user and its rights
+    with as_platform_team():  # the topics, the application's user and its rights, the input's records
         run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=81, malformed_rate=0.03,
                      out=open(os.devnull, "w"))
         create_topic(bootstrap, updates, partitions=2, compacted=True)
-        _grant(bootstrap, APP["SWITCHYARD_KAFKA_SASL_USERNAME"], APP["SWITCHYARD_KAFKA_SASL_PASSWORD"],
-               [("TOPIC", topic, "READ"), ("GROUP", group, "READ"),
-                ("TOPIC", updates, "READ"), ("TOPIC", updates, "WRITE")])
+        _grant(bootstrap, APP_USER, APP_PASSWORD, [("TOPIC", topic, "READ"), ("GROUP", group, "READ"),
+                                                   ("TOPIC", updates, "READ"), ("TOPIC", updates, "WRITE")])
 
-    for name, value in {**APP, "SWITCHYARD_UPDATES_TOPIC": updates}.items():  # the application from here on
-        monkeypatch.setenv(name, value)
+    properties = tmp_path / "client.properties"
+    properties.write_text(APP_PROPERTIES)
+    monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(properties))  # the application from here on
+    monkeypatch.setenv("SWITCHYARD_UPDATES_TOPIC", updates)
     tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
     run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
                 out=lambda *_: None)
     run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
     run_handoff(spark, PIPELINE, tables, bootstrap)
-    with kafka_environment(SASL_ENV):
+    with as_platform_team():
         produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=82))
     result = stream_until_caught_up(spark, tables, bootstrap)
     assert result.reason == "caught up", result
 
     assert_matches_oracle(spark, bootstrap, topic, tables)
-    with kafka_environment(SASL_ENV):
+    with as_platform_team():
         ends = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic).items()}
         assert _committed(bootstrap, group, topic) == ends, "the group shows the stream caught up"
