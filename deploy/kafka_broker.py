@@ -41,6 +41,15 @@ log4j.logger.kafka.log.LogCleaner=WARN
 
 
 @dataclass(frozen=True)
+class Tls:
+    """A TLS listener that asks every client for a certificate (mutual TLS): the broker's key and certificate, and
+    the CA certificates it trusts, as PEM files."""
+
+    keystore: Path  # the broker's private key (PKCS#8) and certificate
+    truststore: Path  # the CA certificates that sign the brokers' and clients' certificates
+
+
+@dataclass(frozen=True)
 class Broker:
     """The files of the node whose broker listens on `port` (controller on port + 1); alone unless `voters`
     names the controller quorum of a cluster of `cluster_size` nodes."""
@@ -102,8 +111,9 @@ class Broker:
         return f"kafka node {self.node_id} on {self.bootstrap}" if self.voters else f"kafka on {self.bootstrap}"
 
 
-def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None, acls: bool = False) -> str:
-    listener = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
+def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None, acls: bool = False,
+            tls: Tls | None = None) -> str:
+    listener = "SASL_PLAINTEXT" if sasl else "SSL" if tls else "PLAINTEXT"
     controller_protocol = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     replicas = min(3, broker.cluster_size)
     return f"""\
@@ -127,7 +137,7 @@ group.initial.rebalance.delay.ms=0
 log.retention.ms=-1
 log.segment.bytes=67108864
 """ + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl) if sasl else "") + (
-        _acl_config(sasl) if sasl and acls else "")
+        _acl_config(sasl) if sasl and acls else "") + (_tls_config(tls) if tls and not sasl else "")
 
 
 # Three JVMs share a small machine: fewer request threads than Kafka's defaults.
@@ -161,6 +171,16 @@ def _acl_config(sasl: kafka_security.KafkaSecurity) -> str:
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:{sasl.username}
 allow.everyone.if.no.acl.found=false
+"""
+
+
+def _tls_config(tls: Tls) -> str:
+    return f"""\
+ssl.keystore.type=PEM
+ssl.keystore.location={tls.keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={tls.truststore}
+ssl.client.auth=required
 """
 
 
@@ -259,7 +279,7 @@ def check_ports_free(broker: Broker) -> None:
 
 def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
            heap: str = HEAP, min_heap: str | None = None, jvm_flags: tuple[str, ...] = ("-XX:+UseG1GC",),
-           acls: bool = False) -> subprocess.Popen:
+           acls: bool = False, tls: Tls | None = None) -> subprocess.Popen:
     """Write the node's configuration, format its storage once, and start it in the background."""
     check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -267,7 +287,7 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     if sasl:  # it holds the password: only the user reads it, from its first byte on
         broker.config_file.touch(mode=0o600)
         broker.config_file.chmod(0o600)
-    broker.config_file.write_text(_config(broker, sasl, acls))
+    broker.config_file.write_text(_config(broker, sasl, acls, tls))
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
     _format_storage(broker, java, cluster_id, sasl)
     proc = local_server.launch(
@@ -279,14 +299,14 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     return proc
 
 
-def start(broker: Broker, sasl: bool = False, acls: bool = False) -> str:
+def start(broker: Broker, sasl: bool = False, acls: bool = False, tls: Tls | None = None) -> str:
     """Start the broker (idempotent); return a one-line description. `acls` (with `sasl`): Kafka's authorizer on,
-    the broker's own user its only super user."""
+    the broker's own user its only super user. `tls` (without `sasl`): its listener is mutual TLS."""
     if running_pid(broker) is not None:
         wait_until_up(broker, subprocess_handle=None)
         return f"kafka already running on {broker.bootstrap} (pid {running_pid(broker)})"
     check_ports_free(broker)
-    proc = launch(broker, check_java(), sasl, acls=acls)
+    proc = launch(broker, check_java(), sasl, acls=acls, tls=tls)
     wait_until_up(broker, proc)
     secured = f", SASL {broker.sasl_file.read_text()}" if broker.sasl_file.exists() else ""
     return f"kafka started on {broker.bootstrap} (pid {proc.pid}{secured}); logs in {broker.log_file}"

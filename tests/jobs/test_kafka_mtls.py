@@ -1,0 +1,51 @@
+"""A pipeline over mutual TLS, configured as a team configures its Kafka clients: a properties file naming PEM
+files (SWITCHYARD_KAFKA_PROPERTIES). The broker asks every client for a certificate made for the test; archive,
+backfill, handoff and a stream to caught up run through it, and the tables equal the oracle's."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from switchyard.deploy import kafka_broker
+from switchyard.deploy.local_server import free_ports
+from switchyard.jobs.archive import archive_cut, run_archive
+from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.inputs.generate import run_generate
+from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.tables import Tables
+from tests.support.streams import assert_matches_oracle, stream_until_caught_up, tail_events
+from tests.support.tls import make_certificates
+
+PIPELINE = get_pipeline("demo")
+
+
+def test_a_pipeline_over_mutual_tls_from_client_properties_matches_the_oracle(spark, tmp_path, monkeypatch):
+    certs = make_certificates(tmp_path / "certs")
+    trust = f"security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.location={certs.ca}\n"
+    (tmp_path / "no-certificate.properties").write_text(trust)
+    (tmp_path / "client.properties").write_text(
+        trust + f"ssl.keystore.type=PEM\nssl.keystore.location={certs.client}\n")
+    monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(tmp_path / "client.properties"))
+    broker = kafka_broker.Broker.at(free_ports(2), tmp_path / "kafka")
+    kafka_broker.start(broker, tls=kafka_broker.Tls(keystore=certs.broker, truststore=certs.ca))
+    try:
+        bootstrap, topic = broker.bootstrap, "mtls.events"
+        monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(tmp_path / "no-certificate.properties"))
+        assert not kafka_broker.answers(bootstrap), "a client without a certificate is turned away"
+        monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(tmp_path / "client.properties"))
+
+        run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=91, malformed_rate=0.03,
+                     out=open(os.devnull, "w"))
+        tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
+        run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
+                    out=lambda *_: None)
+        run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
+        run_handoff(spark, PIPELINE, tables, bootstrap)
+        produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=92))
+        assert stream_until_caught_up(spark, tables, bootstrap).reason == "caught up"
+        assert_matches_oracle(spark, bootstrap, topic, tables)
+    finally:
+        kafka_broker.stop(broker)
