@@ -54,6 +54,8 @@ def _new_consumer(bootstrap: str, request_timeout_ms: int | None = None, group: 
     from kafka.errors import KafkaError
 
     timeout = {"request_timeout_ms": request_timeout_ms} if request_timeout_ms else {}
+    if group is not None and request_timeout_ms:  # kafka-python wants the request timeout above the session's (it
+        timeout["session_timeout_ms"] = request_timeout_ms - 1000  # never joins the group: the value goes unused)
     try:
         return KafkaConsumer(**{**_client_kwargs(bootstrap), **timeout}, enable_auto_commit=False, group_id=group,
                              consumer_timeout_ms=5000, isolation_level=kafka_security.ISOLATION)

@@ -38,7 +38,7 @@ def test_kafkas_own_tool_shows_the_streams_lag_going_to_zero(spark, bootstrap, t
     monkeypatch.setenv("SWITCHYARD_CONSUMER_GROUP", group)
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=71))
-    assert "does not exist" in kafka_consumer_groups(bootstrap, group), "no group before the stream"
+    assert "not found" in kafka_consumer_groups(bootstrap, group), "no group before the stream"
 
     stream_until_caught_up(spark, tables, bootstrap)
     ends = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic_name).items()}
