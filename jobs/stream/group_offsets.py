@@ -20,19 +20,21 @@ def group_name(pipeline: str) -> str | None:
 
 class ProcessedOffsets:
     """Commits the positions the monitor measured, when they moved and at most every `every_s` (and once more as
-    the stream's queries end). A commit that fails is said once and tried again later; the stream goes on."""
+    the stream's queries end). A commit that fails is said once and tried again after `retry_s` (a broker away
+    would otherwise hold the monitor's loop for a client's timeout every few seconds); the stream goes on."""
 
-    def __init__(self, bootstrap: str, pipeline: str, topic: str, out, every_s: float = 5.0):
+    def __init__(self, bootstrap: str, pipeline: str, topic: str, out, every_s: float = 5.0, retry_s: float = 30.0):
         self.group, self.topic, self.out, self.every_s = group_name(pipeline), topic, out, every_s
         self.client = GroupOffsets(bootstrap, self.group) if self.group else None
         self.committed: dict[int, int] = {}
         self.pending: dict[int, int] = {}
         self.last_at = float("-inf")
+        self.retry_s = retry_s
         self.failing = False
 
     def offer(self, positions: dict[int, int], now: float) -> None:
         self.pending = dict(positions)
-        if now - self.last_at >= self.every_s:
+        if now - self.last_at >= (self.retry_s if self.failing else self.every_s):
             self.flush(now)
 
     def flush(self, now: float) -> None:
@@ -53,6 +55,7 @@ class ProcessedOffsets:
         self.committed = dict(self.pending)
 
     def close(self, now: float) -> None:
-        self.flush(now)
+        if not self.failing:
+            self.flush(now)
         if self.client is not None:
             self.client.close()
