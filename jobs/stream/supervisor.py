@@ -237,6 +237,9 @@ class Supervisor:
         step_done("seed")
         ensure_tables(pipeline, tables)
         self.updates_topic = updates_topic(pipeline, tables, handoff.handoff_id, entries)
+        if self.updates_topic == handoff.topic:
+            raise UserError(f"the updates topic is {self.updates_topic}, the pipeline's input topic: the stream would "
+                            "read its own updates as events; name another with SWITCHYARD_UPDATES_TOPIC")
         create_topic(bootstrap, self.updates_topic, partitions=max(1, len(handoff.start_offsets)),
                      exist_ok=True, compacted=True)
         updates_from = updates_start(bootstrap, pipeline, handoff, self.updates_topic, paths, entries)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import datetime
 
 import pytest
@@ -98,3 +99,19 @@ def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_o
         writers = {written_by(record) for record in consumer}
         consumer.close()
         assert writers == {handoff_id}, f"{topic} holds updates of {writers}"
+
+
+def test_an_updates_topic_named_as_the_input_is_refused_before_the_stream_sends(spark, bootstrap, topic_name,
+                                                                                 tmp_path, monkeypatch):
+    """SWITCHYARD_UPDATES_TOPIC naming the input topic itself: the stream would read its own updates as events.
+    Refused in one line when it starts, before it sends any update."""
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
+    from tests.jobs.test_rebase_failures import _prepare
+    from tests.support.streams import stream_until_caught_up
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
+    ends = offset_bounds(bootstrap, topic_name)
+    monkeypatch.setenv("SWITCHYARD_UPDATES_TOPIC", topic_name)
+    with pytest.raises(UserError, match=rf"^the updates topic is {re.escape(topic_name)}, the pipeline's input topic"):
+        stream_until_caught_up(spark, tables, bootstrap)
+    assert offset_bounds(bootstrap, topic_name) == ends, "nothing sent to the input"
