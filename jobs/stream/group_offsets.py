@@ -5,7 +5,7 @@ resumes from its checkpoint, never from the group."""
 from __future__ import annotations
 
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.io.kafka_io import GroupOffsets
+from switchyard.state_handoff.io.kafka_watch import GroupOffsets
 
 OFF = "off"
 

@@ -16,7 +16,7 @@ from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
 from switchyard.state_handoff import handoff_log, lease as leases, lifecycle
 from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.io.kafka_io import LatestOffsets
+from switchyard.state_handoff.io.kafka_watch import LatestOffsets
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import behind_retention
 from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
