@@ -120,12 +120,18 @@ def _not_authorized() -> set:
 
 
 def _exists(admin, topic: str) -> bool:
-    from kafka.errors import UnknownTopicOrPartitionError
+    from kafka.errors import KafkaConnectionError, UnknownTopicOrPartitionError
 
-    try:
-        described = admin.describe_topics([topic])
-    except UnknownTopicOrPartitionError:
-        return False
+    for attempt in range(3):  # a TLS connection the broker closes as the client starts: asked again on a new one
+        try:
+            described = admin.describe_topics([topic])
+            break
+        except UnknownTopicOrPartitionError:
+            return False
+        except KafkaConnectionError:
+            if attempt == 2:
+                raise
+            time.sleep(0.5)
     return any((d.get("topic") or d.get("name")) == topic and d["error_code"] == 0 for d in described)
 
 

@@ -5,6 +5,7 @@ backfill, handoff and a stream to caught up run through it, and the tables equal
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime
 
 from switchyard.deploy import kafka_broker
@@ -36,6 +37,10 @@ def test_a_pipeline_over_mutual_tls_from_client_properties_matches_the_oracle(sp
         monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(tmp_path / "no-certificate.properties"))
         assert not kafka_broker.answers(bootstrap), "a client without a certificate is turned away"
         monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(tmp_path / "client.properties"))
+        deadline = time.monotonic() + 30
+        while not kafka_broker.answers(bootstrap):  # the turned-away client's connection is closed first
+            assert time.monotonic() < deadline, "the broker does not answer a client with a certificate"
+            time.sleep(0.5)
 
         run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=91, malformed_rate=0.03,
                      out=open(os.devnull, "w"))
