@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_security import Protocol
 
 # Spark's Kafka source and sink set these themselves (and refuse them as options), or switchyard does
 NOT_PASSED = {"bootstrap.servers", "group.id", "key.deserializer", "value.deserializer", "key.serializer",
@@ -51,7 +52,7 @@ def jaas_options(jaas: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class PropertiesSecurity:
+class PropertiesSecurity(Protocol):
     """The connection a properties file describes, as each client takes it (KafkaSecurity's interface)."""
 
     path: str
@@ -64,14 +65,6 @@ class PropertiesSecurity:
     @property
     def mechanism(self) -> str | None:
         return self.properties.get("sasl.mechanism", "GSSAPI") if self.sasl else None
-
-    @property
-    def sasl(self) -> bool:
-        return self.protocol.startswith("SASL_")
-
-    @property
-    def ssl(self) -> bool:
-        return self.protocol.endswith("SSL")
 
     @property
     def username(self) -> str | None:

@@ -28,14 +28,10 @@ _LOGIN_MODULE = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModu
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
 
 
-@dataclass(frozen=True)
-class KafkaSecurity:
-    protocol: str = "PLAINTEXT"
-    mechanism: str | None = None
-    username: str | None = None
-    password: str | None = None
-    cafile: str | None = None
-    check_hostname: bool = True
+class Protocol:
+    """What a security protocol's name says: SASL and/or TLS."""
+
+    protocol: str
 
     @property
     def sasl(self) -> bool:
@@ -44,6 +40,16 @@ class KafkaSecurity:
     @property
     def ssl(self) -> bool:
         return self.protocol.endswith("SSL")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity(Protocol):
+    protocol: str = "PLAINTEXT"
+    mechanism: str | None = None
+    username: str | None = None
+    password: str | None = None
+    cafile: str | None = None
+    check_hostname: bool = True
 
     def client_kwargs(self) -> dict:
         """kafka-python's KafkaProducer/KafkaConsumer/KafkaAdminClient arguments."""
