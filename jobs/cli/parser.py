@@ -24,6 +24,20 @@ def common_options(parser: argparse.ArgumentParser) -> None:
                              f"{settings.BY_NAME['SWITCHYARD_BOOTSTRAP'].default})")
 
 
+def _spark_setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def spark_conf_option(parser) -> None:
+    """--conf spark.KEY=VALUE (repeatable): Spark settings for this command's session, over switchyard's defaults
+    and the platform's (spark-submit's, spark-defaults.conf); a session the process already has is used as it is."""
+    parser.add_argument("--conf", dest="spark_conf", action="append", type=_spark_setting, metavar="spark.KEY=VALUE",
+                        help="a Spark setting for this command's session (repeatable)")
+
+
 def _version() -> str:
     try:
         return version("switchyard")
@@ -39,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                "`python -m benchmarks --help`.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    pipeline.add_pipeline_commands(commands, common_options)
+    pipeline.add_pipeline_commands(commands, common_options, spark_conf_option)
     setup_jars = commands.add_parser("setup-jars", help="resolve Spark's Delta, Kafka and S3A jars from Maven Central "
                                                         "into the home now (an installed copy does it on first use)")
     setup_jars.add_argument("--force", action="store_true", help="resolve them again")

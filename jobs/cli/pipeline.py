@@ -3,8 +3,6 @@ its flags and calls one job. Jobs are imported when their command runs, so `--he
 
 from __future__ import annotations
 
-import argparse
-
 from switchyard.state_handoff import settings as switchyard_settings
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
@@ -21,20 +19,6 @@ def _spark(args, app: str, progress: bool = True):
     if progress:
         report_progress(spark, lambda line: print(line, flush=True), app)
     return spark
-
-
-def _spark_setting(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.startswith("spark."):
-        raise argparse.ArgumentTypeError(f"expected spark.KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def spark_conf_option(parser) -> None:
-    """--conf spark.KEY=VALUE (repeatable): Spark settings for this command's session, over switchyard's defaults
-    and the platform's (spark-submit's, spark-defaults.conf); a session the process already has is used as it is."""
-    parser.add_argument("--conf", dest="spark_conf", action="append", type=_spark_setting, metavar="spark.KEY=VALUE",
-                        help="a Spark setting for this command's session (repeatable)")
 
 
 PIPELINE_ENV = "SWITCHYARD_PIPELINE"
@@ -275,7 +259,7 @@ def run_stop_command(args) -> int:
     return 0
 
 
-def add_pipeline_commands(commands, common) -> None:
+def add_pipeline_commands(commands, common, spark_conf_option) -> None:
     pipelines = commands.add_parser("pipelines", help="the registered pipelines: name, key, windows, where declared")
     pipelines.set_defaults(handler=run_pipelines_command)
 
