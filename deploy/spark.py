@@ -34,6 +34,10 @@ PROFILES = {
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
         "spark.sql.adaptive.coalescePartitions.initialPartitionNum": "2",
+        # Interpreted expressions: a test's rows are few, and generating and compiling each plan's Java code cost
+        # more than it saved (docs/cluster.md).
+        "spark.sql.codegen.wholeStage": "false",
+        "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     },
 }
 

@@ -5,21 +5,22 @@ and would write on. So each acquisition of a lease has an epoch (the lease table
 it: a later acquisition always has a larger one), and before it yields the pipeline its holder commits that epoch
 into every table it guards (the pipeline's lease: the tables the stream and the backfill write, FENCED; the
 archive's lease: the archive's record): a Delta app transaction (`txn` action) under the id FENCE_ID, in a commit
-that changes no data. After that every commit the holder makes to those tables carries the same transaction, at a
+that changes no data but writes the table's metadata again, unchanged. After that every commit the holder makes to those tables carries the same transaction, at a
 version that encodes its epoch (`version`: epoch << 20, plus a count of Spark's writes). A commit by an older epoch
 is refused twice over:
 - before it is tried: through delta-rs, when the table's fence is newer than the writer's epoch, or the writer's own
   monotonic clock says its lease may have lapsed (Lease.check_fresh): LeaseLost; through Spark (`spark_options`),
   by Delta's idempotent writes, which skip a write whose app transaction version is not above the table's;
-- inside the commit, when a newer fence lands after the writer read the table: the two commits set the same app id,
-  which Delta's conflict check refuses as a concurrent transaction (delta-rs raises CommitFailedError, Spark
-  ConcurrentTransactionException, and neither writes anything). Through delta-rs the writer reads the table
-  again, finds the newer fence, and stops with LeaseLost.
+- inside the commit, when a newer fence lands after the writer read the table: the fence changed the metadata and
+  set the same app id, which Delta's conflict check refuses (delta-rs raises CommitFailedError, Spark
+  MetadataChangedException or ConcurrentTransactionException, and neither writes anything). The metadata is what
+  stops delta-rs's compaction, whose commits keep no app transaction: one a frozen holder had checked and begun
+  fails when it wakes. Through delta-rs the writer reads the table again, finds the newer fence, and stops with
+  LeaseLost.
 Two commits of one holder to one table may meet in the same way (the stream's queries are threads); they are tried
 again on the newer snapshot, which their own app ids keep idempotent.
 
-What this does not fence inside the commit: delta-rs's compaction (its commits keep no app transaction; it changes
-no data, is checked before it starts and names its epoch in the commit's info), the query checkpoints (a woken
+What this does not fence inside the commit: the query checkpoints (a woken
 stream may plan a batch there: jobs/stream/supervisor.py runs it) and the keyed query's updates, sent by Spark's
 Kafka sink: they are the checkpoint's batches, the same either driver would send (an update is a key's whole
 state with its version, and the state MERGE only moves a key forward).
@@ -95,10 +96,8 @@ def holder(table_uri: str) -> Lease | None:
 def raise_fence(lease: Lease, paths: list[str]) -> None:
     """Commit the lease's epoch into each of the tables at `paths` that exists: from this commit on, no older holder
     commits there. LeaseLost when a newer holder's fence is already in."""
-    from deltalake import DeltaTable, write_deltalake
+    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
-
-    import pyarrow as pa
 
     for path in paths:
         if not storage.exists(storage.join(path, "_delta_log")):
@@ -107,10 +106,10 @@ def raise_fence(lease: Lease, paths: list[str]) -> None:
             table = DeltaTable(path, storage_options=storage.delta_options(path))
         except TableNotFoundError:
             continue
-        empty = pa.schema(table.schema()).empty_table()
 
-        def fence(properties: CommitProperties, table=table, empty=empty) -> None:
-            write_deltalake(table, empty, mode="append", commit_properties=properties)
+        def fence(properties: CommitProperties, table=table) -> None:
+            # the metadata written again as it is: every transaction that read the table before conflicts with it
+            table.alter.set_table_description(table.metadata().description or "", commit_properties=properties)
 
         if (table.transaction_version(FENCE_ID) or -1) < fence_version(lease.epoch):
             commit(table, [], fence, lease)

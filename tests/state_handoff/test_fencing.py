@@ -285,3 +285,30 @@ def test_sparks_delta_writes_are_fenced_too(spark, tables, monkeypatch):
          .options(**stale).save(path))  # a write whose check came before the fence: Delta skips it
     assert sorted(r.v for r in spark.read.format("delta").load(path).collect()) == ["holder"] * 4
     taker.release()
+
+
+def test_a_compaction_begun_before_the_takeover_is_refused_inside_its_commit(tables, monkeypatch):
+    """delta-rs's compaction keeps no app transaction, so the fence's own transaction cannot stop it: a holder
+    frozen after its compaction's checks passed, woken after a takeover, would commit it. The fence rewrites the
+    table's metadata, so that compaction fails at its commit and its holder stops with LeaseLost; the table keeps
+    the taker's fence as its last commit."""
+    monkeypatch.setattr(lease, "FRESH_PART", 100.0)  # the fence alone is tried, not the holder's own clock
+    for n in (1, 2):  # two files to compact
+        write_deltalake(tables.late, pa.table({"n": [n]}), mode="append")
+    guarded = lease.guarded_tables(tables)
+    frozen = lease.acquire(tables, lease.STREAM)
+    fencing.raise_fence(frozen, guarded)
+    begun = DeltaTable(tables.late)  # the frozen holder's compaction: it read the table and its checks passed
+    fencing.properties(begun, [], frozen)
+    while lease.owner(tables) is not None:  # the frozen holder renews nothing: its lease expires
+        time.sleep(0.1)
+    taker = lease.acquire(tables, lease.REBASE)
+    try:
+        fencing.raise_fence(taker, guarded)
+        with pytest.raises(lease.LeaseLost, match="fenced out"):
+            fencing.commit(begun, [], lambda properties: begun.optimize.compact(commit_properties=properties), frozen)
+    finally:
+        taker.release()
+    last = _commits(tables.late)[-1]
+    assert last["txns"] == {fencing.FENCE_ID: fencing.fence_version(taker.epoch)} and last["adds"] == 0, last
+    assert sorted(DeltaTable(tables.late).to_pyarrow_table().column("n").to_pylist()) == [1, 2]
