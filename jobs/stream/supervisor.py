@@ -71,7 +71,7 @@ def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entrie
 UNRECORDED_SPARK = "4.0.0"
 
 # How long a query that found no new records waits before it asks Kafka again. Spark's 10 ms kept an idle stream
-# at 43% of a core (two queries asking Kafka's admin client 100 times a second each); at 100 ms it is ~10%, and a
+# at 43% of a core (two queries asking Kafka's admin client 100 times a second each); at 100 ms it is 15%, and a
 # record arriving at an idle stream waits at most this much longer. Under load a batch always finds records.
 IDLE_POLL = "100ms"
 
