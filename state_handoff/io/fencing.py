@@ -5,9 +5,9 @@ and would write on. So each acquisition of a lease has an epoch (the lease table
 it: a later acquisition always has a larger one), and before it yields the pipeline its holder commits that epoch
 into every table it guards (the pipeline's lease: the tables the stream and the backfill write, FENCED; the
 archive's lease: the archive's record): a Delta app transaction (`txn` action) under the id FENCE_ID, in a commit
-that changes no data but writes the table's metadata again, unchanged. After that every commit the holder makes to those tables carries the same transaction, at a
-version that encodes its epoch (`version`: epoch << 20, plus a count of Spark's writes). A commit by an older epoch
-is refused twice over:
+that changes no data but writes the table's metadata again, unchanged. After that every commit the holder makes to
+those tables carries the same transaction, at a version that encodes its epoch (`version`: epoch << 20, plus a
+count of Spark's writes). A commit by an older epoch is refused twice over:
 - before it is tried: through delta-rs, when the table's fence is newer than the writer's epoch, or the writer's own
   monotonic clock says its lease may have lapsed (Lease.check_fresh): LeaseLost; through Spark (`spark_options`),
   by Delta's idempotent writes, which skip a write whose app transaction version is not above the table's;
@@ -20,10 +20,10 @@ is refused twice over:
 Two commits of one holder to one table may meet in the same way (the stream's queries are threads); they are tried
 again on the newer snapshot, which their own app ids keep idempotent.
 
-What this does not fence inside the commit: the query checkpoints (a woken
-stream may plan a batch there: jobs/stream/supervisor.py runs it) and the keyed query's updates, sent by Spark's
-Kafka sink: they are the checkpoint's batches, the same either driver would send (an update is a key's whole
-state with its version, and the state MERGE only moves a key forward).
+What this does not fence inside the commit: the query checkpoints (a woken stream may plan a batch there:
+jobs/stream/supervisor.py runs it) and the keyed query's updates, sent by Spark's Kafka sink: they are the
+checkpoint's batches, the same either driver would send (an update is a key's whole state with its version, and
+the state MERGE only moves a key forward).
 """
 
 from __future__ import annotations

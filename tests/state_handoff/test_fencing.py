@@ -300,7 +300,9 @@ def test_a_compaction_begun_before_the_takeover_is_refused_inside_its_commit(tab
     fencing.raise_fence(frozen, guarded)
     begun = DeltaTable(tables.late)  # the frozen holder's compaction: it read the table and its checks passed
     fencing.properties(begun, [], frozen)
+    deadline = time.monotonic() + 30
     while lease.owner(tables) is not None:  # the frozen holder renews nothing: its lease expires
+        assert time.monotonic() < deadline, "the frozen holder's lease never expired"
         time.sleep(0.1)
     taker = lease.acquire(tables, lease.REBASE)
     try:
