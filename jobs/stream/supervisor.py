@@ -70,11 +70,6 @@ def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entrie
 # Spark 4.0.0, its only version then.
 UNRECORDED_SPARK = "4.0.0"
 
-# How long a query that found no new records waits before it asks Kafka again. Spark's 10 ms kept an idle stream
-# at 43% of a core (two queries asking Kafka's admin client 100 times a second each); at 100 ms it is 15%, and a
-# record arriving at an idle stream waits at most this much longer. Under load a batch always finds records.
-IDLE_POLL = "100ms"
-
 
 def spark_line(version: str) -> str:
     """A Spark version's line (major.minor): within one, streaming checkpoints and state stores are read alike."""
@@ -262,10 +257,8 @@ class Supervisor:
         step_done("stream_started_logged")
 
         # The state-store partitions are fixed by a query's first checkpoint and outlive this driver, so they come
-        # from configuration, not from its cores (a handoff's new checkpoints take a changed value). A query that
-        # found nothing new asks Kafka again after IDLE_POLL, not Spark's 10 ms.
+        # from configuration, not from its cores (a handoff's new checkpoints take a changed value).
         self.set_conf({"spark.sql.shuffle.partitions": str(self.settings.state_partitions),
-                       "spark.sql.streaming.pollingDelay": IDLE_POLL,
                        **checkpoint_conf(paths.keyed_checkpoint)})
         keyed, _, _ = self.start_readers(handoff, only=KEYED)
         step_done("keyed_started")
