@@ -39,7 +39,7 @@ from benchmarks.burst import compare_states, read_state
 from benchmarks.burst_arm import current_handoff_id, offsets_behind, position_passed, progress_of
 from benchmarks.harness import (ROOT, delete_topics, run_fresh, start_service, switchyard_command, terminate,
                                 worker_command)
-from benchmarks.nightly import PIPELINE, figures_of, report, steps, timed
+from benchmarks.nightly_figures import PIPELINE, figures_of, report, steps, timed
 from switchyard.state_handoff import handoff_log
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
