@@ -65,17 +65,25 @@ fetch_jars() {
   touch "$stamp"
 }
 
-install_chromium() {
-  [ -x /usr/bin/chromium ] && return
+apt_install() {
+  # apt_install WHY PACKAGE [apt-get option...]: Debian's PACKAGE, as root (sudo when not), unless present
+  local why=$1 package=$2; shift 2
   local as_root=()
   if [ "$(id -u)" -ne 0 ]; then
-    command -v sudo >/dev/null 2>&1 || fail "chromium is missing and installing it needs root: run apt-get install -y chromium as root"
+    command -v sudo >/dev/null 2>&1 || fail "$package is missing and installing it needs root: run apt-get install -y $package as root"
     as_root=(sudo)
   fi
-  command -v apt-get >/dev/null 2>&1 || fail "chromium is missing and apt-get is not available: install Debian's chromium package"
-  echo "switchyard setup: installing Debian's chromium with apt-get (the UI test loads the Dagster asset graph in it)"
-  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null \
-    || fail "apt-get could not install chromium: run apt-get update && apt-get install -y chromium as root"
+  command -v apt-get >/dev/null 2>&1 || fail "$package is missing and apt-get is not available: install Debian's $package package"
+  echo "switchyard setup: installing Debian's $package with apt-get ($why)"
+  { "${as_root[@]}" apt-get update -qq && "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" "$package"; } >/dev/null \
+    || fail "apt-get could not install $package: run apt-get update && apt-get install -y $package as root"
+}
+
+install_debian_packages() {
+  [ -x /usr/bin/chromium ] || apt_install "the UI test loads the Dagster asset graph in it" chromium
+  # without the node exporter it recommends; the tests start their own server on a free port
+  { [ -x /usr/bin/prometheus ] && [ -x /usr/bin/promtool ]; } \
+    || apt_install "the metrics tests scrape with it and check the alert rules with promtool" prometheus --no-install-recommends
 }
 
 spark_class_archive() {
@@ -91,8 +99,8 @@ fetch_jars spark
 fetch_jars s3a
 fetch_jars kafka
 fetch_jars objectstore
-# apt-get downloads and unpacks chromium while the JVM archives its classes; a failure of either stops setup.
-install_chromium &
-chromium=$!
+# apt-get downloads and unpacks its packages while the JVM archives its classes; a failure of either stops setup.
+install_debian_packages &
+debian=$!
 spark_class_archive
-wait "$chromium" || exit $?
+wait "$debian" || exit $?

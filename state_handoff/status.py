@@ -24,6 +24,8 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
         "phase": str(lifecycle.phase(last.status if last else None, running)),
         "stream_running": running,
         "owner": owner.describe(utc_now()) if owner else None,
+        "lease": {"epoch": owner.epoch, "command": owner.command, "host": owner.owner_host, "pid": owner.owner_pid}
+        if owner else None,
         "latest_status": str(last.status) if last else None,
         "latest_at": last.at.isoformat() if last else None,
         "handoff_id": handoff.handoff_id if handoff else None,

@@ -35,11 +35,11 @@ def _pipeline_and_tables(args):
     from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline(args.pipeline)
-    _check_warehouse(args.warehouse)
+    check_warehouse(args.warehouse)
     return pipeline, Tables(args.warehouse, pipeline.name)
 
 
-def _check_warehouse(warehouse: str) -> None:
+def check_warehouse(warehouse: str) -> None:
     """A local --warehouse, or the nearest of its folders that exists, must be a folder: refused in one line
     before any work, not a traceback from the first table created under a file."""
     if storage.is_object_store(warehouse):
@@ -176,6 +176,7 @@ def run_handoff_command(args) -> int:
 
 
 def run_stream_command(args) -> int:
+    from switchyard.jobs.metrics import check_port, served
     from switchyard.jobs.stream import StreamSettings, run_stream
     from switchyard.jobs.stream.supervisor import refuse_another_spark_line
     from switchyard.state_handoff import lease
@@ -189,8 +190,11 @@ def run_stream_command(args) -> int:
                               tables_trigger_seconds=args.tables_trigger_seconds,
                               switch_back_lag=None if args.no_switch_back else args.switch_back_lag,
                               switch_back_after=args.switch_back_after, state_partitions=args.state_partitions)
+    if args.metrics_port is not None:
+        check_port(args.metrics_port, "--metrics-port")
     refuse_another_spark_line(pipeline, tables)
-    with lease.hold(tables, lease.STREAM) as held:
+    with lease.hold(tables, lease.STREAM) as held, served([tables], args.bootstrap, args.metrics_port,
+                                                          args.metrics_address, f"stream {pipeline.name}"):
         _settle(tables, lease.STREAM, record=True)
         result = run_stream(_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
                             lease=held)
@@ -358,6 +362,9 @@ def add_pipeline_commands(commands, common, spark_conf_option) -> None:
     stream.add_argument("--state-partitions", type=int, metavar="N",
                         help="state-store partitions of a handoff's new checkpoints, fixed for that handoff "
                              "(env SWITCHYARD_STATE_PARTITIONS, default 2)")
+    stream.add_argument("--metrics-port", type=int, metavar="PORT",
+                        help="serve the pipeline's Prometheus metrics on PORT while streaming (0: any free one)")
+    stream.add_argument("--metrics-address", default="127.0.0.1", help="the metrics' address (default 127.0.0.1)")
     common(stream)
     spark_conf_option(stream)
     stream.set_defaults(handler=run_stream_command)

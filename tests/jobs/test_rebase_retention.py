@@ -8,9 +8,10 @@ from datetime import datetime
 
 from kafka import TopicPartition
 
+from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.rebase import open_request
-from switchyard.state_handoff import faults, handoff_log, kept_versions
+from switchyard.state_handoff import faults, handoff_log, kept_versions, lease
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
 from switchyard.state_handoff.lifecycle import Status
@@ -20,6 +21,7 @@ from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everyth
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support import oracle
 from tests.support.cli import cli_here
+from tests.support.prometheus import scrape
 from tests.support.streams import start_stream, stop_stream, stream_until_caught_up, tail_events, wait_until
 
 
@@ -65,9 +67,16 @@ def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stre
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
     handoff = _handoffs(tables)[0]
     log = tmp_path / "stream.log"
-    proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1")
+    port = free_port()
+    proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1", "--metrics-port", str(port))
     try:
         wait_until(lambda: _caught_up_on(tables, handoff.handoff_id), proc, log, "CAUGHT_UP")
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")  # the stream's own, served beside it
+        assert metrics[("switchyard_phase", ("phase", "CAUGHT_UP"), ("pipeline", "demo"))] == 1
+        assert metrics[("switchyard_stream_running", ("pipeline", "demo"))] == 1
+        (epoch,) = [v for k, v in metrics.items() if k[0] == "switchyard_lease_epoch" and ("command", "stream") in k]
+        assert epoch == lease.owner(tables).epoch >= 1
+        assert {k[1][1]: v for k, v in metrics.items() if k[0] == "switchyard_offsets_behind"} == {"0": 0, "1": 0}
         kept = oracle.read_topic(bootstrap, topic_name)
         retained_from = _retention_at(bootstrap, topic_name)
         _delete_below(bootstrap, topic_name, retained_from)
@@ -83,6 +92,10 @@ def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stre
         assert Status.PAUSED not in statuses and statuses.count(Status.REBASE_REFUSED) == 1, statuses
         assert open_request(tables) is None, "the refusal answers the request"
         assert proc.poll() is None, log.read_text()[-3000:]
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert {k[1][1]: v for k, v in metrics.items() if k[0] == "switchyard_archive_retention_margin_offsets"} == {
+            str(p): archive_cut[p] - o for p, o in retained_from.items()}
+        assert metrics[("switchyard_retention_past_archive_partitions", ("pipeline", "demo"))] == 2
 
         produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=51))
         wait_until(lambda: _read_everything(tables, bootstrap, topic_name), proc, log, "the new records read")
