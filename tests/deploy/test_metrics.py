@@ -37,7 +37,8 @@ def test_promtool_checks_the_alert_rules_and_their_tests_fire_them():
 
 def test_the_collector_reports_each_pipeline_and_marks_one_it_cannot_read_down(tmp_path):
     status = {"phase": "caught up", "stream_running": True, "offsets_behind": {"1": 7, "0": 3}, "last_batch_ms": 250,
-              "lease": {"epoch": 4, "command": "stream", "host": "h", "pid": 11}, "dead_lettered": 2, "late": 0,
+              "lease": {"epoch": 4, "command": "switchyard stream", "host": "h", "pid": 11},
+              "dead_lettered": 2, "late": 0,
               "retention_past_archive": [{"partition": 0}], "lost_offsets": [{"records": 5}, {"records": 6}],
               "input_rows_per_s": None}
 
@@ -55,7 +56,8 @@ def test_the_collector_reports_each_pipeline_and_marks_one_it_cannot_read_down(t
     assert sum(value("switchyard_phase", {"pipeline": "demo", "phase": p}) for p in PHASES) == 1
     assert value("switchyard_offsets_behind", {"pipeline": "demo", "partition": "1"}) == 7
     assert value("switchyard_last_batch_seconds", {"pipeline": "demo"}) == 0.25
-    assert value("switchyard_lease_epoch", {"pipeline": "demo", "command": "stream", "host": "h", "pid": "11"}) == 4
+    holder = {"pipeline": "demo", "command": "switchyard stream", "host": "h", "pid": "11"}
+    assert value("switchyard_lease_epoch", holder) == 4
     assert value("switchyard_retention_past_archive_partitions", {"pipeline": "demo"}) == 1
     assert value("switchyard_lost_offsets", {"pipeline": "demo"}) == 11
     assert value("switchyard_input_rows_per_second", {"pipeline": "demo"}) is None  # unknown is absent, not 0

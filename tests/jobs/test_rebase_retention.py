@@ -74,7 +74,8 @@ def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stre
         metrics = scrape(f"http://127.0.0.1:{port}/metrics")  # the stream's own, served beside it
         assert metrics[("switchyard_phase", ("phase", "CAUGHT_UP"), ("pipeline", "demo"))] == 1
         assert metrics[("switchyard_stream_running", ("pipeline", "demo"))] == 1
-        (epoch,) = [v for k, v in metrics.items() if k[0] == "switchyard_lease_epoch" and ("command", "stream") in k]
+        (epoch,) = [v for k, v in metrics.items()
+                    if k[0] == "switchyard_lease_epoch" and ("command", "switchyard stream") in k]
         assert epoch == lease.owner(tables).epoch >= 1
         assert {k[1][1]: v for k, v in metrics.items() if k[0] == "switchyard_offsets_behind"} == {"0": 0, "1": 0}
         kept = oracle.read_topic(bootstrap, topic_name)

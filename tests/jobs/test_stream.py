@@ -28,8 +28,9 @@ from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.stream_layout import stream_dir
 from switchyard.state_handoff.tables import Tables
+from tests.support.cli import cli_here
 from tests.support.streams import (QUIET, assert_matches_oracle, event_batches, latest_total, start_stream, stop_stream,
-                                   stream_read, tail_events, wait_until)
+                                   stream_read, stream_until_caught_up, tail_events, wait_until)
 
 PIPELINE = get_pipeline("demo")
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,8 +271,7 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", events=1200)
     handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 150, seed=6))
-    log = tmp_path / "stream.log"
-    assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
+    stream_until_caught_up(spark, tables, bootstrap)
     started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
     assert handoff_log.details(started)["spark_version"] == spark.version
     # what the log holds when another line's stream started the handoff last and was killed (no STOPPED)
@@ -279,20 +279,15 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
                        details={**handoff_log.details(started), "spark_version": "3.5.1"})
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
 
-    def cli(*args):
-        return subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *args, "--pipeline", "demo", "--warehouse",
-                               tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT,
-                              env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
-
-    refused = cli("stream", "--until-caught-up")
-    assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
-    assert "written by Spark 3.5.1" in refused.stderr and "`switchyard rebase --pipeline demo`" in refused.stderr
-    rebased = cli("rebase")  # the killed stream cannot be streamed until caught up first: the rebase goes on
-    assert rebased.returncode == 0, rebased.stderr[-3000:]
-    assert "the stream did not catch up (the stream checkpoints of handoff" in rebased.stdout, rebased.stdout
+    code, out = cli_here(tables, bootstrap, "stream", "--until-caught-up")
+    assert code == 2 and out.count("\n") == 1, out
+    assert "written by Spark 3.5.1" in out and "`switchyard rebase --pipeline demo`" in out
+    code, out = cli_here(tables, bootstrap, "rebase")  # the killed stream cannot be streamed until caught up first:
+    assert code == 0, out[-3000:]                       # the rebase goes on
+    assert "the stream did not catch up (the stream checkpoints of handoff" in out, out
     new = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
     assert new.handoff_id != handoff.handoff_id
-    assert start_stream(tables, bootstrap, log, "--until-caught-up").wait(timeout=600) == 0, log.read_text()[-3000:]
+    stream_until_caught_up(spark, tables, bootstrap)
 
     expected = oracle.backlog(oracle.read_topic(bootstrap, topic_name))
     state = {r["key"]: r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
