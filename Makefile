@@ -31,8 +31,7 @@ test: setup
 	@deploy/run_tests.sh -m "not extended" -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 # The slower end-to-end proofs whose parts `make test` runs: the whole switch on a Spark cluster, three brokers and
-# the object store (test_scale_out), the backlog on the cluster, the switch on the store, the switch from the
-# installed wheel with its jars resolved from Maven Central (test_wheel).
+# the object store (test_scale_out), the backlog on the cluster, the switch on the store.
 test-extended: setup
 	@deploy/run_tests.sh -m extended --durations=40
 

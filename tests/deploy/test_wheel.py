@@ -150,7 +150,6 @@ def test_a_teams_dg_project_loads_two_components_beside_its_own_spark_and_execut
     assert {"team_table", "demo/tiles", "demo/stream", "kinds/tiles", "kinds/stream"} <= assets, sorted(assets)
 
 
-@pytest.mark.extended  # minutes: the jars resolved from Maven Central, then a JVM per command
 @pytest.mark.timeout(1800)
 def test_the_switch_from_the_installed_command_matches_the_oracle(installed, project, tmp_path, spark, bootstrap,
                                                                   topic_name):
