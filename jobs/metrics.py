@@ -112,33 +112,35 @@ class PipelineCollector:
         yield from [up, seconds, phase, running, lease, past, lost, *gauges.values()]
 
 
-def registry_for(tables: list[Tables], bootstrap: str | None) -> CollectorRegistry:
+def registry_for(tables: list[Tables], bootstrap: str | None, also=()) -> CollectorRegistry:
+    """The pipelines' metrics, and those of `also` (collectors: objects with `collect()`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(PipelineCollector(tables, bootstrap))
+    for collector in (PipelineCollector(tables, bootstrap), *also):
+        registry.register(collector)
     return registry
 
 
-def serve(tables: list[Tables], bootstrap: str | None, port: int, address: str = "127.0.0.1"):
-    """Serve the pipelines' metrics at http://ADDRESS:PORT/metrics on a daemon thread; returns the server (its
-    `server_port` is the port taken when `port` is 0) and thread."""
+def serve(tables: list[Tables], bootstrap: str | None, port: int, address: str = "127.0.0.1", also=()):
+    """Serve the pipelines' metrics (and `also`'s) at http://ADDRESS:PORT/metrics on a daemon thread; returns the
+    server (its `server_port` is the port taken when `port` is 0) and thread."""
     from prometheus_client import start_http_server
 
     from switchyard.state_handoff.errors import UserError
 
     try:
-        return start_http_server(port, addr=address, registry=registry_for(tables, bootstrap))
+        return start_http_server(port, addr=address, registry=registry_for(tables, bootstrap, also))
     except OSError as err:  # taken, or an address this host does not have
         raise UserError(f"cannot serve metrics at {address}:{port} ({err.strerror or err}): pick another port or "
                         "address") from None
 
 
 @contextmanager
-def served(tables: list[Tables], bootstrap: str | None, port: int | None, address: str, who: str):
+def served(tables: list[Tables], bootstrap: str | None, port: int | None, address: str, who: str, also=()):
     """The pipelines' metrics served while the block runs (nothing when `port` is None), their address printed."""
     if port is None:
         yield None
         return
-    server, _ = serve(tables, bootstrap, port, address)
+    server, _ = serve(tables, bootstrap, port, address, also)
     print(f"{who}: metrics at http://{address}:{server.server_port}/metrics", flush=True)
     try:
         yield server

@@ -5,7 +5,8 @@ Every entry names a handoff id, and each id goes its own way through the statuse
 starts another's). A REBASE_REQUESTED is a request, not a step: it may come at any time once the handoff is
 committed (a `rebase` from the command line, while the stream is live or not) and leaves the handoff where it was.
 So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job): it names the lease of the stream it is
-for, which obeys it wherever it runs and answers it with STOPPED. So is a REBASE_REFUSED: the answer to a rebase
+for, which obeys it wherever it runs and answers it with STOPPED. So is a START_REQUESTED (`switchyard start`):
+it asks `switchyard serve` to run again a stream that a stop request ended. So is a REBASE_REFUSED: the answer to a rebase
 request refused before its pause (what the rebase must read is gone or unreadable), which leaves the handoff
 streaming, or stopped, as it was.
 
@@ -70,6 +71,7 @@ class Status(StrEnum):
     STOP_REQUESTED = "STOP_REQUESTED"
     REBASE_REFUSED = "REBASE_REFUSED"
     REBASE_ABANDONED = "REBASE_ABANDONED"
+    START_REQUESTED = "START_REQUESTED"
 
 
 S = Status
@@ -77,7 +79,7 @@ S = Status
 RUNNING = frozenset({S.STREAM_STARTED, S.SWITCHED, S.CAUGHT_UP, S.FALLING_BEHIND})
 REBASING = frozenset({S.REBASE_REQUESTED, S.PAUSED})
 # A request leaves its handoff where it was.
-REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED})
+REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED, S.START_REQUESTED})
 # ... and so does the refusal of a rebase request before its pause: requests and refusals are entries beside a
 # handoff's way, not on it.
 REFUSALS = frozenset({S.REBASE_REFUSED})
@@ -109,6 +111,7 @@ REQUIRES: dict[Status, Status] = {
     S.REBASE_REFUSED: S.HANDOFF_COMMITTED,
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
     S.STOP_REQUESTED: S.HANDOFF_COMMITTED,
+    S.START_REQUESTED: S.HANDOFF_COMMITTED,
     S.CAUGHT_UP: S.SWITCHED,
     S.FALLING_BEHIND: S.SWITCHED,
 }
@@ -181,6 +184,7 @@ class Phase(StrEnum):
     RECONCILIATION_FAILED = "reconciliation failed (nothing replaced; the stream streams on)"
     REBASE_REFUSED = "rebase refused before its pause (nothing paused: the handoff goes on as it was)"
     REBASE_ABANDONED = "rebase abandoned (the paused stream resumes from its checkpoint)"
+    START_REQUESTED = "start requested (`switchyard serve` runs the stream)"
 
 
 PHASES: dict[Status | None, Phase] = {
@@ -200,6 +204,7 @@ PHASES: dict[Status | None, Phase] = {
     S.STOP_REQUESTED: Phase.STOP_REQUESTED,
     S.REBASE_REFUSED: Phase.REBASE_REFUSED,
     S.REBASE_ABANDONED: Phase.REBASE_ABANDONED,
+    S.START_REQUESTED: Phase.START_REQUESTED,
 }
 LIVE = frozenset({Phase.STREAMING, Phase.CAUGHT_UP, Phase.FALLING_BEHIND})
 

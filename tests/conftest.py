@@ -40,6 +40,7 @@ LONGEST_FIRST = (
     "tests/deploy/test_tutorial.py",
     "tests/jobs/test_kafka_input.py",
     "tests/jobs/test_avro_input.py",
+    "tests/jobs/test_serve.py",
     "tests/orchestration/test_orchestration_live.py",
     "tests/jobs/test_bad_records_once.py",
     "tests/jobs/test_event_time_range.py",

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pipeline.add_pipeline_commands(commands, common_options, spark_conf_option)
-    observe.add_metrics_command(commands, common_options)
+    observe.add_service_commands(commands, common_options)
     setup_jars = commands.add_parser("setup-jars", help="resolve Spark's Delta, Kafka and S3A jars from Maven Central "
                                                         "into the home now (an installed copy does it on first use)")
     setup_jars.add_argument("--force", action="store_true", help="resolve them again")

@@ -1,0 +1,206 @@
+"""`switchyard serve`: a long-running home for pipelines' streams.
+
+Each pipeline's stream runs as a child process (`switchyard stream`), started once the pipeline has a handoff and
+nobody asked it to stop. What the service does is read from each pipeline's handoff log, so it steers the same
+way whoever asks and from wherever (`switchyard stop`, `switchyard start`, the Dagster jobs):
+- a stream that fails (any exit but 0 and 2, a signal) starts again after a backoff that doubles; one that failed
+  `limit` times within `window_s` seconds stays down and says why, until `switchyard start`;
+- a stream that refuses (exit 2: the operator has to act, its last line says how) stays down until `switchyard
+  start`;
+- a stream a stop request ended stays stopped until `switchyard start`; a pipeline another process streams, or a
+  rebase or backfill holds, is waited for;
+- SIGTERM stops every stream cleanly (each drains and logs STOPPED), then the service.
+The service serves every pipeline's metrics (jobs/metrics.py) and its own: restarts, and which streams it holds
+down. The decisions (`Restarts`, `wanted`) are plain objects over a given clock, tested without Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
+
+POLL_S = 1.0
+
+
+@dataclass
+class Restarts:
+    """When a failed stream starts again: after `first_s` seconds, doubling with each failure up to `most_s`; once it
+    has failed `limit` times within `window_s` seconds, not at all (None)."""
+
+    limit: int = 5
+    window_s: float = 600.0
+    first_s: float = 1.0
+    most_s: float = 60.0
+    failures: list[float] = field(default_factory=list)
+
+    def failed(self, now: float) -> float | None:
+        self.failures = [t for t in self.failures if now - t < self.window_s] + [now]
+        if len(self.failures) >= self.limit:
+            return None
+        return min(self.most_s, self.first_s * 2 ** (len(self.failures) - 1))
+
+
+def wanted(entries: list, owner: lease.Owner | None, held_down_at_seq: int | None) -> str | None:
+    """Why the pipeline's stream should not be started now, or None when it should. `entries`: its handoff log;
+    `owner`: who holds its lease; `held_down_at_seq`: the log's last seq when the service held the stream down
+    (a START_REQUESTED after it lifts that)."""
+    if not any(e.status == Status.HANDOFF_COMMITTED for e in entries):
+        return "no handoff yet: waiting for `switchyard handoff`"
+    if owner is not None:
+        return f"held by `{owner.command}` (pid {owner.owner_pid} on host {owner.owner_host}): waiting for it"
+    requests = [e for e in entries if e.status in (Status.STOP_REQUESTED, Status.START_REQUESTED)]
+    start = max((e.seq for e in requests if e.status == Status.START_REQUESTED), default=-1)
+    stop = max((e.seq for e in requests if e.status == Status.STOP_REQUESTED), default=-1)
+    if stop > start:
+        return "stopped by a stop request: `switchyard start` runs it again"
+    if held_down_at_seq is not None and start <= held_down_at_seq:
+        return "held down: `switchyard start` runs it again"
+    return None
+
+
+@dataclass
+class Served:
+    """One pipeline's stream as the service runs it."""
+
+    tables: Tables
+    restarts: Restarts
+    child: subprocess.Popen | None = None
+    last_line: str = ""
+    next_start: float = 0.0
+    held_down_at_seq: int | None = None
+    why_down: str | None = None
+    started: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.tables.pipeline
+
+
+class Service:
+    """The streams of `pipelines`, each `switchyard stream ARGS` in a process group of its own."""
+
+    def __init__(self, tables: list[Tables], bootstrap: str, stream_args: list[str], restarts: Callable[[], Restarts],
+                 out=print, clock: Callable[[], float] = time.monotonic):
+        self.served = [Served(t, restarts()) for t in tables]
+        self.bootstrap, self.stream_args, self.out, self.clock = bootstrap, stream_args, out, clock
+        self.stopping = threading.Event()
+        self._out_lock = threading.Lock()
+
+    def say(self, line: str) -> None:
+        with self._out_lock:
+            self.out(line)
+
+    def run(self) -> None:
+        """Until `stop()`: start, watch and restart the streams; then stop them cleanly."""
+        while not self.stopping.is_set():
+            for one in self.served:
+                self._look_after(one)
+            self.stopping.wait(POLL_S)
+        for one in self.served:
+            if one.child is not None and one.child.poll() is None:
+                os.kill(one.child.pid, signal.SIGTERM)  # the stream process only: it drains its queries
+        for one in self.served:
+            if one.child is not None:
+                one.child.wait()
+                self.say(f"serve {one.name}: the stream stopped (exit {one.child.returncode})")
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _look_after(self, one: Served) -> None:
+        now = self.clock()
+        if one.child is not None:
+            code = one.child.poll()
+            if code is None:
+                return
+            one.child = None
+            self._ended(one, code, now)
+        if now < one.next_start:
+            return
+        entries = handoff_log.entries(None, one.tables)
+        why = wanted(entries, lease.owner(one.tables), one.held_down_at_seq)
+        if why is not None:
+            if why != one.why_down:
+                self.say(f"serve {one.name}: not streaming: {why}")
+            one.why_down = why
+            return
+        one.held_down_at_seq = one.why_down = None
+        self._start(one)
+
+    def _ended(self, one: Served, code: int, now: float) -> None:
+        if code == 0:
+            self.say(f"serve {one.name}: the stream ended cleanly")
+            one.next_start = now + one.restarts.first_s
+            return
+        seq = max((e.seq for e in handoff_log.entries(None, one.tables)), default=-1)
+        if code == 2:
+            one.held_down_at_seq = seq
+            self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}")
+            return
+        wait = one.restarts.failed(now)
+        if wait is None:
+            one.held_down_at_seq = seq
+            self.say(f"serve {one.name}: the stream failed {len(one.restarts.failures)} times within "
+                     f"{one.restarts.window_s:.0f}s, held down (last exit {code}): {one.last_line}")
+            return
+        one.next_start = now + wait
+        self.say(f"serve {one.name}: the stream failed (exit {code}); starting it again in {wait:.0f}s")
+
+    def _start(self, one: Served) -> None:
+        command = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", one.name, "--warehouse",
+                   one.tables.warehouse, "--bootstrap", self.bootstrap, *self.stream_args]
+        one.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)  # a signal to the service is its own to pass on
+        one.started += 1
+        self.say(f"serve {one.name}: stream started (pid {one.child.pid})")
+        threading.Thread(target=self._relay, args=(one, one.child), daemon=True).start()
+
+    def _relay(self, one: Served, child: subprocess.Popen) -> None:
+        for line in child.stdout:
+            line = line.rstrip("\n")
+            if line:
+                one.last_line = line
+                self.say(f"[{one.name}] {line}")
+
+    def collect(self) -> Iterator[Metric]:
+        """The service's own metrics, beside the pipelines' (jobs/metrics.py)."""
+        running = GaugeMetricFamily("switchyard_serve_stream_running", "1 while the service's stream process of the "
+                                    "pipeline runs", labels=["pipeline"])
+        starts = GaugeMetricFamily("switchyard_serve_stream_starts", "Stream processes the service has started "
+                                   "for the pipeline (restarts are this minus 1)", labels=["pipeline"])
+        down = GaugeMetricFamily("switchyard_serve_held_down", "1 while the service holds the pipeline's stream down "
+                                 "after it refused or kept failing (`switchyard start` lifts it)", labels=["pipeline"])
+        for one in self.served:
+            running.add_metric([one.name], 1 if one.child is not None and one.child.poll() is None else 0)
+            starts.add_metric([one.name], one.started)
+            down.add_metric([one.name], 1 if one.held_down_at_seq is not None else 0)
+        yield from (running, starts, down)
+
+
+def request_start(tables: Tables, requested_by: str = "switchyard start") -> handoff_log.LogEntry:
+    """Ask `switchyard serve` to run the pipeline's stream again: a START_REQUESTED on its latest handoff."""
+    import socket
+
+    from switchyard.state_handoff.errors import UserError
+
+    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    if handoff is None:
+        raise UserError(f"pipeline {tables.pipeline} has no committed handoff: run `switchyard handoff` first")
+    owner = lease.owner(tables)
+    if owner is not None and owner.command == lease.STREAM:
+        raise UserError(f"pipeline {tables.pipeline} is already streaming (pid {owner.owner_pid} on host "
+                        f"{owner.owner_host}): nothing to start")
+    return handoff_log.append(None, tables, handoff.handoff_id, Status.START_REQUESTED, details={
+        "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})

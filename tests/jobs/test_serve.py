@@ -1,0 +1,102 @@
+"""`switchyard serve`: the decisions over a given clock, without Spark; then a real service over a handed-off
+pipeline: its stream SIGKILLed is started again, a stop request keeps it stopped until `switchyard start`, SIGTERM
+stops it cleanly, and the tables end equal to plain Python over every record."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+
+from switchyard.deploy.local_server import free_port
+from switchyard.jobs.serve import Restarts, wanted
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.lifecycle import Phase, Status
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.tables import Tables
+from tests.jobs.test_rebase_failures import _prepare
+from tests.support.cli import cli_here
+from tests.support.prometheus import scrape
+from tests.support.streams import assert_matches_oracle, latest_total, stream_read, tail_events, wait_until
+
+
+def test_a_failed_stream_waits_longer_each_time_and_stays_down_after_the_limit():
+    restarts = Restarts(limit=4, window_s=100, first_s=1, most_s=3)
+    assert [restarts.failed(t) for t in (0, 10, 20)] == [1, 2, 3]  # doubling, at most most_s
+    assert restarts.failed(30) is None  # the fourth failure within 100 s
+    spaced = Restarts(limit=3, window_s=100)
+    assert [spaced.failed(t) for t in (0, 150, 300, 450)] == [1, 1, 1, 1]  # each alone in its window
+
+
+def test_what_keeps_a_stream_from_starting(tmp_path):
+    tables = Tables(str(tmp_path), "demo")
+    assert "no handoff yet" in wanted([], None, None)
+    for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED):
+        handoff_log.append(None, tables, "h1", status)
+    assert wanted(handoff_log.entries(None, tables), None, None) is None
+    held = lease.acquire(tables, lease.REBASE)
+    try:
+        assert "held by `switchyard rebase`" in wanted(handoff_log.entries(None, tables), lease.owner(tables), None)
+    finally:
+        held.release()
+    handoff_log.append(None, tables, "h1", Status.STOP_REQUESTED)
+    assert "stop request" in wanted(handoff_log.entries(None, tables), None, None)
+    start = handoff_log.append(None, tables, "h1", Status.START_REQUESTED)
+    assert wanted(handoff_log.entries(None, tables), None, None) is None
+    assert pipeline_status(tables)["phase"] == Phase.START_REQUESTED
+    assert "held down" in wanted(handoff_log.entries(None, tables), None, held_down_at_seq=start.seq)
+    handoff_log.append(None, tables, "h1", Status.START_REQUESTED)  # a start after the hold lifts it
+    assert wanted(handoff_log.entries(None, tables), None, held_down_at_seq=start.seq) is None
+
+
+def _starts(tables: Tables) -> int:
+    return sum(e.status == Status.STREAM_STARTED for e in handoff_log.entries(None, tables))
+
+
+def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigterm(spark, bootstrap, topic_name,
+                                                                                  tmp_path):
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.7)
+    start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    port, log = free_port(), tmp_path / "serve.log"
+    service = subprocess.Popen(
+        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", str(port),
+         "--stream-arg=--tables-trigger-seconds", "--stream-arg=1", "--warehouse", tables.warehouse,
+         "--bootstrap", bootstrap],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    try:
+        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 100, seed=61))
+        stream = lease.owner(tables)
+        os.killpg(stream.owner_pid, signal.SIGKILL)  # the stream process and its JVM
+        wait_until(lambda: _starts(tables) == 2 and lease.owner(tables) is not None
+                   and lease.owner(tables).owner_pid != stream.owner_pid, service, log, "the stream started again")
+        assert "the stream failed (exit -9); starting it again in 1s" in log.read_text()
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 100, seed=62))
+        total = latest_total(bootstrap, topic_name, start)
+        wait_until(lambda: stream_read(tables) >= total, service, log, f"{total} tail records read")
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert metrics[("switchyard_serve_stream_starts", ("pipeline", "demo"))] == 2
+        assert metrics[("switchyard_serve_stream_running", ("pipeline", "demo"))] == 1
+        assert metrics[("switchyard_stream_running", ("pipeline", "demo"))] == 1
+
+        code, out = cli_here(tables, bootstrap, "stop")
+        assert code == 0 and "STOPPED at" in out, out
+        time.sleep(4)  # the service looks every second: it leaves the stopped stream alone
+        assert _starts(tables) == 2 and lease.owner(tables) is None, log.read_text()[-3000:]
+        assert "not streaming: stopped by a stop request" in log.read_text()
+        code, out = cli_here(tables, bootstrap, "start")
+        assert code == 0 and "START_REQUESTED" in out, out
+        wait_until(lambda: _starts(tables) == 3 and lease.owner(tables) is not None, service, log,
+                   "the stream started on request")
+        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
+                   and handoff_log.entries(None, tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
+    finally:
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
+    assert handoff_log.entries(None, tables)[-1].status == Status.STOPPED  # drained on the way out
+    assert lease.owner(tables) is None
+    assert_matches_oracle(spark, bootstrap, topic_name, tables)
