@@ -1,6 +1,7 @@
 """`switchyard serve`: the decisions over a given clock, without Spark; then a real service over a handed-off
-pipeline: its stream SIGKILLed is started again, a stop request keeps it stopped until `switchyard start`, SIGTERM
-stops it cleanly, and the tables end equal to plain Python over every record."""
+pipeline, scraped by a real Prometheus server: its stream SIGKILLed is started again, a burst's lag rises and falls
+in Prometheus, a stop request keeps it stopped until `switchyard start`, SIGTERM stops it cleanly, and the tables end
+equal to plain Python over every record."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.cli import cli_here
-from tests.support.prometheus import scrape
+from tests.support.prometheus import prometheus, scrape, wait_for
 from tests.support.streams import assert_matches_oracle, latest_total, stream_read, tail_events, wait_until
 
 
@@ -64,9 +65,11 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
     port, log = free_port(), tmp_path / "serve.log"
     service = subprocess.Popen(
         [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", str(port),
-         "--stream-arg=--tables-trigger-seconds", "--stream-arg=1", "--warehouse", tables.warehouse,
-         "--bootstrap", bootstrap],
+         "--stream-arg=--tables-trigger-seconds", "--stream-arg=1", "--stream-arg=--max-offsets-per-trigger",
+         "--stream-arg=300", "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
         stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    scraper = prometheus([f"127.0.0.1:{port}"], tmp_path / "prometheus")
+    query = scraper.__enter__()
     try:
         wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
         produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 100, seed=61))
@@ -75,9 +78,14 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         wait_until(lambda: _starts(tables) == 2 and lease.owner(tables) is not None
                    and lease.owner(tables).owner_pid != stream.owner_pid, service, log, "the stream started again")
         assert "the stream failed (exit -9); starting it again in 1s" in log.read_text()
-        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 100, seed=62))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 3000, seed=62))  # a burst
         total = latest_total(bootstrap, topic_name, start)
         wait_until(lambda: stream_read(tables) >= total, service, log, f"{total} tail records read")
+        # Prometheus saw the lag rise during the burst and fall back to nothing
+        behind = 'sum by (pipeline) (switchyard_offsets_behind{pipeline="demo"})'
+        peak = query(f"max_over_time({behind}[5m:1s])")
+        assert peak and peak[0]["value"] >= 1000, peak
+        wait_for(lambda: (query(behind) or [{"value": -1}])[0]["value"] == 0, "the lag back at 0 in Prometheus")
         metrics = scrape(f"http://127.0.0.1:{port}/metrics")
         assert metrics[("switchyard_serve_stream_starts", ("pipeline", "demo"))] == 2
         assert metrics[("switchyard_serve_stream_running", ("pipeline", "demo"))] == 1
@@ -95,6 +103,7 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
                    and handoff_log.entries(None, tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
     finally:
+        scraper.__exit__(None, None, None)
         service.send_signal(signal.SIGTERM)
         assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert handoff_log.entries(None, tables)[-1].status == Status.STOPPED  # drained on the way out

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager
@@ -52,6 +53,8 @@ def query(port: int, promql: str) -> list[dict] | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
             body = json.load(response)
+    except urllib.error.HTTPError as err:  # the server is up and refused the query: say why
+        raise AssertionError(f"Prometheus refused {promql!r}: {err.read().decode()}") from None
     except OSError:
         return None
     return [{**s["metric"], "value": float(s["value"][1])} for s in body["data"]["result"]]
