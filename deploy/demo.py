@@ -9,12 +9,14 @@
    runs it (`backfill_days`, one partition): with the stream live it rebases it at a cut, reconciled, and the
    same stream process goes on from the new handoff.
 5. Live again, then the stop: the Dagster job `stop_stream`, the producer, the daemon.
+6. The stream's own home: `switchyard start` asks for the stream again and `switchyard serve` runs it, its
+   Prometheus metrics served (a scrape's main lines are printed); SIGTERM drains it.
 
 `--live` (`make demo-live`) leaves the stream and the producer running; `--stop` (`make stop`) stops them.
 
 The demo drives the system from outside, as an operator would: `switchyard` commands and Dagster runs
-(`python -m switchyard.orchestration.run`) in processes of their own; it only reads the pipeline's handoff log, lease and
-status to follow along.
+(`python -m switchyard.orchestration.run`) in processes of their own; it only reads the pipeline's handoff log, lease
+and status to follow along.
 """
 
 from __future__ import annotations
@@ -138,6 +140,37 @@ class Demo:
                      f"{sum(behind.values()) if isinstance(behind, dict) else '-'} offsets behind, "
                      f"{'-' if rate is None else f'{rate:.0f}'} rows/s in")
 
+    def serve(self, seconds: float = 20.0) -> None:
+        """`switchyard start`, then `switchyard serve` runs the stream until it is caught up and a while more, its
+        metrics scraped once; SIGTERM then drains it."""
+        import urllib.request
+
+        from switchyard.deploy.local_server import free_port
+
+        port = free_port()
+        seq = self.last_seq()
+        self.switchyard("start", "--pipeline", PIPELINE)
+        log = demo_home() / "serve.log"
+        self.say(f"`switchyard serve --pipeline {PIPELINE}` runs the stream, log {log}; metrics at "
+                 f"http://127.0.0.1:{port}/metrics")
+        service = subprocess.Popen([SWITCHYARD, "serve", "--pipeline", PIPELINE, "--metrics-port", str(port)],
+                                   cwd=PROJECT_ROOT, env=self.env, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            self.wait_for(Status.CAUGHT_UP, seq)
+            time.sleep(seconds)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as page:
+                lines = page.read().decode().splitlines()
+            wanted = ("switchyard_phase{", "switchyard_offsets_behind", "switchyard_stream_running",
+                      "switchyard_serve_stream_starts")
+            shown = [line for line in lines if line.startswith(wanted)
+                     and not (line.startswith("switchyard_phase{") and line.endswith(" 0.0"))]
+            self.say("  a scrape of it: " + "; ".join(shown))
+        finally:
+            os.killpg(service.pid, signal.SIGTERM)
+            service.wait(timeout=300)
+        self.say("the service stopped: its stream drained and logged STOPPED")
+
     def last_seq(self) -> int:
         return max([-1] + [e.seq for e in handoff_log.entries(None, self.tables)])
 
@@ -221,6 +254,7 @@ def play(demo: Demo, dagster_home: Path, leave_running: bool) -> None:
     demo.say("the producer stops; then the Dagster job stop_stream (the stream drains what it wrote)")
     stop_producer()
     demo.dagster("stop_stream")
+    demo.serve()
 
 
 def main(argv=None) -> int:
