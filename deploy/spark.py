@@ -78,14 +78,15 @@ def _shuffle_partitions() -> dict:
 
 
 def object_store_conf() -> dict:
-    """S3A for s3a:// warehouses: credentials only from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    read by the SDK's environment provider, on executors too), and with SWITCHYARD_S3_ENDPOINT an S3-compatible
-    store addressed path-style, over plain HTTP when the endpoint says http. Inert while no path is s3a://."""
-    from switchyard.state_handoff.io.storage import s3_endpoint, s3_region
+    """S3A for s3a:// warehouses: static keys from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, read
+    by the SDK's environment provider, on executors too), else the AWS SDK's default chain (AWS_PROFILE, web
+    identity, the instance's role); with SWITCHYARD_S3_ENDPOINT an S3-compatible store addressed path-style, over
+    plain HTTP when the endpoint says http. Inert while no path is s3a://."""
+    from switchyard.state_handoff.io.storage import s3_credentials, s3_endpoint, s3_region
 
+    provider = "EnvironmentVariableCredentialsProvider" if s3_credentials() else "DefaultCredentialsProvider"
     conf = {
-        "spark.hadoop.fs.s3a.aws.credentials.provider":
-            "software.amazon.awssdk.auth.credentials.EnvironmentVariableCredentialsProvider",
+        "spark.hadoop.fs.s3a.aws.credentials.provider": f"software.amazon.awssdk.auth.credentials.{provider}",
         "spark.hadoop.fs.s3a.endpoint.region": s3_region(),
     }
     endpoint = s3_endpoint()
@@ -96,7 +97,7 @@ def object_store_conf() -> dict:
             "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint.startswith("https://")).lower(),
         })
     if not spark_master().startswith("local"):  # executors run in the workers' environment, not this one
-        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
             if os.environ.get(name):
                 conf[f"spark.executorEnv.{name}"] = os.environ[name]
     return conf

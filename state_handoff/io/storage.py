@@ -3,7 +3,8 @@
 The one place that turns a warehouse URI into a file system (pyarrow's, so `status`, the Dagster sensor and the
 control code read without a JVM), into delta-rs storage options, and into the location's one identity
 (how fencing knows a table however it is spelled). Object-store settings come only from the
-environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, SWITCHYARD_S3_ENDPOINT (e.g. http://127.0.0.1:9000; unset
+environment: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (with AWS_SESSION_TOKEN), else the AWS default credential
+chain (AWS_PROFILE, web identity, the instance's role); SWITCHYARD_S3_ENDPOINT (e.g. http://127.0.0.1:9000; unset
 means AWS itself) and AWS_REGION (default us-east-1)."""
 
 from __future__ import annotations
@@ -34,12 +35,35 @@ def is_object_store(uri: str) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
-def s3_credentials() -> tuple[str, str]:
+def s3_credentials() -> tuple[str, str, str | None] | None:
+    """Static keys from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN for
+    temporary ones), or None: then Spark's S3A, delta-rs and pyarrow each take the AWS SDK's default chain (AWS_PROFILE
+    with the shared credentials and config files, web identity, the container's or the instance's role)."""
     key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
-    if not key or not secret:
-        raise UserError("an s3a:// warehouse needs credentials in the environment: set AWS_ACCESS_KEY_ID and "
-                        "AWS_SECRET_ACCESS_KEY (and SWITCHYARD_S3_ENDPOINT for a store other than AWS)")
-    return key, secret
+    if bool(key) != bool(secret):
+        raise UserError("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together: set both, or neither to use the "
+                        "AWS default credential chain (AWS_PROFILE, web identity, the instance's role)")
+    return (key, secret, os.environ.get("AWS_SESSION_TOKEN") or None) if key else None
+
+
+@functools.lru_cache(maxsize=None)
+def profile_keys(profile: str) -> tuple[str, str, str | None]:
+    """The keys of AWS profile `profile`, from the shared credentials file or the config file
+    (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, else ~/.aws/), as the AWS SDKs read them."""
+    import configparser
+
+    places = [(os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", profile),
+              (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+               profile if profile == "default" else f"profile {profile}")]
+    for path, section in places:
+        parser = configparser.RawConfigParser()
+        parser.read(os.path.expanduser(path))
+        if parser.has_option(section, "aws_access_key_id") and parser.has_option(section, "aws_secret_access_key"):
+            token = parser.get(section, "aws_session_token", fallback=None)
+            return parser.get(section, "aws_access_key_id"), parser.get(section, "aws_secret_access_key"), token
+    raise UserError(f"AWS_PROFILE {profile} holds no keys in {places[0][0]} or {places[1][0]}: delta-rs reads a "
+                    "profile's keys only; for an SSO or assumed-role profile export its credentials into the "
+                    f"environment (`aws configure export-credentials --profile {profile} --format env`)")
 
 
 def s3_endpoint() -> str | None:
@@ -59,9 +83,14 @@ def delta_options(uri: str) -> dict[str, str] | None:
     """
     if not is_object_store(uri):
         return None
-    key, secret = s3_credentials()
-    options = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "AWS_REGION": s3_region(),
-               "conditional_put": "etag", "AWS_EC2_METADATA_DISABLED": "true"}
+    options = {"AWS_REGION": s3_region(), "conditional_put": "etag"}
+    # delta-rs resolves web identity, the container's and the instance's credentials by itself, not a profile
+    keys = s3_credentials() or (profile_keys(os.environ["AWS_PROFILE"]) if os.environ.get("AWS_PROFILE") else None)
+    if keys is not None:  # static keys: no need to ask the instance's metadata service
+        options.update({"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1],
+                        "AWS_EC2_METADATA_DISABLED": "true"})
+        if keys[2]:
+            options["AWS_SESSION_TOKEN"] = keys[2]
     endpoint = s3_endpoint()
     if endpoint is not None:
         options["AWS_ENDPOINT_URL"] = endpoint
@@ -70,7 +99,7 @@ def delta_options(uri: str) -> dict[str, str] | None:
 
 
 @functools.lru_cache(maxsize=None)
-def _s3(endpoint: str | None, region: str, key: str, secret: str):
+def _s3(endpoint: str | None, region: str, keys: tuple[str, str, str | None] | None):
     from pyarrow import fs
 
     extra = {}
@@ -81,7 +110,9 @@ def _s3(endpoint: str | None, region: str, key: str, secret: str):
         # refuse; checksums only where the S3 API requires them. Read when the SDK client is made.
         os.environ.setdefault("AWS_REQUEST_CHECKSUM_CALCULATION", "WHEN_REQUIRED")
         os.environ.setdefault("AWS_RESPONSE_CHECKSUM_VALIDATION", "WHEN_REQUIRED")
-    return fs.S3FileSystem(access_key=key, secret_key=secret, region=region, **extra)
+    if keys is not None:
+        extra.update(access_key=keys[0], secret_key=keys[1], session_token=keys[2])
+    return fs.S3FileSystem(region=region, **extra)  # without keys: the AWS SDK's default chain
 
 
 def filesystem(uri: str):
@@ -91,7 +122,7 @@ def filesystem(uri: str):
     uri = str(uri)
     parsed = urlparse(uri)
     if parsed.scheme in S3_SCHEMES:
-        return _s3(s3_endpoint(), s3_region(), *s3_credentials()), f"{parsed.netloc}{parsed.path}".rstrip("/")
+        return _s3(s3_endpoint(), s3_region(), s3_credentials()), f"{parsed.netloc}{parsed.path}".rstrip("/")
     if parsed.scheme == "file":
         return fs.LocalFileSystem(), parsed.path
     return fs.LocalFileSystem(), os.path.abspath(uri)

@@ -122,3 +122,47 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
     assert figures["phase"] == "stopped" and figures["handoff_id"] == handoff.handoff_id
     assert figures["late"] >= 12 and figures["dead_lettered"] > 0
     _no_local_s3a_folder(ROOT, tmp_path)
+
+
+PROFILE_RUN = """\
+import sys
+from switchyard.jobs.cli.parser import main
+common = ["--pipeline", "demo", "--warehouse", sys.argv[1], "--bootstrap", sys.argv[2]]
+for step in (["archive", "--topic", sys.argv[3], "--fraction", "1.0"], ["backfill"], ["handoff"], ["status", "--json"]):
+    code = main([*step, *common])
+    if code:
+        sys.exit(code)
+"""
+
+
+def test_with_no_keys_in_the_environment_the_default_chain_reads_a_profile(objectstore, bootstrap,  # noqa: F811
+                                                                          topic_name, tmp_path):
+    """AWS_PROFILE and a shared credentials file, no AWS_ACCESS_KEY_ID or AWS_SECRET_ACCESS_KEY: archive, backfill,
+    handoff and status on the store (Spark's S3A, delta-rs and pyarrow alike, in one process), and the state equals
+    the oracle's."""
+    from switchyard.state_handoff.io.storage import delta_options
+    from tests.support import oracle
+
+    aws = tmp_path / "aws"
+    aws.mkdir()
+    key, secret = objectstore.credentials
+    (aws / "credentials").write_text(f"[team]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    (aws / "config").write_text("[profile team]\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+                                                            "AWS_SESSION_TOKEN")}
+    env.update(AWS_PROFILE="team", AWS_SHARED_CREDENTIALS_FILE=str(aws / "credentials"),
+               AWS_CONFIG_FILE=str(aws / "config"), SWITCHYARD_SPARK_PROFILE="test")
+    run_generate(bootstrap, topic_name, events=400, keys=10, partitions=2, days=1, seed=9, malformed_rate=0.0,
+                 out=QUIET)
+    warehouse = objectstore.warehouse()
+    done = subprocess.run([sys.executable, "-c", PROFILE_RUN, warehouse, bootstrap, topic_name], capture_output=True,
+                          text=True, cwd=tmp_path, env=env, timeout=900)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-3000:]
+    status = json.loads(done.stdout[done.stdout.index("{\n"):])
+    assert status["phase"] == "switching" and status["handoff_id"]
+
+    expected = oracle.backlog(oracle.read_topic(bootstrap, topic_name))  # read back with the fixture's keys
+    state = DeltaTable(Tables(warehouse, PIPELINE.name).state,
+                       storage_options=delta_options(warehouse)).to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["event_count"] for r in state} == {k: s.event_count for k, s in expected.state.items()}
+    _no_local_s3a_folder(tmp_path)
