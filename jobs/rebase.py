@@ -29,8 +29,6 @@ layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkp
 from __future__ import annotations
 
 import time
-import uuid
-from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -39,11 +37,13 @@ from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
-                                      retained_or_archived_range, verify_archive)
+                                      retained_or_archived_range)
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
+from switchyard.jobs.rebase_requests import open_request, request_rebase, wait_for_rebase
 from switchyard.jobs.sinks import EventsSink, mark_overlap
-from switchyard.state_handoff import faults, handoff_log, kafka_retention, lease, lifecycle, stream_progress
+from switchyard.state_handoff import faults, handoff_log, lease, lifecycle, stream_progress
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                                   last_committed_batch, last_planned_batch, planned_end_offsets)
@@ -51,7 +51,7 @@ from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
-from switchyard.state_handoff.io.kafka_io import latest_offsets, offset_bounds
+from switchyard.state_handoff.io.kafka_io import latest_offsets
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
@@ -90,76 +90,6 @@ class ReconciliationFailed(UserError):
             f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
             f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
             "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
-
-
-class RebaseRefused(UserError):
-    """A rebase refused before its pause (logged REBASE_REFUSED): nothing paused, the handoff goes on as it was."""
-
-
-def check_before_pause(tables: Tables, bootstrap: str, handoff: Handoff, paths: StreamPaths) -> None:
-    """Raise UserError, in one line, when the rebase could not read what it needs: an archive file missing or
-    unreadable, or an offset it reads from Kafka deleted by retention (the Kafka range begins at the archive's cut;
-    the reconciliation and the catch-up read from where the stream's readers ended, when that is lower, and take
-    from the archive what Kafka deleted below its cut)."""
-    verify_archive(tables)
-    start = handoff.start_offsets
-    keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
-    events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
-    cut = kafka_retention.archive_cut(tables)
-    first = {int(p): int(o) for p, o in (archive_meta(tables.archive).get("first") or {}).items()}
-    bounds = offset_bounds(bootstrap, handoff.topic)
-    read_from = {p: min(keyed.get(p, start.get(p, 0)), events.get(p, start.get(p, 0))) for p in bounds}
-    # what the readers need below the archive's cut, the archive serves when Kafka no longer holds it
-    # (retained_or_archived_range); Kafka must hold the rest
-    needed = {p: cut.get(p, 0) if first.get(p, 0) <= read_from[p] else min(cut.get(p, 0), read_from[p])
-              for p in bounds}
-    gone = kafka_retention.unretained(needed, bounds)
-    if gone:
-        ranges = ", ".join(f"partition {p} offsets {a}..{b - 1}" for p, (a, b) in gone.items())
-        raise UserError(
-            f"topic {handoff.topic} no longer retains what a rebase must read past the archive ({ranges} deleted by "
-            "Kafka's retention, and the archive ends before them, so it can no longer cover them): the streamed "
-            f"state stands and the stream goes on from handoff {handoff.handoff_id}; a rebase needs the archive to "
-            "reach what Kafka retains: keep `switchyard archive` ahead of retention (`switchyard status` shows the "
-            "margin per partition)")
-
-
-def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, request: dict) -> None:
-    """check_before_pause for an open request not yet paused: a refusal answers it (REBASE_REFUSED, which leaves
-    the handoff where it was) and raises RebaseRefused."""
-    try:
-        check_before_pause(tables, bootstrap, handoff, StreamPaths.of(tables, handoff.handoff_id))
-    except UserError as err:
-        _refuse(tables, handoff, request, err)
-
-
-def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> None:
-    reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
-    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                       details={"request_id": request["request_id"], "reason": reason})
-    raise RebaseRefused(reason) from None
-
-
-def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=print) -> ExitStack:
-    """The archive's own lease, taken before the pause and held until the handoff at the cut, so that the archive's
-    record the rebase reads at several steps (the days to tile, the archive's cut, the commit's accounting) is one
-    record: an `archive` run meanwhile is refused, naming the rebase. An archive run holding it refuses a request
-    not yet paused (REBASE_REFUSED: the stream streams on); a rebase already paused waits for the run to end."""
-    held = ExitStack()
-    waiting = False
-    while True:
-        try:
-            held.enter_context(lease.hold(tables.archive_writer(), lease.REBASE))
-            return held
-        except UserError as err:
-            if "paused" not in request:
-                _refuse(tables, handoff, request, UserError(f"the archive is being written: {err}; run the rebase "
-                                                            "again once that archive run has ended"))
-            if not waiting:
-                out(f"rebase {tables.pipeline}: waiting for the archive run to end before finishing the paused "
-                    f"rebase ({err})")
-                waiting = True
-            time.sleep(1.0)
 
 
 def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
@@ -433,78 +363,6 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
         "`switchyard stream` streams from it")
     return new
-
-
-def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
-                   figures: dict | None = None, accept_differences: bool = False) -> str:
-    """Ask the live stream to rebase; returns the request id to wait for."""
-    handoff = current_handoff(None, tables)
-    if handoff is None:
-        raise UserError(f"pipeline {tables.pipeline} has no committed handoff: there is no stream to rebase")
-    request_id = uuid.uuid4().hex[:12]
-    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REQUESTED,
-                       details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
-                                "from": days[0], "to": days[1], **(figures or {}),
-                                **({"accept_differences": True} if accept_differences else {})})
-    return request_id
-
-
-def open_request(tables: Tables, entries: list | None = None) -> dict | None:
-    """The oldest REBASE_REQUESTED that no HANDOFF_COMMITTED answered yet, with its PAUSED details when a pause
-    began it: what a (re)starting stream must do before it streams. A REBASE_REFUSED (or, in logs written before
-    it, a FAILED) answers a request only before its pause: from the pause on, the catch-up may have written the
-    events path past the paused stream's checkpoint, so the only ways on are the handoff at the recorded cut and,
-    while the paused stream is still resumable, a REBASE_ABANDONED. `entries`: the log as the caller just read
-    it."""
-    entries = handoff_log.entries(None, tables) if entries is None else entries
-    answered, failed, paused = set(), set(), {}
-    for e in entries:
-        request_id = handoff_log.details(e).get("request_id")
-        if request_id is None:
-            continue
-        if e.status in (Status.HANDOFF_COMMITTED, Status.REBASE_REFUSED, Status.REBASE_ABANDONED):
-            answered.add(request_id)
-        elif e.status == Status.FAILED:
-            failed.add(request_id)
-        elif e.status == Status.RECONCILIATION_FAILED and handoff_log.details(e).get("resumable"):
-            answered.add(request_id)  # nothing replaced, nothing written past the stream's checkpoint
-        elif e.status == Status.PAUSED:
-            paused[request_id] = handoff_log.details(e)
-    answered |= failed - set(paused)
-    for e in entries:
-        if e.status == Status.REBASE_REQUESTED:
-            request = handoff_log.details(e)
-            if request["request_id"] in answered:
-                continue
-            if request["request_id"] in paused:
-                request = {**request, "paused": paused[request["request_id"]]}
-            return request
-    return None
-
-
-def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print) -> Handoff:
-    """Until the rebase asked for is SWITCHED (its new handoff's first batch committed); FAILED ends it."""
-    deadline = time.monotonic() + timeout_s
-    shown: set[int] = set()
-    while time.monotonic() < deadline:
-        entries = handoff_log.entries(None, tables)
-        committed = next((e for e in entries if e.status == Status.HANDOFF_COMMITTED
-                          and handoff_log.details(e).get("request_id") == request_id), None)
-        for e in entries:
-            ours = handoff_log.details(e).get("request_id") == request_id or (
-                committed is not None and e.handoff_id == committed.handoff_id)
-            if not ours or e.seq in shown:
-                continue
-            shown.add(e.seq)
-            if e.status == Status.REBASE_REFUSED:
-                raise UserError(handoff_log.details(e).get("reason"))
-            if e.status in (Status.FAILED, Status.RECONCILIATION_FAILED, Status.REBASE_ABANDONED):
-                raise UserError(f"the rebase failed: {handoff_log.details(e).get('reason')}")
-            out(f"  {e.status} {e.handoff_id}")
-            if e.status == Status.SWITCHED:
-                return from_entry(committed)
-        time.sleep(1.0)
-    raise UserError(f"the stream did not finish the rebase within {timeout_s:.0f}s: see `switchyard status`")
 
 
 def abandon_rebase(tables: Tables, requested_by: str, out=print) -> None:

@@ -37,7 +37,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from switchyard.state_handoff import settings
+from switchyard.state_handoff import processes, settings
 from switchyard.state_handoff.clock import as_utc, utc_now
 from switchyard.state_handoff.errors import Failed, UserError
 from switchyard.state_handoff.io import fencing
@@ -86,58 +86,6 @@ def lease_seconds() -> float:
     return settings.value(ENV)
 
 
-def _boot_id() -> str | None:
-    """This host's current boot and this process's pid namespace (Linux): a pid names a process only within one
-    boot of one host, and within one pid namespace (containers on one host share its boot, not their pids)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            boot = fh.read().strip()
-    except OSError:
-        return None
-    try:
-        return f"{boot}/{os.readlink('/proc/self/ns/pid')}"
-    except OSError:
-        return boot
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name (the state first), None when unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _started(pid: int) -> int | None:
-    """When process `pid` started, in clock ticks since boot: with the boot id and the pid, who it is."""
-    fields = _stat(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def _process_alive(pid: int, started: int | None = None) -> bool:
-    """Whether process `pid` runs (a zombie, killed but not reaped yet, does not), and is the one that started at
-    `started` when given: a recycled pid is another process."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = _stat(pid)
-    if fields is None:
-        return True
-    if fields[0] == "Z":
-        return False
-    return started is None or len(fields) <= 19 or int(fields[19]) == started
-
-
-def monotonic() -> float:
-    """Seconds on this host's monotonic clock, counting time the machine spent suspended (a VM paused for a minute
-    must find a minute gone)."""
-    return time.clock_gettime(time.CLOCK_BOOTTIME) if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic()
-
-
 @dataclass(frozen=True)
 class Owner:
     """The lease row: who holds (or last held) the pipeline."""
@@ -159,8 +107,9 @@ class Owner:
         """Whether its process is provably gone: only on the owner's own boot of its host (on its host, for a row
         written before rows named the boot)."""
         if self.owner_boot_id is not None:
-            return self.owner_boot_id == _boot_id() and not _process_alive(self.owner_pid, self.owner_started)
-        return self.owner_host == socket.gethostname() and not _process_alive(self.owner_pid)
+            return (self.owner_boot_id == processes.boot_id()
+                    and not processes.process_alive(self.owner_pid, self.owner_started))
+        return self.owner_host == socket.gethostname() and not processes.process_alive(self.owner_pid)
 
     @property
     def seconds(self) -> float:
@@ -297,7 +246,7 @@ class Lease:
         renewal has succeeded for most of a lease (a process frozen, suspended or cut off from the store), so
         another host may be about to take the pipeline. Writing may go on once a renewal succeeds again."""
         self.check()
-        idle = monotonic() - self._renewed
+        idle = processes.monotonic() - self._renewed
         if idle >= FRESH_PART * self.seconds:
             raise LeaseLost(f"pipeline {self.tables.pipeline}: the lease of `{self.row.command}` (pid "
                             f"{self.row.owner_pid}) has not been renewed for {idle:.1f}s of its {self.seconds:g}s: "
@@ -313,7 +262,7 @@ class Lease:
         with self._lock:
             self.check()
             for _ in range(COMMIT_ATTEMPTS):
-                began = monotonic()
+                began = processes.monotonic()
                 table = _open(self.tables)
                 current = _latest(table)
                 if current is None or current.lease_id != self.lease_id or current.released:
@@ -359,7 +308,7 @@ def acquire(tables: Tables, command: str) -> Lease:
     watched: tuple[int, float] | None = None  # the version of an expired row, and since when it stayed unchanged
     attempts = 0
     while True:
-        began = monotonic()
+        began = processes.monotonic()
         table = _open(tables)
         current = _latest(table)
         now = utc_now()
@@ -379,7 +328,7 @@ def acquire(tables: Tables, command: str) -> Lease:
         row = Owner(seq=seq, lease_id=lease_id, owner_host=socket.gethostname(), owner_pid=os.getpid(),
                     command=command, acquired_at=now, heartbeat_at=now,
                     expires_at=now + timedelta(seconds=lease_seconds()), released=False, epoch=seq,
-                    owner_boot_id=_boot_id(), owner_started=_started(os.getpid()))
+                    owner_boot_id=processes.boot_id(), owner_started=processes.started_at(os.getpid()))
         if _commit(tables, table, row):
             return Lease(tables, row, began)
         attempts += 1

@@ -181,7 +181,8 @@ SETTINGS: tuple[Setting, ...] = (
             "one created ahead with the stream's Read and Write rights (unset: `<pipeline>.updates.<warehouse>`, "
             "created by the stream)"),
     Setting("SWITCHYARD_S3_ENDPOINT", None, "an S3-compatible store's endpoint (unset: AWS); keys from "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY", URL),
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS default chain (AWS_PROFILE, web identity, "
+            "roles)", URL),
     Setting("SWITCHYARD_SPARK_MASTER", "local[*]", "Spark's master URL"),
     Setting("SWITCHYARD_SPARK_PROFILE", "default", "the Spark profile the CLI's jobs build",
             _one_of(*SPARK_PROFILES)),

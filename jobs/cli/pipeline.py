@@ -178,7 +178,7 @@ def run_handoff_command(args) -> int:
 def run_stream_command(args) -> int:
     from switchyard.jobs.metrics import check_port, served
     from switchyard.jobs.stream import StreamSettings, run_stream
-    from switchyard.jobs.stream.supervisor import refuse_another_spark_line
+    from switchyard.jobs.stream.resume_checks import refuse_another_spark_line
     from switchyard.state_handoff import lease
 
     pipeline, tables = _pipeline_and_tables(args)

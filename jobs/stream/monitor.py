@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 
-from switchyard.jobs import rebase
+from switchyard.jobs import rebase_requests
 from switchyard.jobs.sinks import EventsSink
 from switchyard.jobs.stop import stop_requested
 from switchyard.jobs.stream.group_offsets import ProcessedOffsets
@@ -157,11 +157,11 @@ class Monitor:
         figures = {"offsets_behind": {str(p): n for p, n in lag.items()}, "behind": behind,
                    "behind_for_s": round(now - self.behind_since, 1), "threshold": settings.switch_back_lag,
                    "processed_rows_per_s": snapshot.get("processed_rows_per_s")}
-        request_id = rebase.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
+        request_id = rebase_requests.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
         self.sup.last_switch_back = now
         self.sup.out(f"SWITCH BACK: {behind} offsets behind for {now - self.behind_since:.0f}s "
                      f"(threshold {settings.switch_back_lag}): rebasing through the batch path")
-        return rebase.open_request(self.sup.tables) or {"request_id": request_id}
+        return rebase_requests.open_request(self.sup.tables) or {"request_id": request_id}
 
     def _read_request(self) -> dict | None:
         """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
@@ -173,7 +173,7 @@ class Monitor:
                 sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "
                                        f"host {stop.get('host')})")
                 return None
-            return rebase.open_request(sup.tables, entries)
+            return rebase_requests.open_request(sup.tables, entries)
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll
             sup.out(f"could not read the handoff log: {first_line(err)}")
             return None

@@ -21,7 +21,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from switchyard.jobs import rebase
+from switchyard.jobs import rebase, rebase_checks, rebase_requests
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.seed import version_base, write_seed
 from switchyard.jobs.sinks import EventsSink, ensure_tables
@@ -31,10 +31,11 @@ from switchyard.jobs.stream.monitor import Monitor
 from switchyard.jobs.stream.pipes import Silent, reporting
 from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
                                             query_error, stop_all)
+from switchyard.jobs.stream.resume_checks import check_resumable, check_spark_line
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
 from switchyard.jobs.stream.updates_topic import updates_topic
-from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, stream_progress
+from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, processes, stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
@@ -47,58 +48,6 @@ from switchyard.state_handoff.step_times import StepTimes
 from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
 from switchyard.state_handoff.stream_progress import EVENTS
 from switchyard.state_handoff.tables import Tables
-
-
-def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entries: list) -> None:
-    """Refuse a checkpoint that is not the one whose writes Delta holds for this handoff: a lost or replaced
-    checkpoint restarts batch ids, and replaying the handoff from its start would apply records twice."""
-    recorded = stream_progress.incarnations(tables, handoff.handoff_id)
-    switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.SWITCHED]
-    if switched:  # the keyed query writes no Delta table; its first committed batch is in the log
-        recorded[KEYED] = {handoff_log.details(e).get("keyed_incarnation") for e in switched}
-    for query, incarnations in recorded.items():
-        current = checkpoint_incarnation(paths.checkpoints[query])
-        if current not in incarnations:
-            state = "missing" if current is None else f"a new one ({current[:8]})"
-            raise UserError(
-                f"the {query} checkpoint of handoff {handoff.handoff_id} ({paths.checkpoints[query]}) is {state}, but "
-                f"Delta already holds that handoff's stream writes: a stream cannot resume without the checkpoint "
-                "that made them; restore it, or start over with `switchyard backfill` and `switchyard handoff`")
-
-
-# Every STREAM_STARTED entry records the Spark that started it; one without was written while switchyard pinned
-# Spark 4.0.0, its only version then.
-UNRECORDED_SPARK = "4.0.0"
-
-
-def spark_line(version: str) -> str:
-    """A Spark version's line (major.minor): within one, streaming checkpoints and state stores are read alike."""
-    return ".".join(version.split(".")[:2])
-
-
-def check_spark_line(pipeline: str, handoff: Handoff, paths: StreamPaths, entries: list, running: str) -> None:
-    """Refuse to resume a handoff's checkpoints that another Spark line wrote: its state store's files and
-    checkpoint format may not be read alike, and a silent misread would apply records twice or never. A rebase
-    reads of them only the offsets, which every line writes alike, and starts a handoff with new checkpoints."""
-    started = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.STREAM_STARTED]
-    if not started or not storage.exists(paths.keyed_checkpoint):
-        return
-    written = handoff_log.details(started[-1]).get("spark_version") or UNRECORDED_SPARK
-    if spark_line(written) != spark_line(running):
-        raise UserError(f"the stream checkpoints of handoff {handoff.handoff_id} were written by Spark {written}, "
-                        f"and this is Spark {running}: they are not resumed across Spark lines; rebase the pipeline "
-                        f"onto a new handoff with `switchyard rebase --pipeline {pipeline}`, then run "
-                        "`switchyard stream`")
-
-
-def refuse_another_spark_line(pipeline: Pipeline, tables: Tables) -> None:
-    """check_spark_line for the current handoff against the installed pyspark, before a JVM starts."""
-    import pyspark
-
-    handoff = current_handoff(None, tables)
-    if handoff is not None:
-        check_spark_line(pipeline.name, handoff, StreamPaths.of(tables, handoff.handoff_id),
-                         handoff_log.entries(None, tables), pyspark.__version__)
 
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
@@ -171,7 +120,7 @@ class Supervisor:
         try:
             while True:
                 handoff = current_handoff(None, self.tables)
-                request = rebase.open_request(self.tables)
+                request = rebase_requests.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     if "paused" in request or rebase.killed_stream(self.tables) != handoff.handoff_id:
                         self.rebase(handoff, request, queries=None)
@@ -294,7 +243,7 @@ class Supervisor:
         self.log(handoff.handoff_id, Status.SWITCHED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
                  details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.parts,
-                          "seconds_since_process_start": _since_process_start(seen_at),
+                          "seconds_since_process_start": processes.since_start(seen_at),
                           "keyed_incarnation": checkpoint_incarnation(paths.keyed_checkpoint),
                           **({"request_id": request_id} if request_id else {})})
         self.out(f"SWITCHED after {self.switched_after_s:.1f}s: the first batch with the seed has committed "
@@ -407,13 +356,13 @@ class Supervisor:
         if "paused" in request:
             return True
         try:
-            rebase.refuse_unless_ready(self.tables, self.bootstrap, handoff, request)
-        except rebase.RebaseRefused as refused:
+            rebase_checks.refuse_unless_ready(self.tables, self.bootstrap, handoff, request)
+        except rebase_checks.RebaseRefused as refused:
             self.refused(handoff, refused)
             return False
         return True
 
-    def refused(self, handoff: Handoff, refused: rebase.RebaseRefused) -> None:
+    def refused(self, handoff: Handoff, refused: rebase_checks.RebaseRefused) -> None:
         self.report.logged(handoff.handoff_id, Status.REBASE_REFUSED)
         self.out(f"REBASE_REFUSED: {refused}")
 
@@ -427,7 +376,7 @@ class Supervisor:
         try:
             new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
                                     out=self.out, checked=queries is not None)  # the monitor checked: may_pause
-        except rebase.RebaseRefused as refused:
+        except rebase_checks.RebaseRefused as refused:
             self.refused(handoff, refused)
             return None
         except rebase.ReconciliationFailed as refused:
@@ -442,19 +391,3 @@ class Supervisor:
 
 CHECKPOINT_RACE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error when two drivers write one checkpoint's log
 CHECKPOINT_RACES = 3
-
-
-def _process_age() -> float | None:
-    """Seconds since this process began (its JVM start included), from /proc; None where there is none."""
-    try:
-        started_ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        uptime = float(open("/proc/uptime").read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return round(uptime - started_ticks / os.sysconf("SC_CLK_TCK"), 3)
-
-
-def _since_process_start(at: float) -> float | None:
-    """Seconds from this process's start to the monotonic time `at` (a moment ago)."""
-    age = _process_age()
-    return None if age is None else round(age - (time.monotonic() - at), 3)

@@ -17,7 +17,8 @@ from deltalake import DeltaTable
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.rebase import open_request, rebase_pipeline
+from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.jobs.rebase_requests import open_request
 from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import current_handoff, run_handoff

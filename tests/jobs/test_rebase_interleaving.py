@@ -8,7 +8,8 @@ from datetime import datetime
 import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase import rebase_pipeline, request_rebase
+from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.jobs.rebase_requests import request_rebase
 from switchyard.state_handoff import lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta

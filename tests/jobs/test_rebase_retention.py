@@ -10,7 +10,7 @@ from kafka import TopicPartition
 
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase import open_request
+from switchyard.jobs.rebase_requests import open_request
 from switchyard.state_handoff import faults, handoff_log, kept_versions, lease
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce

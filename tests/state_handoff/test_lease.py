@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.state_handoff import lease
+from switchyard.state_handoff import lease, processes
 from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
@@ -65,7 +65,7 @@ def test_an_owner_elsewhere_that_stops_renewing_blocks_until_its_lease_expires(t
     monkeypatch.setenv(lease.ENV, "1.5")
     with monkeypatch.context() as elsewhere:
         elsewhere.setattr(lease.socket, "gethostname", lambda: "another-host")
-        elsewhere.setattr(lease, "_boot_id", lambda: "another-boot")
+        elsewhere.setattr(processes, "boot_id", lambda: "another-boot")
         crashed = lease.acquire(tables, lease.STREAM)  # then its host dies: no heartbeat, no release
     with pytest.raises(UserError, match=r"`switchyard stream` \(pid \d+ on host another-host\)"):
         lease.acquire(tables, lease.BACKFILL)
@@ -90,15 +90,15 @@ def test_the_holders_lease_length_decides_when_a_taker_with_a_shorter_one_may_ta
     monkeypatch.setenv(lease.ENV, str(holder_seconds))
     with monkeypatch.context() as elsewhere:
         elsewhere.setattr(lease.socket, "gethostname", lambda: "another-host")
-        elsewhere.setattr(lease, "_boot_id", lambda: "another-boot")
+        elsewhere.setattr(processes, "boot_id", lambda: "another-boot")
         held = lease.acquire(tables, lease.STREAM)  # renews nothing from here: frozen, or cut off from the store
-    held_since = lease.monotonic()
+    held_since = processes.monotonic()
 
     monkeypatch.setenv(lease.ENV, str(taker_seconds))  # the taker's process has a shorter lease
     ahead = timedelta(seconds=holder_seconds + 1)
     monkeypatch.setattr(lease, "utc_now", lambda: utc_now() + ahead)  # and a clock past the holder's expiry
     taken: list[tuple[lease.Lease, float]] = []
-    taker = threading.Thread(target=lambda: taken.append((lease.acquire(tables, lease.BACKFILL), lease.monotonic())),
+    taker = threading.Thread(target=lambda: taken.append((lease.acquire(tables, lease.BACKFILL), processes.monotonic())),
                              daemon=True)
     taker.start()
     time.sleep(4 * taker_seconds)
