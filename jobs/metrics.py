@@ -106,7 +106,8 @@ class PipelineCollector:
                 value = status.get(g.key)
                 if isinstance(value, dict):
                     for part, figure in sorted(value.items(), key=lambda item: int(item[0])):
-                        gauges[g.name].add_metric([name, str(part)], figure * g.scale)
+                        if isinstance(figure, (int, float)):  # unknown is absent, not 0
+                            gauges[g.name].add_metric([name, str(part)], figure * g.scale)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     gauges[g.name].add_metric([name], value * g.scale)
         yield from [up, seconds, phase, running, lease, past, lost, *gauges.values()]

@@ -106,7 +106,10 @@ class Service:
         """Until `stop()`: start, watch and restart the streams; then stop them cleanly."""
         while not self.stopping.is_set():
             for one in self.served:
-                self._look_after(one)
+                try:
+                    self._look_after(one)
+                except Exception as err:  # the warehouse or Kafka unreachable a moment: the next look tries again
+                    self.say(f"serve {one.name}: could not look at the pipeline: {err}")
             self.stopping.wait(POLL_S)
         for one in self.served:
             if one.child is not None and one.child.poll() is None:
@@ -136,6 +139,8 @@ class Service:
                 self.say(f"serve {one.name}: not streaming: {why}")
             one.why_down = why
             return
+        if one.held_down_at_seq is not None:  # lifted by a start request: its failures are forgiven
+            one.restarts.failures.clear()
         one.held_down_at_seq = one.why_down = None
         self._start(one)
 
