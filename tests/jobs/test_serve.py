@@ -1,7 +1,7 @@
 """`switchyard serve`: the decisions over a given clock, without Spark; then a real service over a handed-off
 pipeline, scraped by a real Prometheus server: its stream SIGKILLed is started again, a burst's lag rises and falls
-in Prometheus, a stop request keeps it stopped until `switchyard start`, SIGTERM stops it cleanly, and the tables end
-equal to plain Python over every record."""
+in Prometheus, a stop request keeps it stopped until `switchyard start`, a rebase shows in its phase and count,
+SIGTERM stops it cleanly, and the tables end equal to plain Python over every record."""
 
 from __future__ import annotations
 
@@ -19,10 +19,11 @@ from switchyard.state_handoff.lifecycle import Phase, Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
+from tests.jobs.test_rebase import assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.cli import cli_here
 from tests.support.prometheus import prometheus, scrape, wait_for
-from tests.support.streams import assert_matches_oracle, latest_total, stream_read, tail_events, wait_until
+from tests.support.streams import latest_total, stream_read, tail_events, wait_until
 
 
 def test_a_failed_stream_waits_longer_each_time_and_stays_down_after_the_limit():
@@ -102,10 +103,21 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
                    "the stream started on request")
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
                    and handoff_log.entries(None, tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
+
+        code, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")  # the served stream rebases itself
+        assert code == 0, out[-3000:]
+        # Prometheus saw the phase go through the rebase and back, and the rebase counted
+        wait_for(lambda: (query('switchyard_rebases{pipeline="demo"}') or [{"value": 0}])[0]["value"] == 1,
+                 "the rebase counted in Prometheus")
+        rebasing = query('max_over_time(max(switchyard_phase{pipeline="demo",phase=~"REBASE_REQUESTED|REBASING"})'
+                         '[10m:1s])')
+        assert rebasing and rebasing[0]["value"] == 1, rebasing
+        wait_for(lambda: query('switchyard_phase{pipeline="demo",phase=~"STREAMING|CAUGHT_UP"} == 1'),
+                 "the phase back to streaming")
     finally:
         scraper.__exit__(None, None, None)
         service.send_signal(signal.SIGTERM)
         assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert handoff_log.entries(None, tables)[-1].status == Status.STOPPED  # drained on the way out
     assert lease.owner(tables) is None
-    assert_matches_oracle(spark, bootstrap, topic_name, tables)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
