@@ -140,7 +140,7 @@ class Demo:
                      f"{sum(behind.values()) if isinstance(behind, dict) else '-'} offsets behind, "
                      f"{'-' if rate is None else f'{rate:.0f}'} rows/s in")
 
-    def serve(self, seconds: float = 20.0) -> None:
+    def serve(self, seconds: float = 5.0) -> None:
         """`switchyard start`, then `switchyard serve` runs the stream until it is caught up and a while more, its
         metrics scraped once; SIGTERM then drains it."""
         import urllib.request
@@ -168,7 +168,10 @@ class Demo:
             self.say("  a scrape of it: " + "; ".join(shown))
         finally:
             os.killpg(service.pid, signal.SIGTERM)
-            service.wait(timeout=300)
+            code = service.wait(timeout=300)
+        last = handoff_log.entries(None, self.tables)[-1].status
+        if code != 0 or last != Status.STOPPED:
+            raise UserError(f"`switchyard serve` ended with exit {code} and {last} last in the log: see {log}")
         self.say("the service stopped: its stream drained and logged STOPPED")
 
     def last_seq(self) -> int:

@@ -121,7 +121,7 @@ def registry_for(tables: list[Tables], bootstrap: str | None, also=()) -> Collec
     return registry
 
 
-def serve(tables: list[Tables], bootstrap: str | None, port: int, address: str = "127.0.0.1", also=()):
+def _start_server(tables: list[Tables], bootstrap: str | None, port: int, address: str, also=()):
     """Serve the pipelines' metrics (and `also`'s) at http://ADDRESS:PORT/metrics on a daemon thread; returns the
     server (its `server_port` is the port taken when `port` is 0) and thread."""
     from prometheus_client import start_http_server
@@ -141,7 +141,7 @@ def served(tables: list[Tables], bootstrap: str | None, port: int | None, addres
     if port is None:
         yield None
         return
-    server, _ = serve(tables, bootstrap, port, address, also)
+    server, _ = _start_server(tables, bootstrap, port, address, also)
     print(f"{who}: metrics at http://{address}:{server.server_port}/metrics", flush=True)
     try:
         yield server

@@ -11,7 +11,8 @@ way whoever asks and from wherever (`switchyard stop`, `switchyard start`, the D
   rebase or backfill holds, is waited for;
 - SIGTERM stops every stream cleanly (each drains and logs STOPPED), then the service.
 The service serves every pipeline's metrics (jobs/metrics.py) and its own: restarts, and which streams it holds
-down. The decisions (`Restarts`, `wanted`) are plain objects over a given clock, tested without Spark.
+down. The decisions (`Restarts`, `wanted`) are plain functions of the time and the log they are given, tested
+without Spark.
 """
 
 from __future__ import annotations
@@ -92,9 +93,9 @@ class Service:
     """The streams of `pipelines`, each `switchyard stream ARGS` in a process group of its own."""
 
     def __init__(self, tables: list[Tables], bootstrap: str, stream_args: list[str], restarts: Callable[[], Restarts],
-                 out=print, clock: Callable[[], float] = time.monotonic):
+                 out=print):
         self.served = [Served(t, restarts()) for t in tables]
-        self.bootstrap, self.stream_args, self.out, self.clock = bootstrap, stream_args, out, clock
+        self.bootstrap, self.stream_args, self.out = bootstrap, stream_args, out
         self.stopping = threading.Event()
         self._out_lock = threading.Lock()
 
@@ -123,7 +124,7 @@ class Service:
         self.stopping.set()
 
     def _look_after(self, one: Served) -> None:
-        now = self.clock()
+        now = time.monotonic()
         if one.child is not None:
             code = one.child.poll()
             if code is None:

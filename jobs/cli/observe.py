@@ -3,6 +3,7 @@ obeys) and `switchyard metrics` (the pipelines' Prometheus metrics over HTTP: jo
 
 from __future__ import annotations
 
+from switchyard.jobs.cli.pipeline import check_warehouse, pipeline_and_tables, pipeline_option
 from switchyard.state_handoff import settings as switchyard_settings
 
 DEFAULT_PORT = 9464
@@ -35,8 +36,7 @@ def add_service_commands(commands, common) -> None:
 
     start = commands.add_parser("start", help="ask `switchyard serve` to run again a stream that a stop request "
                                               "ended or that it holds down")
-    start.add_argument("--pipeline", default=switchyard_settings.value("SWITCHYARD_PIPELINE"),
-                       required=switchyard_settings.value("SWITCHYARD_PIPELINE") is None)
+    pipeline_option(start)
     common(start)
     start.set_defaults(handler=run_start_command)
 
@@ -54,7 +54,6 @@ def add_service_commands(commands, common) -> None:
 
 
 def _tables(args):
-    from switchyard.jobs.cli.pipeline import check_warehouse
     from switchyard.state_handoff.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
@@ -63,8 +62,8 @@ def _tables(args):
     return [Tables(args.warehouse, name) for name in names]
 
 
-def _until_sigterm(seconds: float | None = None, then=None):
-    """Wait until SIGTERM (or Ctrl-C, or `seconds`), then call `then`."""
+def _until_sigterm(seconds: float | None = None) -> None:
+    """Wait until SIGTERM, Ctrl-C or `seconds`."""
     import signal
     import threading
 
@@ -74,8 +73,6 @@ def _until_sigterm(seconds: float | None = None, then=None):
         done.wait(seconds)
     except KeyboardInterrupt:
         pass
-    if then is not None:
-        then()
 
 
 def run_metrics_command(args) -> int:
@@ -107,20 +104,17 @@ def run_serve_command(args) -> int:
     with served(tables, args.bootstrap, port, args.metrics_address, f"switchyard serve ({names})", also=[service]):
         worker = threading.Thread(target=service.run, name="serve")
         worker.start()
-        _until_sigterm(then=service.stop)
+        _until_sigterm()
+        service.stop()
         worker.join()
     print(f"switchyard serve ({names}): stopped", flush=True)
     return 0
 
 
 def run_start_command(args) -> int:
-    from switchyard.jobs.cli.pipeline import check_warehouse
     from switchyard.jobs.serve import request_start
-    from switchyard.state_handoff.pipelines import get_pipeline
-    from switchyard.state_handoff.tables import Tables
 
-    check_warehouse(args.warehouse)
-    tables = Tables(args.warehouse, get_pipeline(args.pipeline).name)
+    _, tables = pipeline_and_tables(args)
     entry = request_start(tables)
     print(f"start {tables.pipeline}: START_REQUESTED for handoff {entry.handoff_id}; `switchyard serve` runs its "
           "stream")

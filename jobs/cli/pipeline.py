@@ -31,7 +31,7 @@ def pipeline_option(parser) -> None:
                         help=f"the pipeline's name (env {PIPELINE_ENV}" + (f", now {default})" if default else ")"))
 
 
-def _pipeline_and_tables(args):
+def pipeline_and_tables(args):
     from switchyard.state_handoff.pipelines import get_pipeline
 
     pipeline = get_pipeline(args.pipeline)
@@ -68,7 +68,7 @@ def run_archive_command(args) -> int:
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.state_handoff import lease
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.ARCHIVE)
     if args.from_connect:
         from switchyard.jobs.connect_archive import connect_files, import_connect_archive
@@ -100,7 +100,7 @@ def _rebase(args) -> int:
     from switchyard.jobs.rebase import rebase_pipeline
     from switchyard.jobs.stream import stream_until_caught_up
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
                     lambda: _spark(args, args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
                     no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences,
@@ -111,7 +111,7 @@ def _rebase(args) -> int:
 def run_rebase_command(args) -> int:
     from switchyard.state_handoff.handoff import current_handoff
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     if not args.abandon:
         _settle(tables, f"switchyard {args.command}")
     if current_handoff(None, tables) is None:
@@ -132,7 +132,7 @@ def run_backfill_command(args) -> int:
     from switchyard.state_handoff import lease
     from switchyard.state_handoff.handoff import current_handoff
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.BACKFILL)
     if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         if args.kafka_tail:
@@ -152,7 +152,7 @@ def run_handoff_command(args) -> int:
     from switchyard.state_handoff import lease
     from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.HANDOFF)
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
@@ -181,7 +181,7 @@ def run_stream_command(args) -> int:
     from switchyard.jobs.stream.resume_checks import refuse_another_spark_line
     from switchyard.state_handoff import lease
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.STREAM)
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
@@ -207,7 +207,7 @@ def run_status_command(args) -> int:
 
     from switchyard.state_handoff.status import format_status, pipeline_status
 
-    pipeline, tables = _pipeline_and_tables(args)
+    pipeline, tables = pipeline_and_tables(args)
     if not any(storage.exists(path) for path in (storage.join(tables.handoffs, "_delta_log"),
                                                  storage.join(tables.leases, "_delta_log"), tables.archive)):
         raise UserError(f"pipeline {pipeline.name} has nothing in warehouse {tables.warehouse} (no {tables.root}): "
@@ -224,7 +224,7 @@ def run_config_command(args) -> int:
     if args.pipeline is not None:  # the pipeline-wide settings a process leaves unset are the pipeline's
         from switchyard.state_handoff import pipeline_settings
 
-        _, tables = _pipeline_and_tables(args)
+        _, tables = pipeline_and_tables(args)
         if args.record is not None:
             print(pipeline_settings.change(tables, args.record, "switchyard config --record"))
             return 0
@@ -254,7 +254,7 @@ def run_pipelines_command(args) -> int:
 def run_stop_command(args) -> int:
     from switchyard.jobs.stop import stop_stream
 
-    _, tables = _pipeline_and_tables(args)
+    _, tables = pipeline_and_tables(args)
     stopped = stop_stream(tables, timeout_s=args.timeout)
     if stopped is None:
         print(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its process.log")
