@@ -7,6 +7,7 @@ import re
 import shlex
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from switchyard.deploy import spark_cds
@@ -98,8 +99,8 @@ def object_store_conf() -> dict:
         })
     if not spark_master().startswith("local"):  # executors run in the workers' environment, not this one
         for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-            if os.environ.get(name):
-                conf[f"spark.executorEnv.{name}"] = os.environ[name]
+            if settings.given(name):
+                conf[f"spark.executorEnv.{name}"] = settings.given(name)
     return conf
 
 
@@ -244,15 +245,32 @@ def check_classic() -> None:
                         "unset SPARK_REMOTE and give a master (spark-submit --master, SWITCHYARD_SPARK_MASTER)")
 
 
+@contextmanager
+def _environment_while(values: dict[str, str]):
+    """`values` in the process's environment for the block, and the environment as it was afterwards."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, text in before.items():
+            if text is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = text
+
+
 def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_conf: dict | None = None):
     """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
     one. A new one takes, in this order of precedence, `extra_conf` (a command's --conf, a Dagster resource's
     spark_config), what the platform gives (`platform_conf`: spark-submit's master, jars and confs), then
     switchyard's settings (the master, Delta and its jars, UTC, the profile)."""
     check_classic()
-    # PySpark turns collected timestamps into naive local datetimes: make local mean UTC, as the session does.
-    os.environ["TZ"] = "UTC"
-    time.tzset()
+    # The one change to the process that outlives the call: PySpark turns collected timestamps into naive local
+    # datetimes, so local time must be UTC, as the session's is, for every timestamp switchyard reads back.
+    if os.environ.get("TZ") != "UTC":
+        os.environ["TZ"] = "UTC"
+        time.tzset()
     session = existing_session()
     if session is not None:
         _check_utc(session.conf.get("spark.sql.session.timeZone", None), "the session's")
@@ -261,14 +279,16 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     from pyspark.sql import SparkSession
 
     driver_host, bind_address = driver_addresses()
-    os.environ.setdefault("SPARK_LOCAL_IP", bind_address)  # loopback only, unless told otherwise
-    # Python workers run this interpreter (the project's .venv); PySpark reads the variable, not only the conf.
-    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     conf = session_conf(app_name, profile, extra_conf)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # Read while the session is made, and only then: the JVM binds loopback unless told otherwise (it copies the
+    # environment when it starts), and Python workers run this interpreter unless PYSPARK_PYTHON names another
+    # (PySpark's SparkContext reads the variable once, not the conf). The process's environment is left as it was.
+    with _environment_while({"SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP") or bind_address,
+                             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable}):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     if not spark.sparkContext.master.startswith("local"):  # executors elsewhere do not see this checkout
         ship_project_code(spark.sparkContext)

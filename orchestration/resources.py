@@ -2,11 +2,12 @@
 
 Each resource takes the same fields as the SWITCHYARD_* settings it stands for (and AWS_* for the object store's
 keys); give a secret as `dg.EnvVar("NAME")`, so that only its name is in the run's configuration. A field that is
-set becomes the run's setting when the resource is set up: the Kafka clients, Spark and the stream process the
-run starts all read it from there (the stream process inherits the run's environment).
+set is handed to switchyard for the run's work (`settings.given_to_process`), over the process's environment and
+without a write to it: the Kafka clients and Spark read it from there, and the stream process the run starts is
+handed it in its environment. Nothing else in the process, and no other code location, sees it.
 """
 
-import os
+from contextlib import contextmanager
 from functools import lru_cache
 
 import dagster as dg
@@ -30,13 +31,6 @@ class SparkResource(dg.ConfigurableResource):
                            extra_conf={**self.spark_config, **({"spark.master": self.master} if self.master else {})})
 
 
-def _apply(given: dict[str, str | None]) -> None:
-    """The settings given (not None) as this process's, for every client and process of the run."""
-    for name, value in given.items():
-        if value is not None:
-            os.environ[name] = value
-
-
 class KafkaResource(dg.ConfigurableResource):
     """The Kafka cluster the pipelines' topics live on, and how to reach it (SWITCHYARD_KAFKA_* when unset)."""
 
@@ -47,15 +41,17 @@ class KafkaResource(dg.ConfigurableResource):
     sasl_password: str | None = None  # a secret: dg.EnvVar("...")
     ssl_cafile: str | None = None
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext):
         from switchyard.state_handoff.io import kafka_security
 
-        _apply({"SWITCHYARD_KAFKA_SECURITY_PROTOCOL": self.security_protocol,
-                "SWITCHYARD_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
-                "SWITCHYARD_KAFKA_SASL_USERNAME": self.sasl_username,
-                "SWITCHYARD_KAFKA_SASL_PASSWORD": self.sasl_password,
-                "SWITCHYARD_KAFKA_SSL_CAFILE": self.ssl_cafile})
-        kafka_security.from_env()  # an incomplete or unknown setting fails the run in one line, before any work
+        with settings.given_to_process({"SWITCHYARD_KAFKA_SECURITY_PROTOCOL": self.security_protocol,
+                                        "SWITCHYARD_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
+                                        "SWITCHYARD_KAFKA_SASL_USERNAME": self.sasl_username,
+                                        "SWITCHYARD_KAFKA_SASL_PASSWORD": self.sasl_password,
+                                        "SWITCHYARD_KAFKA_SSL_CAFILE": self.ssl_cafile}):
+            kafka_security.from_env()  # an incomplete or unknown setting fails the run in one line, before any work
+            yield self
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -67,9 +63,12 @@ class WarehouseResource(dg.ConfigurableResource):
     aws_access_key_id: str | None = None  # a secret: dg.EnvVar("...")
     aws_secret_access_key: str | None = None  # a secret: dg.EnvVar("...")
 
-    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        _apply({"SWITCHYARD_S3_ENDPOINT": self.s3_endpoint, "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
-                "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key})
+    @contextmanager
+    def yield_for_execution(self, context: dg.InitResourceContext):
+        with settings.given_to_process({"SWITCHYARD_S3_ENDPOINT": self.s3_endpoint,
+                                        "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
+                                        "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key}):
+            yield self
 
 
 class StreamMonitorResource(dg.ConfigurableResource):

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from switchyard.jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from switchyard.orchestration.stream_health import is_observed, reported_progress, transition_metadata
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff import handoff_log, settings
 from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.handoff_log import LogEntry
 from switchyard.state_handoff.io import storage
@@ -153,7 +153,8 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
         with open(log, "a") as out:
             process = subprocess.Popen(command(config, tables, bootstrap, pipeline), stdout=out,
                                        stderr=subprocess.STDOUT,
-                                       env={**os.environ, **env, **session.get_bootstrap_env_vars()},
+                                       env={**os.environ, **settings.overrides(), **env,
+                                            **session.get_bootstrap_env_vars()},
                                        start_new_session=True)
         context.log.info(f"stream process {process.pid} started; its output goes to {log}")
         try:

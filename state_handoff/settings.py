@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -222,9 +225,43 @@ SETTINGS: tuple[Setting, ...] = (
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 
 
+# Settings a caller gave this process's work explicitly (a Dagster resource's fields, for its run), over the
+# environment's, without writing them into it: no child process, library or other code location sees them unless it
+# is handed them (`environment()`). A stack: the innermost giver wins; each takes its own off when its work ends.
+_GIVEN: list[dict[str, str]] = []
+_GIVEN_LOCK = threading.Lock()
+
+
+def environment() -> Mapping[str, str]:
+    """The settings in effect as text: what a caller gave (`given_to_process`) over the process's environment. Read
+    it where the environment would be read, and hand `overrides()` to a child process that must see the same."""
+    with _GIVEN_LOCK:
+        return ChainMap(*reversed([dict(layer) for layer in _GIVEN]), os.environ)
+
+
+def overrides() -> dict[str, str]:
+    """What callers gave over the environment: the part of `environment()` a child process does not inherit."""
+    with _GIVEN_LOCK:
+        return {name: text for layer in _GIVEN for name, text in layer.items()}
+
+
+@contextmanager
+def given_to_process(values: Mapping[str, str | None]) -> Iterator[None]:
+    """The settings in `values` (None: left as they are) in effect for this process's work until the block ends,
+    without a write to `os.environ`."""
+    layer = {name: text for name, text in values.items() if text is not None}
+    with _GIVEN_LOCK:
+        _GIVEN.append(layer)
+    try:
+        yield
+    finally:
+        with _GIVEN_LOCK:
+            _GIVEN.remove(layer)
+
+
 def given(name: str, env: Mapping[str, str] | None = None) -> str | None:
-    """The environment's text for the setting; None when it is unset or empty."""
-    text = (os.environ if env is None else env).get(name)
+    """The text in effect for the setting (`environment()`'s, or `env`'s); None when it is unset or empty."""
+    text = (environment() if env is None else env).get(name)
     return text if text else None
 
 

@@ -103,7 +103,7 @@ def jaas_config(mechanism: str, username: str, password: str) -> str:
 def from_env(env: Mapping[str, str] | None = None):
     """The settings in the environment, each parsed by its kind and then checked together: an unknown, bad or
     incomplete setting is one UserError."""
-    env = os.environ if env is None else env
+    env = settings.environment() if env is None else env
     unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in KNOWN and env[name])
     if unknown:
         raise UserError(f"unknown Kafka setting {unknown[0]} in the environment: the known ones are {', '.join(KNOWN)}")

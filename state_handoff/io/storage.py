@@ -34,16 +34,16 @@ def is_object_store(uri: str) -> bool:
     return urlparse(str(uri)).scheme in S3_SCHEMES
 
 
-@functools.lru_cache(maxsize=None)
 def s3_credentials() -> tuple[str, str, str | None] | None:
     """Static keys from the environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, and AWS_SESSION_TOKEN for
     temporary ones), or None: then Spark's S3A, delta-rs and pyarrow each take the AWS SDK's default chain (AWS_PROFILE
     with the shared credentials and config files, web identity, the container's or the instance's role)."""
-    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    env = settings.environment()
+    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
     if bool(key) != bool(secret):
         raise UserError("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together: set both, or neither to use the "
                         "AWS default credential chain (AWS_PROFILE, web identity, the instance's role)")
-    return (key, secret, os.environ.get("AWS_SESSION_TOKEN") or None) if key else None
+    return (key, secret, env.get("AWS_SESSION_TOKEN") or None) if key else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -52,8 +52,9 @@ def profile_keys(profile: str) -> tuple[str, str, str | None]:
     (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, else ~/.aws/), as the AWS SDKs read them."""
     import configparser
 
-    places = [(os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", profile),
-              (os.environ.get("AWS_CONFIG_FILE") or "~/.aws/config",
+    env = settings.environment()
+    places = [(env.get("AWS_SHARED_CREDENTIALS_FILE") or "~/.aws/credentials", profile),
+              (env.get("AWS_CONFIG_FILE") or "~/.aws/config",
                profile if profile == "default" else f"profile {profile}")]
     for path, section in places:
         parser = configparser.RawConfigParser()
@@ -72,7 +73,8 @@ def s3_endpoint() -> str | None:
 
 
 def s3_region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
+    env = settings.environment()
+    return env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or DEFAULT_REGION
 
 
 def delta_options(uri: str) -> dict[str, str] | None:
@@ -85,7 +87,8 @@ def delta_options(uri: str) -> dict[str, str] | None:
         return None
     options = {"AWS_REGION": s3_region(), "conditional_put": "etag"}
     # delta-rs resolves web identity, the container's and the instance's credentials by itself, not a profile
-    keys = s3_credentials() or (profile_keys(os.environ["AWS_PROFILE"]) if os.environ.get("AWS_PROFILE") else None)
+    profile = settings.given("AWS_PROFILE")
+    keys = s3_credentials() or (profile_keys(profile) if profile else None)
     if keys is not None:  # static keys: no need to ask the instance's metadata service
         options.update({"AWS_ACCESS_KEY_ID": keys[0], "AWS_SECRET_ACCESS_KEY": keys[1],
                         "AWS_EC2_METADATA_DISABLED": "true"})

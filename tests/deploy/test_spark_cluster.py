@@ -28,8 +28,10 @@ PIPELINE = get_pipeline("demo")
 # .venv's .pth that maps them to this checkout), then imports them twice: without the shipped zip on its path
 # (must fail), and with it (must load from the zip in the executor's own folder).
 _PROBE = textwrap.dedent("""
-    import json, sys
+    import json, os, sys
     from switchyard.deploy.spark import build_spark
+    NAMES = ("SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    before = {name: os.environ.get(name) for name in NAMES}
 
     def probe(_):
         import importlib, os, sys, time
@@ -52,12 +54,14 @@ _PROBE = textwrap.dedent("""
         time.sleep(0.5)  # keep each executor busy long enough for the other to take tasks too
         yield {"cwd": os.getcwd(), "shipped": shipped, "without_zip": without_zip,
                "pipelines": os.path.abspath(pipelines.__file__), "aggregation": os.path.abspath(aggregation.__file__),
-               "demo_key": pipelines.get_pipeline("demo").key}
+               "demo_key": pipelines.get_pipeline("demo").key, "python": sys.executable}
 
     spark = build_spark("switchyard-probe", extra_conf={"spark.scheduler.minRegisteredResourcesRatio": "1.0",
                                                         "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s"})
     found = spark.sparkContext.parallelize(range(8), 8).mapPartitions(probe).collect()
-    print(json.dumps({"tasks": found, "driver_path": sys.path}))
+    after = {name: os.environ.get(name) for name in NAMES}
+    print(json.dumps({"tasks": found, "driver_path": sys.path, "environment": [before, after],
+                      "python": sys.executable}))
     spark.stop()
 """)
 
@@ -78,6 +82,9 @@ def test_executors_run_the_shipped_code_not_the_checkout(spark_cluster):
         assert task["pipelines"] == f"{zip_in_cwd}/switchyard/state_handoff/pipelines/__init__.py", task
         assert task["aggregation"] == f"{zip_in_cwd}/switchyard/jobs/aggregation.py", task
         assert task["demo_key"] == PIPELINE.key
+        assert task["python"] == report["python"], "the workers run the driver's interpreter"
+    before, after = report["environment"]
+    assert after == before, "a session built leaves the process's environment as it was"
     assert not any("/switchyard-" in p for p in report["driver_path"]), "the driver imports from its checkout"
 
 

@@ -170,31 +170,49 @@ def test_the_factory_refuses_what_cannot_be_deployed_in_one_line():
 
 
 def test_a_kafka_secret_given_as_an_env_var_reaches_the_runs_clients(monkeypatch):
-    """A team names its own variable for the SASL password (`dg.EnvVar`): the run's Kafka clients (and the stream
-    process it starts, which inherits the run's environment) use it; nothing but its name is configured."""
+    """A team names its own variable for the SASL password (`dg.EnvVar`): the run's Kafka clients and object store
+    (and the stream process it starts, handed `settings.overrides()`) use it; nothing but its name is configured,
+    and nothing is written into the process's environment: after the run, nothing of it is left."""
     for name in ("SECURITY_PROTOCOL", "SASL_MECHANISM", "SASL_USERNAME", "SASL_PASSWORD", "SSL_CAFILE"):
         monkeypatch.setenv(f"SWITCHYARD_KAFKA_{name}", "")  # restored after the test; empty is unset
     monkeypatch.setenv("TEAM_KAFKA_PASSWORD", "s3cret-from-the-team")
     seen = {}
 
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TEAM_S3_SECRET", "team-s3-secret")
+
     @dg.asset
-    def probe(kafka: KafkaResource) -> None:
+    def probe(kafka: KafkaResource, warehouse: WarehouseResource) -> None:
+        from switchyard.state_handoff import settings
+        from switchyard.state_handoff.io import storage
         from switchyard.state_handoff.io.kafka_security import from_env
 
-        seen["security"] = from_env()
+        seen["security"], seen["s3"] = from_env(), storage.s3_credentials()
+        seen["environ"] = {k: v for k, v in os.environ.items() if "s3cret" in v or v == "team-s3-secret"}
+        seen["child"] = settings.overrides()
 
     kafka = KafkaResource(bootstrap="127.0.0.1:9", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
                           sasl_username="team", sasl_password=dg.EnvVar("TEAM_KAFKA_PASSWORD"))
-    assert dg.materialize([probe], resources={"kafka": kafka}).success
+    warehouse = WarehouseResource(warehouse="/tmp/unused", aws_access_key_id="team-key",
+                                  aws_secret_access_key=dg.EnvVar("TEAM_S3_SECRET"))
+    assert dg.materialize([probe], resources={"kafka": kafka, "warehouse": warehouse}).success
     assert (seen["security"].protocol, seen["security"].username, seen["security"].password) == (
         "SASL_PLAINTEXT", "team", "s3cret-from-the-team")
+    assert seen["s3"] == ("team-key", "team-s3-secret", None)
+    assert seen["environ"] == {"TEAM_KAFKA_PASSWORD": "s3cret-from-the-team", "TEAM_S3_SECRET": "team-s3-secret"}, \
+        "only the team's own variables hold the secrets: none was copied into the process's environment"
+    assert seen["child"]["SWITCHYARD_KAFKA_SASL_PASSWORD"] == "s3cret-from-the-team", "the stream process is handed it"
     assert "s3cret" not in repr(kafka._get_non_default_public_field_values()), "the configuration names the variable"
+    from switchyard.state_handoff.io import storage
+    from switchyard.state_handoff.io.kafka_security import from_env
+    assert from_env().protocol == "PLAINTEXT" and storage.s3_credentials() is None, "the run's settings left with it"
 
     seen.clear()
     monkeypatch.setenv("SWITCHYARD_KAFKA_SASL_USERNAME", "")
     monkeypatch.setenv("SWITCHYARD_KAFKA_SASL_PASSWORD", "")
     incomplete = KafkaResource(bootstrap="127.0.0.1:9", security_protocol="SASL_SSL", sasl_mechanism="PLAIN")
-    failed = dg.materialize([probe], resources={"kafka": incomplete}, raise_on_error=False)
+    failed = dg.materialize([probe], resources={"kafka": incomplete, "warehouse": warehouse}, raise_on_error=False)
     assert not failed.success and seen == {}, "refused before the step ran"
     init = next(e for e in failed.all_events if e.event_type_value == "RESOURCE_INIT_FAILURE")
     assert "SWITCHYARD_KAFKA_SECURITY_PROTOCOL=SASL_SSL needs SWITCHYARD_KAFKA_SASL_USERNAME, " \

@@ -25,13 +25,11 @@ def objectstore(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         for name, value in handle.env.items():
             patch.setenv(name, value)
-        storage.s3_credentials.cache_clear()
         server.start(handle.store)
         try:
             yield handle
         finally:
             server.stop(handle.store)
-            storage.s3_credentials.cache_clear()
 
 
 class _Handle:
