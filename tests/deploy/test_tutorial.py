@@ -1,6 +1,8 @@
 """docs/your-own-pipeline.md followed literally in a scratch folder outside the checkout: every file block written
-where its first line says, every shell block run in order; then the pipeline's state, windows and dead letters are
-checked against the oracle, and its Dagster definitions as `dg` listed them."""
+where its first line says, every shell block run in order, starting from `python3 -m venv` and `pip install` of the
+wheel built from this checkout (its dependencies held to constraints.txt, its jars resolved into a user cache of its
+own); then the pipeline's state, windows and dead letters are checked against the oracle, and its Dagster
+definitions as `dg` listed them."""
 
 from __future__ import annotations
 
@@ -18,11 +20,11 @@ from deltalake import DeltaTable
 
 from switchyard.deploy.paths import PROJECT_ROOT
 from tests.support import oracle
+from tests.support.wheel import build_wheel
 
 DOC = PROJECT_ROOT / "docs" / "your-own-pipeline.md"
 BLOCK = re.compile(r"^```(\w+)\n(.*?)^```$", re.S | re.M)
 FILE = re.compile(r"^# (my-pipelines/\S+)$")
-BIN = Path(sys.executable).parent
 CWD = "tutorial-block-ended-in:"
 
 
@@ -32,34 +34,42 @@ def tutorial_blocks() -> list[tuple[str, str]]:
     return BLOCK.findall(text)
 
 
-def _uninstall() -> None:
-    subprocess.run([str(BIN / "pip"), "uninstall", "--quiet", "--yes", "my-pipelines"], capture_output=True)
-
-
 @pytest.fixture
 def scratch(tmp_path):
-    """An empty folder outside the checkout; the tutorial's package leaves switchyard's environment afterwards."""
-    _uninstall()  # a run killed before its teardown
+    """An empty folder outside the checkout."""
     folder = tmp_path / "scratch"
     folder.mkdir()
-    try:
-        yield folder
-    finally:
-        _uninstall()
+    return folder
+
+
+def _shell_env(scratch: Path, wheel: Path, bootstrap: str) -> dict[str, str]:
+    """A user's shell: the project's venv (once made) first on PATH, then a `python3` that is a plain interpreter;
+    nothing of switchyard's checkout or settings, a user cache of its own."""
+    shim = scratch / "shim"
+    shim.mkdir()
+    (shim / "python3").symlink_to(Path(sys._base_executable).resolve())
+    venv_bin = scratch / "my-pipelines" / ".venv" / "bin"
+    checkout_bin = str(Path(sys.executable).parent)
+    path = [p for p in os.environ["PATH"].split(os.pathsep) if p != checkout_bin]
+    keep = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHYARD_", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
+    return {**keep, "PATH": os.pathsep.join([str(venv_bin), str(shim), *path]), "VIRTUAL_ENV": str(venv_bin.parent),
+            "SWITCHYARD_SOURCE": str(wheel), "PIP_CONSTRAINT": str(PROJECT_ROOT / "constraints.txt"),
+            "XDG_CACHE_HOME": str(scratch / "cache"), "SWITCHYARD_WAREHOUSE": str(scratch / "warehouse"),
+            "SWITCHYARD_BOOTSTRAP": bootstrap, "SWITCHYARD_SPARK_PROFILE": "test",
+            "DAGSTER_HOME": str(scratch / "dagster_home")}
 
 
 def _state(path: str) -> dict[str, dict]:
     return {row["customer_id"]: row for row in DeltaTable(path).to_pyarrow_table().to_pylist()}
 
 
-@pytest.mark.timeout(1800)  # archive, backfill, handoff and stream: a JVM each
+@pytest.mark.timeout(1800)  # a venv and its install, archive, backfill, handoff and stream: a JVM each
 def test_the_tutorial_runs_from_a_scratch_project(scratch, bootstrap):
     blocks = tutorial_blocks()
-    assert sum(lang == "bash" for lang, _ in blocks) >= 4 and sum(bool(FILE.match(b.splitlines()[0])) for _, b in blocks) >= 6
+    assert sum(lang == "bash" for lang, _ in blocks) >= 5 and sum(bool(FILE.match(b.splitlines()[0])) for _, b in blocks) >= 6
+    assert "pip install" in blocks[0][1] and "venv" in blocks[0][1], "the tutorial starts from an install"
     warehouse = scratch / "warehouse"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(BIN.parent),
-           "SWITCHYARD_WAREHOUSE": str(warehouse), "SWITCHYARD_BOOTSTRAP": bootstrap,
-           "DAGSTER_HOME": str(scratch / "dagster_home"), "PYTHONPATH": ""}
+    env = _shell_env(scratch, build_wheel(scratch.parent / "wheel"), bootstrap)
     (scratch / "dagster_home").mkdir()
     cwd, transcript = scratch, []
     for lang, body in blocks:
@@ -79,6 +89,7 @@ def test_the_tutorial_runs_from_a_scratch_project(scratch, bootstrap):
     project = scratch / "my-pipelines"
     out = "\n".join(transcript)
     assert "orders  (key customer_id, windows of 1 day" in out, out
+    assert "resolving Delta, the Kafka connector and S3A from Maven Central into" in out, "the jars came by themselves"
 
     # its Dagster definitions, as `dg list defs --json` read them from the project
     listed = json.loads((project / "definitions.json").read_text())
@@ -88,11 +99,13 @@ def test_the_tutorial_runs_from_a_scratch_project(scratch, bootstrap):
                                     "stream")} == keys
     assert {j["name"] for j in listed["jobs"]} >= {"orders__backfill_then_stream", "orders__rebase_stream",
                                                    "orders__stop_stream"}
-    in_python = subprocess.run([sys.executable, "-c", "import dagster as dg; from my_pipelines.in_python import defs; "
-                                "dg.Definitions.validate_loadable(defs); "
+    python = str(project / ".venv" / "bin" / "python")
+    in_python = subprocess.run([python, "-c", "import dagster as dg, switchyard; from my_pipelines.in_python import defs; "
+                                "dg.Definitions.validate_loadable(defs); print(switchyard.__file__); "
                                 "print(sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()))"],
                                cwd=project, env=env, capture_output=True, text=True, timeout=300)
     assert in_python.returncode == 0 and "'orders/state'" in in_python.stdout, in_python.stderr[-3000:]
+    assert in_python.stdout.startswith(str(project / ".venv" / "lib")), "switchyard from the project's venv"
 
     # the state, windows and dead letters against plain Python over the topic
     records = oracle.read_topic(bootstrap, "orders")

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import venv
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +17,7 @@ from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables
 from tests.support.streams import QUIET, assert_matches_oracle, tail_events
+from tests.support.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,10 +27,7 @@ def installed(tmp_path_factory) -> Path:
     """The core wheel (no extras) in a fresh venv, its dependencies held to constraints.txt; the venv's bin/. (A
     later test adds the `dagster` extra.)"""
     where = tmp_path_factory.mktemp("wheel")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--wheel-dir", str(where / "dist"), str(ROOT)], capture_output=True, text=True, cwd=where)
-    assert built.returncode == 0, built.stderr[-3000:]
-    wheel = next((where / "dist").glob("switchyard-*.whl"))
+    wheel = build_wheel(where)
     venv.create(where / "venv", with_pip=True, symlinks=True)
     bin_dir = where / "venv" / "bin"
     done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
