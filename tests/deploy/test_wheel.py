@@ -1,11 +1,12 @@
-"""switchyard as a team installs it: the wheel built from this checkout, installed with its dependencies into a
-fresh virtual environment (no checkout on its path, no editable finder), used from an empty folder that holds
-top-level `jobs` and `deploy` packages of its own. Its first Spark session resolves the JVM jars into a fresh user
+"""switchyard as a team installs it: the wheel built from this checkout, installed with its dependencies at the
+lower ends of their ranges (constraints-lowest.txt) into a fresh virtual environment (no checkout on its path, no
+editable finder), used from an empty folder that holds top-level `jobs` and `deploy` packages of its own. Its first Spark session resolves the JVM jars into a fresh user
 cache; the switch it runs through the installed `switchyard` command is checked against the oracle."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import venv
 from datetime import datetime
@@ -20,18 +21,44 @@ from tests.support.streams import QUIET, assert_matches_oracle, tail_events
 from tests.support.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
+LOWEST = ROOT / "constraints-lowest.txt"
+
+
+def _lower_ends() -> dict[str, str]:
+    """Each range pyproject.toml declares (the core's, the dagster and dev extras'), as its lower end."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = [*project["dependencies"], *project["optional-dependencies"]["dagster"],
+                *project["optional-dependencies"]["dev"]]
+    ends = {}
+    for requirement in declared:
+        found = re.match(r"([A-Za-z0-9_.-]+)(\[[^]]*])?\s*>=\s*([^,;\s]+)", requirement)
+        if found:
+            ends[found.group(1).lower().replace("_", "-")] = found.group(3)
+    return ends
+
+
+def test_the_lowest_constraints_are_the_ranges_lower_ends():
+    pinned = dict(line.split("==") for line in LOWEST.read_text().splitlines() if line and not line.startswith("#"))
+    ends = _lower_ends()
+    assert "pyarrow" in ends and "dagster" in ends, ends
+    from packaging.version import Version
+
+    assert {name: Version(pinned.get(name, "0")) for name in ends} == {name: Version(v) for name, v in ends.items()}, \
+        "constraints-lowest.txt pins each lower end"
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
-    """The core wheel (no extras) in a fresh venv, its dependencies held to constraints.txt; the venv's bin/. (A
+    """The core wheel (no extras) in a fresh venv, its dependencies at their ranges' lower ends; the venv's bin/. (A
     later test adds the `dagster` extra.)"""
     where = tmp_path_factory.mktemp("wheel")
     wheel = build_wheel(where)
     venv.create(where / "venv", with_pip=True, symlinks=True)
     bin_dir = where / "venv" / "bin"
     done = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--constraint", str(ROOT / "constraints.txt"), str(wheel)],
+                           "--constraint", str(LOWEST), str(wheel)],
                           capture_output=True, text=True, cwd=where, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     return bin_dir
@@ -128,7 +155,7 @@ def test_a_teams_dg_project_loads_two_components_beside_its_own_spark_and_execut
 
     wheel = next((installed.parents[1] / "dist").glob("switchyard-*.whl"))
     done = subprocess.run([str(installed / "python"), "-m", "pip", "install", "--quiet", "--no-compile",
-                           "--constraint", str(ROOT / "constraints.txt"), f"switchyard[dagster] @ {wheel.as_uri()}",
+                           "--constraint", str(LOWEST), f"switchyard[dagster] @ {wheel.as_uri()}",
                            "dagster-dg-cli"], capture_output=True, text=True, cwd=project, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     team = _dg_project(tmp_path / "team", tmp_path / "warehouses")
