@@ -220,6 +220,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_POM", "deploy/pom.xml", "the Maven project setup fetches jars with", CHECKOUT_PATH),
     Setting("SWITCHYARD_OBJECTSTORE_HEAP", "1g", "the local object store's JVM heap (it holds every object)",
             MEMORY),
+    Setting("SWITCHYARD_LOG_FORMAT", "text", "the command line's log lines: `text` (the message alone) or `json` "
+            "(one object per line); `--log-format` over it", _one_of("text", "json")),
 )
 
 BY_NAME = {setting.name: setting for setting in SETTINGS}
@@ -324,6 +326,7 @@ class Settings:
     spark_jars: str
     pom: Path
     objectstore_heap: str
+    log_format: str
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

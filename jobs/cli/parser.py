@@ -1,17 +1,23 @@
 """The `switchyard` parser, the options every command shares, and the edge where a UserError or Failed becomes
-one line on stderr and an exit code instead of a traceback."""
+one line on stderr and an exit code instead of a traceback; the command's log (jobs/log.py) configured around it."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import platform
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
+from switchyard.jobs import log
 from switchyard.jobs.cli import developer, inputs, observe, pipeline, services
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import Failed, UserError
+
+LOG_FORMAT_ENV = "SWITCHYARD_LOG_FORMAT"
+logger = logging.getLogger(__name__)
 
 
 def common_options(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +51,16 @@ def _version() -> str:
         return "unknown"
 
 
+def log_options(parser: argparse.ArgumentParser) -> None:
+    """-v, -q and --log-format: the command's log lines (jobs/log.py), given before the command's name."""
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument("-v", "--verbose", action="store_true", help="also the debug lines")
+    level.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors (results still print)")
+    parser.add_argument("--log-format", choices=log.FORMATS, default=None,
+                        help=f"log lines as text (the message alone) or JSON lines (env {LOG_FORMAT_ENV}, default "
+                             f"{settings.BY_NAME[LOG_FORMAT_ENV].default})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="switchyard", description="Batch-then-stream keyed aggregation: archive and backfill a topic's history "
@@ -52,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Local servers, demo producers and the smoke check: `switchyard dev --help`. Benchmarks: "
                "`python -m benchmarks --help`.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    log_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     pipeline.add_pipeline_commands(commands, common_options, spark_conf_option)
     observe.add_service_commands(commands, common_options)
@@ -102,19 +119,28 @@ def run_reporting_errors(name: str, handler: Callable[[], int]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    name = command_name(args)
 
     def run() -> int:
-        if args.command != "config":  # config shows the settings as given, bad ones too
-            settings.Settings.from_env()  # a bad setting stops the command here, before any work
-        if hasattr(args, "spark_conf"):  # a command that runs Spark
-            from switchyard.deploy.spark import check_classic
-
-            check_classic()
-        return args.handler(args)
-
-    try:
-        return run_reporting_errors(command_name(args), run)
-    finally:
         from switchyard.jobs.progress import stop_reporting
 
-        stop_reporting()  # the command's progress lines end with it, in a process that lives on
+        # an unset --log-format reads the setting here, inside the edge: a bad value is one line, not a traceback
+        log_format = args.log_format or settings.value(LOG_FORMAT_ENV)
+        pipeline_name = getattr(args, "pipeline", None)
+        with log.configured(log.level_of(args.verbose, args.quiet), log_format, command=name,
+                            pipeline=pipeline_name if isinstance(pipeline_name, str) else None):
+            try:
+                logger.debug(f"{name}: switchyard {_version()}, Python {platform.python_version()}, "
+                             f"{sys.executable}")
+                if args.command != "config":  # config shows the settings as given, bad ones too
+                    in_effect = settings.Settings.from_env()  # a bad setting stops the command here, before any work
+                    logger.debug(f"{name}: {in_effect!r}")
+                if hasattr(args, "spark_conf"):  # a command that runs Spark
+                    from switchyard.deploy.spark import check_classic
+
+                    check_classic()
+                return args.handler(args)
+            finally:
+                stop_reporting()  # the command's progress lines end with it, in a process that lives on
+
+    return run_reporting_errors(name, run)

@@ -101,6 +101,7 @@ BAD = [
     ("SWITCHYARD_FIRST_DAY", "1 Dec 2025", "SWITCHYARD_FIRST_DAY must be a day as YYYY-MM-DD, not '1 Dec 2025'"),
     ("SWITCHYARD_FAULT", "stream.nowhere", "SWITCHYARD_FAULT must be `point[:n]`"),
     ("SWITCHYARD_FAULT", "stream.after_seed:0", "not 'stream.after_seed:0'"),
+    ("SWITCHYARD_LOG_FORMAT", "yaml", "SWITCHYARD_LOG_FORMAT must be one of text or json, not 'yaml'"),
 ]
 
 # Numbers out of any range a setting can hold: each refused in one line that names the range.
