@@ -180,6 +180,9 @@ def _handoff(context: dg.AssetExecutionContext, scope: Scope, spark: SparkResour
 def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfig, spark: SparkResource,
             kafka: KafkaResource, warehouse: WarehouseResource):
     tables = scope.tables(warehouse)
+    if scope.deployment.served:
+        yield _served_stream(context, scope, tables)
+        return
     if config.until_caught_up and config.for_seconds is not None:
         raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)
     with user_errors_as_failures():
@@ -206,6 +209,22 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
         "stopped_because": final.get("reason", ""),
         "offsets_behind": sum(int(v) for v in behind.values()),
         "offsets_behind_per_partition": dg.MetadataValue.json(behind),
+    })
+
+
+def _served_stream(context: dg.AssetExecutionContext, scope: Scope, tables) -> dg.MaterializeResult:
+    """A served pipeline's stream: asked of `switchyard serve`, which runs it; the run ends once it runs."""
+    from switchyard.jobs.start import start_served
+
+    with user_errors_as_failures():
+        started = start_served(tables, f"dagster {scope.name('stream')}", out=context.log.info)
+    latest = handoff_log.entries(None, tables)[-1]
+    return dg.MaterializeResult(metadata={
+        "handoff_id": latest.handoff_id,
+        "phase": str(latest.status),
+        "served": True,
+        "started_now": started is not None,
+        "still_running": True,
     })
 
 

@@ -27,6 +27,7 @@ class PipelineModel(dg.Model):
     backfill_cron: str = DEFAULT_BACKFILL_CRON
     schedule_running: bool = False
     sensor_running: bool = True
+    served: bool = False  # its stream lives under `switchyard serve`; Dagster asks the service for it
 
 
 class SwitchyardComponent(dg.Component, dg.Model, dg.Resolvable):

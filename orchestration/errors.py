@@ -1,10 +1,10 @@
-"""Mistakes a user can fix surface in Dagster as one-line failures, not tracebacks."""
+"""Mistakes a user can fix, and failures switchyard names, surface in Dagster as one-line failures, not tracebacks."""
 
 from contextlib import contextmanager
 
 import dagster as dg
 
-from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.errors import Failed, UserError
 
 
 @contextmanager
@@ -13,3 +13,5 @@ def user_errors_as_failures():
         yield
     except UserError as err:
         raise dg.Failure(description=str(err), allow_retries=False) from None
+    except Failed as err:  # not the user's to fix: a retry may do
+        raise dg.Failure(description=str(err)) from err

@@ -1,5 +1,7 @@
 """A pipeline's jobs over its asset graph (the whole chain; the backfill of days alone, what the schedule runs) and
-the jobs that steer its live stream from the UI: rebase it at a cut, stop it."""
+the jobs that steer its live stream from the UI: start it under `switchyard serve`, rebase it at a cut, stop it.
+Each steering job appends a request to the pipeline's handoff log, which the stream (or the service) reads
+wherever it runs."""
 
 from typing import TYPE_CHECKING
 
@@ -65,6 +67,22 @@ def _stop(context: dg.OpExecutionContext, scope: Scope, warehouse: WarehouseReso
                                      "handoff log and the stream's process.log)", allow_retries=False)
 
 
+class StartConfig(dg.Config):
+    """timeout_s: how long to wait for `switchyard serve` to start the stream."""
+
+    timeout_s: float = 300.0
+
+
+def _start(context: dg.OpExecutionContext, scope: Scope, config: StartConfig, warehouse: WarehouseResource) -> None:
+    from switchyard.jobs.start import start_served
+
+    tables = scope.tables(warehouse)
+    seq = _last_seq(tables)
+    with user_errors_as_failures():
+        start_served(tables, f"dagster {scope.name('start_stream')}", config.timeout_s, out=context.log.info)
+    _observe_since(context, scope, tables, seq)
+
+
 # switchyard's jobs run in one process, so that every step shares the run's one SparkSession (a JVM per step costs
 # minutes on a small machine); the code location's default executor is the project's to choose.
 ONE_PROCESS = dg.in_process_executor
@@ -96,6 +114,18 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
         drains its queries and logs STOPPED)."""
         _stop(context, scope, switchyard_warehouse)
 
+    @dg.op(name=scope.name("start_the_stream"))
+    def start_the_stream(context: dg.OpExecutionContext, config: StartConfig,
+                         switchyard_warehouse: WarehouseResource) -> None:
+        """Ask `switchyard serve` to run the pipeline's stream (a START_REQUESTED in its handoff log: it lifts a stop
+        request or a hold-down) and wait until it runs; the run ends, the stream lives on under the service."""
+        _start(context, scope, config, switchyard_warehouse)
+
+    @dg.job(name=scope.name("start_stream"), executor_def=ONE_PROCESS,
+            description=f"Pipeline {scope.pipeline}: ask the service (`switchyard serve`) to run the stream.")
+    def start_stream():
+        start_the_stream()
+
     @dg.job(name=scope.name("rebase_stream"), executor_def=ONE_PROCESS,
             description=f"Pipeline {scope.pipeline}: rebase the live stream at a cut now (stream -> backlog -> "
                         "stream, reconciled).")
@@ -107,4 +137,5 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
     def stop_stream():
         stop_the_stream()
 
-    return dg.Definitions(jobs=[backfill_then_stream, backfill_days, rebase_stream, stop_stream]), backfill_days
+    return (dg.Definitions(jobs=[backfill_then_stream, backfill_days, start_stream, rebase_stream, stop_stream]),
+            backfill_days)

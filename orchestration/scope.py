@@ -56,7 +56,9 @@ class PipelineDeployment:
     backfills the day that just ended (UTC); schedule_running, sensor_running: whether the schedule and the `stream_health`
     sensor start running as the code location loads; warehouse, bootstrap: where this pipeline's tables live and
     its Kafka cluster, when not the `switchyard_warehouse` and `switchyard_kafka` resources' (so deployments of
-    several warehouses or clusters share one set of resources).
+    several warehouses or clusters share one set of resources); served: its stream lives under `switchyard serve`,
+    so the `stream` asset and the `start_stream` job ask the service for it (a START_REQUESTED) and end once it
+    runs, and no Dagster run owns a stream process (unset: a run launches the stream as its child, as on a laptop).
     """
 
     pipeline: str | Pipeline
@@ -66,6 +68,7 @@ class PipelineDeployment:
     sensor_running: bool = True
     warehouse: str | None = None
     bootstrap: str | None = None
+    served: bool = False
 
     def __post_init__(self):
         try:

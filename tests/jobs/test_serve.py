@@ -1,6 +1,7 @@
 """`switchyard serve`: the decisions over a given clock, without Spark; then a real service over a handed-off
 pipeline, scraped by a real Prometheus server: its stream SIGKILLed is started again, a burst's lag rises and falls
-in Prometheus, a stop request keeps it stopped until `switchyard start`, a rebase shows in its phase and count,
+in Prometheus, Dagster's stop job keeps it stopped until a Dagster run asks for the stream (the run ends, the stream
+lives on under the service), a rebase shows in its phase and count,
 SIGTERM stops it cleanly, and the tables end equal to plain Python over every record."""
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ import sys
 import time
 from datetime import datetime
 
+import dagster as dg
+
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.serve import Restarts, wanted
+from switchyard.orchestration.factory import switchyard_definitions
+from switchyard.orchestration.scope import PipelineDeployment
 from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.lifecycle import Phase, Status
 from switchyard.state_handoff.io.kafka_io import produce
@@ -55,6 +60,29 @@ def test_what_keeps_a_stream_from_starting(tmp_path):
     assert wanted(handoff_log.entries(None, tables), None, held_down_at_seq=start.seq) is None
 
 
+def test_the_shipped_unit_and_image_run_serve_with_arguments_it_takes():
+    """The systemd unit's ExecStart and the image's ENTRYPOINT and CMD are `switchyard serve` command lines its
+    parser takes (the image itself is built where a container runtime is: none runs here)."""
+    import json
+    import shlex
+
+    from switchyard.deploy.paths import PROJECT_ROOT
+    from switchyard.jobs.cli.parser import build_parser
+
+    folder = PROJECT_ROOT / "deploy" / "service"
+    unit = (folder / "switchyard-serve@.service").read_text()
+    exec_start = next(line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("ExecStart="))
+    words = shlex.split(exec_start.replace("$SWITCHYARD_PIPELINES", "--pipeline orders --pipeline clicks"))
+    assert words[0].endswith("/bin/switchyard")
+    image = (folder / "Containerfile").read_text()
+    entry, cmd = (json.loads(next(line.split(" ", 1)[1] for line in image.splitlines() if line.startswith(word)))
+                  for word in ("ENTRYPOINT ", "CMD "))
+    assert entry[0] == "switchyard" and all((PROJECT_ROOT / name).is_file() for name in ("constraints.txt",))
+    for argv in (words[1:], entry[1:] + cmd):
+        args = build_parser().parse_args(argv)
+        assert args.command == "serve" and args.metrics_address == "0.0.0.0" and args.metrics_port == 9464, argv
+
+
 def _starts(tables: Tables) -> int:
     return sum(e.status == Status.STREAM_STARTED for e in handoff_log.entries(None, tables))
 
@@ -92,15 +120,25 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         assert metrics[("switchyard_serve_stream_running", ("pipeline", "demo"))] == 1
         assert metrics[("switchyard_stream_running", ("pipeline", "demo"))] == 1
 
-        code, out = cli_here(tables, bootstrap, "stop")
-        assert code == 0 and "STOPPED at" in out, out
+        # Dagster steers the served stream: its stop job drains it, the service leaves it stopped; the run that
+        # asks for the stream (the `stream` asset of a served deployment) ends once the service runs it again
+        defs = switchyard_definitions([PipelineDeployment("demo", first_day="2026-01-01", served=True,
+                                                          warehouse=tables.warehouse, bootstrap=bootstrap)])
+        stopped = defs.resolve_job_def("demo__stop_stream").execute_in_process()
+        assert stopped.success and handoff_log.entries(None, tables)[-1].status == Status.STOPPED
         time.sleep(4)  # the service looks every second: it leaves the stopped stream alone
         assert _starts(tables) == 2 and lease.owner(tables) is None, log.read_text()[-3000:]
         assert "not streaming: stopped by a stop request" in log.read_text()
-        code, out = cli_here(tables, bootstrap, "start")
-        assert code == 0 and "START_REQUESTED" in out, out
-        wait_until(lambda: _starts(tables) == 3 and lease.owner(tables) is not None, service, log,
-                   "the stream started on request")
+        stream_key = dg.AssetKey(["demo", "stream"])
+        asked = dg.materialize([defs.resolve_assets_def(stream_key)], selection=[stream_key])
+        assert asked.success, "the run that asked for the stream ended"
+        metadata = asked.asset_materializations_for_node("demo__stream")[0].metadata
+        assert metadata["served"].value is True and metadata["started_now"].value is True, metadata
+        stream = lease.owner(tables)
+        assert _starts(tables) == 3 and stream is not None and stream.command == lease.STREAM
+        time.sleep(3)
+        assert lease.owner(tables).owner_pid == stream.owner_pid, "the stream lives on after the Dagster run"
+        assert service.poll() is None
         wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
                    and handoff_log.entries(None, tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
 

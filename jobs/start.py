@@ -1,0 +1,50 @@
+"""Starting a served stream from anywhere: a START_REQUESTED entry in the pipeline's handoff log, which `switchyard
+serve` reads wherever it runs, then a wait for the stream it starts. What asks (Dagster's `start_stream` job and a
+served pipeline's `stream` asset) ends once the stream runs; the stream lives on under the service."""
+
+from __future__ import annotations
+
+import time
+
+from switchyard.jobs.serve import request_start
+from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.errors import Failed, UserError
+from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.tables import Tables
+
+
+def _streaming(tables: Tables) -> lease.Owner | None:
+    owner = lease.owner(tables)
+    return owner if owner is not None and owner.command == lease.STREAM else None
+
+
+def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0, out=print) -> handoff_log.LogEntry | None:
+    """Ask the service that serves the pipeline to run its stream, and wait until a stream runs: returns the
+    STREAM_STARTED entry of the stream it started, or None when one was running already."""
+    running = _streaming(tables)
+    if running is not None:
+        out(f"start {tables.pipeline}: already streaming ({running.describe(utc_now())})")
+        return None
+    try:
+        asked = request_start(tables, requested_by)
+    except UserError:
+        if _streaming(tables) is not None:  # the service started it in the meantime
+            return None
+        raise
+    out(f"start {tables.pipeline}: START_REQUESTED (seq {asked.seq}); waiting for `switchyard serve` to start it")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        since = [e for e in handoff_log.entries(None, tables) if e.seq > asked.seq]
+        started = [e for e in since if e.status == Status.STREAM_STARTED]
+        if started and _streaming(tables) is not None:
+            out(f"start {tables.pipeline}: the stream runs ({_streaming(tables).describe(utc_now())})")
+            return started[-1]
+        stopped = [e for e in since if e.status == Status.STOP_REQUESTED]
+        if stopped:
+            raise Failed(f"pipeline {tables.pipeline}: a stop request (seq {stopped[-1].seq}) came after the start "
+                         "request: not started")
+        time.sleep(1.0)
+    raise Failed(f"no stream of pipeline {tables.pipeline} started within {timeout_s:.0f}s of the start request "
+                 f"(seq {asked.seq}): is `switchyard serve --pipeline {tables.pipeline}` running against this "
+                 "warehouse? Its log says why a stream stays down")
