@@ -8,6 +8,7 @@ platform's Spark has Delta, the Kafka connector and S3A already."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -20,6 +21,8 @@ from xml.sax.saxutils import quoteattr
 from switchyard.deploy.paths import jar_dir, runtime_home
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 _VERSION_SUFFIX = re.compile(r"-\d[\w.\-]*\.jar$")
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -112,7 +115,7 @@ def _ivy_files(profiles: tuple[str, ...], cache: Path) -> tuple[str, str]:
     return ivy, ivysettings
 
 
-def resolve_spark_jars(out=print, replace: bool = False) -> list[Path]:
+def resolve_spark_jars(out=logger.info, replace: bool = False) -> list[Path]:
     """Resolve the Spark profiles' runtime closure into <home>/jars/resolved with the Ivy that pyspark ships; the
     jars. Jars another process resolved there meanwhile are kept unless `replace`."""
     import pyspark
@@ -154,11 +157,11 @@ def resolve_spark_jars(out=print, replace: bool = False) -> list[Path]:
     return jars
 
 
-def setup_jars(force: bool = False, out=print, classpath: bool = False) -> int:
+def setup_jars(force: bool = False, out=logger.info, classpath: bool = False) -> int:
     """`switchyard setup-jars`: the Spark jars resolved ahead of the first session (again with --force); with
     `classpath`, only their paths, comma-separated, as `spark-submit --jars` takes them (resolved first if need be)."""
     if classpath:
-        out(",".join(str(j) for j in spark_extra_jars()))
+        print(",".join(str(j) for j in spark_extra_jars()))  # the command's result, not a log line
         return 0
     if settings.value("SWITCHYARD_SPARK_JARS") == "provided":
         out("switchyard: SWITCHYARD_SPARK_JARS=provided: the platform's Spark has the jars; nothing to resolve")

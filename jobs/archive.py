@@ -6,11 +6,13 @@ run never removes as orphans the files another run is about to commit."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk,
                                                        orphan_files, read_record, record_uri, remove_files)
@@ -21,6 +23,8 @@ from switchyard.state_handoff.lease import Lease
 from switchyard.state_handoff.parsing import EPOCH, parse_events, within
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 
 def archive_cut(bootstrap: str, topic: str, fraction: float | None = None,
@@ -126,8 +130,8 @@ def prepare(pipeline: Pipeline, root: str, topic: str, cut: dict[int, tuple[int,
         lease.check()
     orphans = orphan_files(root)
     if orphans:
-        out(f"archive {pipeline.name}: removing {len(orphans)} file{'s' * (len(orphans) != 1)} an interrupted "
-            "archive run left uncommitted")
+        warnings_to(out)(f"archive {pipeline.name}: removing {len(orphans)} file{'s' * (len(orphans) != 1)} an "
+                         "interrupted archive run left uncommitted")
         remove_files(orphans)
     to_write, trimmed = plan_archive(pipeline.name, _by_partition(previous.get("cut", {})), cut)
     for line in trimmed:
@@ -136,7 +140,7 @@ def prepare(pipeline: Pipeline, root: str, topic: str, cut: dict[int, tuple[int,
 
 
 def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
-                cut: dict[int, tuple[int, int]], out=print, lease: Lease | None = None) -> str:
+                cut: dict[int, tuple[int, int]], out=logger.info, lease: Lease | None = None) -> str:
     """Grow the archive from its previous cut to `cut`'s ends; the metadata, written last, commits the new files.
     `lease`: the pipeline's lease this run holds, checked before it removes orphans and before it commits."""
     started = time.monotonic()

@@ -20,6 +20,7 @@ partition (the Connect files keep no Kafka timestamp to fall back on).
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from dataclasses import dataclass, replace
@@ -36,6 +37,8 @@ from switchyard.state_handoff.lease import Lease
 from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 NAME = re.compile(r"^(?P<topic>.+)\+(?P<partition>\d+)\+(?P<start>\d+)\.(?P<format>json|parquet)$")
 
@@ -156,7 +159,7 @@ def _dated(pipeline: Pipeline, records: DataFrame) -> DataFrame:
 
 
 def import_connect_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, path: str, bootstrap: str,
-                           topic: str | None = None, out=print, lease: Lease | None = None) -> str:
+                           topic: str | None = None, out=logger.info, lease: Lease | None = None) -> str:
     """Take in the Kafka Connect archive below `path` as the pipeline's archive, from its current cut on; the
     topic on `bootstrap` vouches for the offsets of each partition's last file."""
     started = time.monotonic()

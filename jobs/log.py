@@ -98,7 +98,14 @@ def configured(level: int = logging.INFO, log_format: str = "text", command: str
         root.propagate = saved[1]
 
 
-def warnings_to(out: Out, logger: logging.Logger) -> Out:
-    """Where a function that reports through `out` sends a warning: `logger.warning` when `out` is its default,
-    `logger.info`; else `out` itself, so a caller's collector (a test's list, Dagster's log) gets every line."""
-    return logger.warning if out == logger.info else out
+def logger_of(out: Out) -> logging.Logger | None:
+    """The logger whose `info` `out` is (a reporting function's default), else None (a caller's own collector)."""
+    owner = getattr(out, "__self__", None)
+    return owner if isinstance(owner, logging.Logger) and out == owner.info else None
+
+
+def warnings_to(out: Out) -> Out:
+    """Where a function that reports through `out` sends a warning: when `out` is a logger's `info` (the default),
+    that logger's `warning`; else `out` itself, so a caller's collector (a test's list) gets every line."""
+    owner = logger_of(out)
+    return owner.warning if owner is not None else out

@@ -5,6 +5,7 @@ Kafka's offsets. `switchyard metrics` serves them over HTTP for any number of pi
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,6 +15,8 @@ from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 
 from switchyard.state_handoff.lifecycle import Phase
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 PHASES = [phase.name for phase in Phase]
 
@@ -137,12 +140,12 @@ def _start_server(tables: list[Tables], bootstrap: str | None, port: int, addres
 
 @contextmanager
 def served(tables: list[Tables], bootstrap: str | None, port: int | None, address: str, who: str, also=()):
-    """The pipelines' metrics served while the block runs (nothing when `port` is None), their address printed."""
+    """The pipelines' metrics served while the block runs (nothing when `port` is None), their address logged."""
     if port is None:
         yield None
         return
     server, _ = _start_server(tables, bootstrap, port, address, also)
-    print(f"{who}: metrics at http://{address}:{server.server_port}/metrics", flush=True)
+    logger.info(f"{who}: metrics at http://{address}:{server.server_port}/metrics")
     try:
         yield server
     finally:

@@ -43,8 +43,8 @@ def stop_reporting() -> None:
 
 
 def report_progress(spark, out: Callable[[str], None], what: str, every: float = EVERY_SECONDS) -> threading.Event:
-    """Print progress lines from a daemon thread until the returned event is set, `stop_reporting` runs, or the
-    process ends."""
+    """Report progress lines through `out` (the command line's: its log) from a daemon thread until the returned
+    event is set, `stop_reporting` runs, or the process ends."""
     tracker = spark.sparkContext.statusTracker()
     stop = threading.Event()
     _reporting.append(stop)

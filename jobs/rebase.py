@@ -28,6 +28,7 @@ layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkp
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -40,6 +41,7 @@ from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, com
                                       retained_or_archived_range)
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase_requests import open_request, request_rebase, wait_for_rebase
 from switchyard.jobs.sinks import EventsSink, mark_overlap
@@ -57,6 +59,8 @@ from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 CUT = "cut"
 
@@ -172,7 +176,7 @@ def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, b
 
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                  paths: StreamPaths, cut: Cut, request: dict, out=print) -> Handoff:
+                  paths: StreamPaths, cut: Cut, request: dict, out=logger.info) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
 
@@ -200,9 +204,9 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
-                                "accepted_differences": bool(request.get("accept_differences"))},
-                       before_replace=gate)
-        commit_state(spark, pipeline, tables, _tiles_or_new(tiles_run), out=out, at_cut=at_cut)
+                                "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate)
+        commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
+                     at_cut=at_cut)
         reconciliation = at_cut.reconciliation
         committed = handoff_log.details(_committed_backfill_for(tables, request["request_id"]))
         if not committed["complete"]:
@@ -214,9 +218,9 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         reconciliation = handoff_log.details(backfill)["at_cut"]["reconciliation"]
     backfill = _committed_backfill_for(tables, request["request_id"])
     if reconciliation["keys_different"]:
-        out(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
-            f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed state; "
-            f"{described(reconciliation)}")
+        warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
+                         f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
+                         f"state; {described(reconciliation)}")
     else:
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
             f"({reconciliation['keys_recomputed']} keys)")
@@ -244,10 +248,6 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     return ordered[0], ordered[-1]
 
 
-def _tiles_or_new(tiles_run: BackfillResult) -> BackfillResult | None:
-    return tiles_run if tiles_run.handoff_id is not None else None
-
-
 def _committed_backfill_for(tables: Tables, request_id: str):
     for entry in reversed(handoff_log.entries(None, tables)):
         if entry.status == Status.BACKFILL_COMMITTED and \
@@ -257,7 +257,7 @@ def _committed_backfill_for(tables: Tables, request_id: str):
 
 
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-               request: dict, out=print, checked: bool = False) -> Handoff:
+               request: dict, out=logger.info, checked: bool = False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
     pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
     `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran. The archive's lease is
@@ -315,7 +315,7 @@ def killed_stream(tables: Tables) -> str | None:
 def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
                     session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
                     no_rebase: bool = False, accept_differences: bool = False, finish_stream=None,
-                    out=print) -> Handoff:
+                    out=logger.info) -> Handoff:
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
     (`session` builds the SparkSession only then). A stream killed without a stop is first streamed until caught
@@ -339,14 +339,14 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
             raise UserError(f"the stream of handoff {killed} ended without a stop, maybe before `state` applied "
                             f"every update it sent: run `switchyard stream --pipeline {pipeline.name} "
                             f"--until-caught-up` first, then {reason} again")
-        out(f"{reason} {pipeline.name}: the stream of handoff {killed} ended without a stop; streaming until caught "
-            "up first, so that `state` holds every update it sent")
+        warnings_to(out)(f"{reason} {pipeline.name}: the stream of handoff {killed} ended without a stop; streaming "
+                         "until caught up first, so that `state` holds every update it sent")
         try:
             finish_stream(session())
         except Exception as err:  # noqa: BLE001 - a stream that cannot run (Kafka's retention passed it) is what a
             # rebase is the way out of: it goes on, and its reconciliation names any key the stream left unsettled
-            out(f"{reason} {pipeline.name}: the stream did not catch up ({str(err).splitlines()[0][:300]}); "
-                "rebasing from where it stands")
+            warnings_to(out)(f"{reason} {pipeline.name}: the stream did not catch up "
+                             f"({str(err).splitlines()[0][:300]}); rebasing from where it stands")
     with lease.hold(tables, requested_by):
         spark = session()
         request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
@@ -365,7 +365,7 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     return new
 
 
-def abandon_rebase(tables: Tables, requested_by: str, out=print) -> None:
+def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
     """Give up the open rebase request (`switchyard rebase --abandon`): one paused by a rebase that then failed or
     died, while the paused stream can still resume from its checkpoint (REBASE_ABANDONED; the next `stream` resumes
     the paused handoff with its streamed state), or one not yet paused (REBASE_REFUSED). Refused in one line when no

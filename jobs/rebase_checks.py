@@ -4,6 +4,7 @@ streams on (jobs/rebase.py runs the rest)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import ExitStack
 
@@ -17,6 +18,8 @@ from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 
 class RebaseRefused(UserError):
@@ -67,7 +70,7 @@ def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> 
     raise RebaseRefused(reason) from None
 
 
-def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=print) -> ExitStack:
+def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=logger.info) -> ExitStack:
     """The archive's own lease, taken before the pause and held until the handoff at the cut, so that the archive's
     record the rebase reads at several steps (the days to tile, the archive's cut, the commit's accounting) is one
     record: an `archive` run meanwhile is refused, naming the rebase. An archive run holding it refuses a request

@@ -4,6 +4,7 @@ its pause, a REBASE_REFUSED (jobs/rebase.py runs it)."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
@@ -12,6 +13,8 @@ from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 
 def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
@@ -61,7 +64,7 @@ def open_request(tables: Tables, entries: list | None = None) -> dict | None:
     return None
 
 
-def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=print) -> Handoff:
+def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=logger.info) -> Handoff:
     """Until the rebase asked for is SWITCHED (its new handoff's first batch committed); FAILED ends it."""
     deadline = time.monotonic() + timeout_s
     shown: set[int] = set()

@@ -17,6 +17,7 @@ without Spark.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -28,9 +29,12 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from switchyard.jobs.log import logger_of
 from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 POLL_S = 1.0
 
@@ -93,15 +97,20 @@ class Service:
     """The streams of `pipelines`, each `switchyard stream ARGS` in a process group of its own."""
 
     def __init__(self, tables: list[Tables], bootstrap: str, stream_args: list[str], restarts: Callable[[], Restarts],
-                 out=print):
+                 out=logger.info):
         self.served = [Served(t, restarts()) for t in tables]
         self.bootstrap, self.stream_args, self.out = bootstrap, stream_args, out
         self.stopping = threading.Event()
         self._out_lock = threading.Lock()
 
-    def say(self, line: str) -> None:
+    def say(self, line: str, level: int = logging.INFO, pipeline: str | None = None) -> None:
+        """A line through `out`; when `out` is a logger's (the default), at `level`, a JSON line naming `pipeline`."""
         with self._out_lock:
-            self.out(line)
+            owner = logger_of(self.out)
+            if owner is None:
+                self.out(line)
+            else:
+                owner.log(level, line, extra={"pipeline": pipeline})
 
     def run(self) -> None:
         """Until `stop()`: start, watch and restart the streams; then stop them cleanly."""
@@ -110,7 +119,7 @@ class Service:
                 try:
                     self._look_after(one)
                 except Exception as err:  # the warehouse or Kafka unreachable a moment: the next look tries again
-                    self.say(f"serve {one.name}: could not look at the pipeline: {err}")
+                    self.say(f"serve {one.name}: could not look at the pipeline: {err}", logging.WARNING, one.name)
             self.stopping.wait(POLL_S)
         for one in self.served:
             if one.child is not None and one.child.poll() is None:
@@ -118,7 +127,7 @@ class Service:
         for one in self.served:
             if one.child is not None:
                 one.child.wait()
-                self.say(f"serve {one.name}: the stream stopped (exit {one.child.returncode})")
+                self.say(f"serve {one.name}: the stream stopped (exit {one.child.returncode})", pipeline=one.name)
 
     def stop(self) -> None:
         self.stopping.set()
@@ -137,7 +146,7 @@ class Service:
         why = wanted(entries, lease.owner(one.tables), one.held_down_at_seq)
         if why is not None:
             if why != one.why_down:
-                self.say(f"serve {one.name}: not streaming: {why}")
+                self.say(f"serve {one.name}: not streaming: {why}", pipeline=one.name)
             one.why_down = why
             return
         if one.held_down_at_seq is not None:  # lifted by a start request: its failures are forgiven
@@ -147,30 +156,34 @@ class Service:
 
     def _ended(self, one: Served, code: int, now: float) -> None:
         if code == 0:
-            self.say(f"serve {one.name}: the stream ended cleanly")
+            self.say(f"serve {one.name}: the stream ended cleanly", pipeline=one.name)
             one.next_start = now + one.restarts.first_s
             return
         seq = max((e.seq for e in handoff_log.entries(None, one.tables)), default=-1)
         if code == 2:
             one.held_down_at_seq = seq
-            self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}")
+            self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}", logging.ERROR,
+                     one.name)
             return
         wait = one.restarts.failed(now)
         if wait is None:
             one.held_down_at_seq = seq
             self.say(f"serve {one.name}: the stream failed {len(one.restarts.failures)} times within "
-                     f"{one.restarts.window_s:.0f}s, held down (last exit {code}): {one.last_line}")
+                     f"{one.restarts.window_s:.0f}s, held down (last exit {code}): {one.last_line}", logging.ERROR,
+                     one.name)
             return
         one.next_start = now + wait
-        self.say(f"serve {one.name}: the stream failed (exit {code}); starting it again in {wait:.0f}s")
+        self.say(f"serve {one.name}: the stream failed (exit {code}); starting it again in {wait:.0f}s",
+                 logging.WARNING, one.name)
 
     def _start(self, one: Served) -> None:
-        command = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", one.name, "--warehouse",
-                   one.tables.warehouse, "--bootstrap", self.bootstrap, *self.stream_args]
+        # its lines are relayed as lines of the service's own log: plain text, whatever format the service logs in
+        command = [sys.executable, "-m", "switchyard.jobs.cli", "--log-format", "text", "stream", "--pipeline",
+                   one.name, "--warehouse", one.tables.warehouse, "--bootstrap", self.bootstrap, *self.stream_args]
         one.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)  # a signal to the service is its own to pass on
         one.started += 1
-        self.say(f"serve {one.name}: stream started (pid {one.child.pid})")
+        self.say(f"serve {one.name}: stream started (pid {one.child.pid})", pipeline=one.name)
         threading.Thread(target=self._relay, args=(one, one.child), daemon=True).start()
 
     def _relay(self, one: Served, child: subprocess.Popen) -> None:
@@ -178,7 +191,7 @@ class Service:
             line = line.rstrip("\n")
             if line:
                 one.last_line = line
-                self.say(f"[{one.name}] {line}")
+                self.say(f"[{one.name}] {line}", pipeline=one.name)
 
     def collect(self) -> Iterator[Metric]:
         """The service's own metrics, beside the pipelines' (jobs/metrics.py)."""

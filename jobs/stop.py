@@ -3,19 +3,23 @@ reads wherever it runs (no pid, no host, no signal), then a wait for its STOPPED
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 import uuid
 
+from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
+logger = logging.getLogger(__name__)
 
-def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_by: str = "switchyard stop"):
+
+def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, requested_by: str = "switchyard stop"):
     """Ask the pipeline's running stream to stop cleanly (it drains and logs STOPPED) and wait for it; returns the
     STOPPED entry, or None when the process ended without one (it failed: see the handoff log)."""
     owner = lease.owner(tables)
@@ -41,8 +45,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=print, requested_b
         if gone:  # gone without STOPPED: it failed on the way out
             failed = [e for e in since if e.status == Status.FAILED]
             if failed:
-                out(f"stop {tables.pipeline}: the stream failed on the way out: "
-                    f"{handoff_log.details(failed[-1]).get('reason')}")
+                warnings_to(out)(f"stop {tables.pipeline}: the stream failed on the way out: "
+                                 f"{handoff_log.details(failed[-1]).get('reason')}")
             return None
         time.sleep(1.0)
     raise UserError(f"the stream of pipeline {tables.pipeline} ({owner.describe(utc_now())}) did not stop within "

@@ -20,6 +20,7 @@ every tile, as the first one did.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 
@@ -34,6 +35,8 @@ from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 RECORD = "backlog"  # BACKFILL_COMMITTED's details key: {"table", "version", "tiles_version"}
 
@@ -106,7 +109,7 @@ def tile_days(path: str, version: int | None) -> set[date]:
     return set() if version is None else set(_tile_files(path, version).values())
 
 
-def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=print,
+def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=logger.info,
                  also: DataFrame | None = None, by_key: bool = False) -> tuple[DataFrame, Merged | None]:
     """One row per key over every tile: the earlier merge with the days tiled since, or every tile; `also`: more
     keyed partials merged in the same aggregation (a Kafka tail's tiles). `by_key`: `tiles` are partitioned and

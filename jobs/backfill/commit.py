@@ -3,6 +3,7 @@ and BACKFILL_COMMITTED appended with the boundary and the accounting (isBacklog 
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -20,6 +21,7 @@ from switchyard.jobs.backfill.read import archived_boundary, bad_file, file_prob
 from switchyard.jobs.backfill.reconciliation import reconcile
 from switchyard.jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
+from switchyard.jobs.log import warnings_to
 from switchyard.jobs.seed import UPDATE_VERSION, prepare_stream
 from switchyard.state_handoff import faults, handoff_log, kept_versions
 from switchyard.state_handoff.aggregates import partial_columns
@@ -28,6 +30,8 @@ from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.step_times import StepTimes
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -90,7 +94,7 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
-                 out=print, at_cut: AtCut | None = None, kafka_tail_from: str | None = None,
+                 out=logger.info, at_cut: AtCut | None = None, kafka_tail_from: str | None = None,
                  kept: KeptTiles | None = None) -> BackfillResult:
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
     `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too.
@@ -210,20 +214,21 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
         delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
     delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
+    warn = warnings_to(out)
     if missing:
-        out(f"  note: archived records not yet in the tiles, per partition: {missing}; "
+        warn(f"  note: archived records not yet in the tiles, per partition: {missing}; "
             "backfill the remaining days before the handoff (`switchyard backfill` without --from and --to covers "
             "every archived day)")
     for g in (g for g in gaps if g["below_boundary"]):
         held = "offsets not recorded" if g["from"] is None else f"p{g['partition']}:{g['from']}..{g['to']}"
-        out(f"  note: skipped file {g['file']} holds {held} below the boundary; the handoff will refuse "
+        warn(f"  note: skipped file {g['file']} holds {held} below the boundary; the handoff will refuse "
             "until the file is restored or rewritten and the backfill rerun")
     return result
 
 
 def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                  last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                 out=print, kafka_tail_from: str | None = None) -> BackfillResult:
+                 out=logger.info, kafka_tail_from: str | None = None) -> BackfillResult:
     """`switchyard backfill`: the day tiles of a range, then the state over all tiles (and, given
     `kafka_tail_from`, the archived topic's records after the archive up to the topic's end)."""
     kept = KeptTiles()

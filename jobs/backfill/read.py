@@ -9,6 +9,7 @@ from datetime import date, datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
                                                        unreadable)
@@ -71,7 +72,7 @@ def check_files(archive: ArchiveListing, skip_bad_files: bool, out) -> tuple[lis
             if not skip_bad_files:
                 raise bad_file(archive, f, problem)
             why = "missing" if problem == "missing" else f"unreadable ({problem})"
-            out(f"  skipping {why} file {f.path}; it held {_held(archive, f.path)}")
+            warnings_to(out)(f"  skipping {why} file {f.path}; it held {_held(archive, f.path)}")
             skipped.append(f.path)
             continue
         column = missing_column(f.path)

@@ -3,6 +3,7 @@ checked, and the run recorded so the commit (maybe a separate step, hours later)
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -25,6 +26,8 @@ from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.step_times import StepTimes
 from switchyard.state_handoff.stream_layout import read_json, write_json_atomically
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -99,7 +102,7 @@ def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: 
 
 def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                    last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                   out=print, keep: KeptTiles | None = None) -> BackfillResult:
+                   out=logger.info, keep: KeptTiles | None = None) -> BackfillResult:
     """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given).
     `keep`: the tiles written stay on local disk there, for a commit in this process (it releases them)."""
     started = time.monotonic()

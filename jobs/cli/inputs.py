@@ -3,10 +3,13 @@ live feed."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from switchyard.jobs.inputs.generate import DEFAULT_START
 from switchyard.state_handoff.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 def add_generate_command(commands, common) -> None:
@@ -41,9 +44,9 @@ def parse_start(text: str) -> datetime:
 def run_generate_command(args) -> int:
     from switchyard.jobs.inputs.generate import run_generate
 
-    print(run_generate(args.bootstrap, args.topic, events=args.events, keys=args.keys, partitions=args.partitions,
-                       days=args.days, seed=args.seed, malformed_rate=args.malformed_rate,
-                       start=parse_start(args.start)))
+    logger.info(run_generate(args.bootstrap, args.topic, events=args.events, keys=args.keys,
+                             partitions=args.partitions, days=args.days, seed=args.seed,
+                             malformed_rate=args.malformed_rate, start=parse_start(args.start)))
     return 0
 
 

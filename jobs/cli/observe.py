@@ -3,8 +3,12 @@ obeys) and `switchyard metrics` (the pipelines' Prometheus metrics over HTTP: jo
 
 from __future__ import annotations
 
+import logging
+
 from switchyard.jobs.cli.pipeline import check_warehouse, pipeline_and_tables, pipeline_option
 from switchyard.state_handoff import settings as switchyard_settings
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9464
 
@@ -98,8 +102,7 @@ def run_serve_command(args) -> int:
         raise UserError("--restarts must be at least 1 and --restart-window more than 0 seconds")
     tables = _tables(args)
     service = Service(tables, args.bootstrap, args.stream_args,
-                      lambda: Restarts(limit=args.restarts, window_s=args.restart_window),
-                      out=lambda line: print(line, flush=True))
+                      lambda: Restarts(limit=args.restarts, window_s=args.restart_window))
     names = ", ".join(t.pipeline for t in tables)
     with served(tables, args.bootstrap, port, args.metrics_address, f"switchyard serve ({names})", also=[service]):
         worker = threading.Thread(target=service.run, name="serve")
@@ -107,7 +110,7 @@ def run_serve_command(args) -> int:
         _until_sigterm()
         service.stop()
         worker.join()
-    print(f"switchyard serve ({names}): stopped", flush=True)
+    logger.info(f"switchyard serve ({names}): stopped")
     return 0
 
 
@@ -116,6 +119,6 @@ def run_start_command(args) -> int:
 
     _, tables = pipeline_and_tables(args)
     entry = request_start(tables)
-    print(f"start {tables.pipeline}: START_REQUESTED for handoff {entry.handoff_id}; `switchyard serve` runs its "
+    logger.info(f"start {tables.pipeline}: START_REQUESTED for handoff {entry.handoff_id}; `switchyard serve` runs its "
           "stream")
     return 0

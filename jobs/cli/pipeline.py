@@ -1,23 +1,28 @@
 """The operator's commands: pipelines, archive, backfill, handoff, stream, rebase, stop, status, config; each parses
-its flags and calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark."""
+its flags and calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark.
+What a command reports is logged (jobs/log.py); what a listing command shows (pipelines, status, config) is printed."""
 
 from __future__ import annotations
+
+import logging
 
 from switchyard.state_handoff import settings as switchyard_settings
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.tables import Tables
 
+logger = logging.getLogger(__name__)
+
 
 def _spark(args, app: str, progress: bool = True):
-    """The command's SparkSession (with its --conf settings); for a batch command, with its progress printed every
+    """The command's SparkSession (with its --conf settings); for a batch command, with its progress logged every
     few seconds."""
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.progress import report_progress
 
     spark = build_spark(f"switchyard-{app}", extra_conf=dict(args.spark_conf or []))
     if progress:
-        report_progress(spark, lambda line: print(line, flush=True), app)
+        report_progress(spark, logger.info, app)
     return spark
 
 
@@ -76,8 +81,8 @@ def run_archive_command(args) -> int:
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
             _settle(tables, lease.ARCHIVE, record=True)
-            print(import_connect_archive(_spark(args, "archive"), pipeline, tables, args.from_connect, args.bootstrap,
-                                         args.topic, lease=held))
+            logger.info(import_connect_archive(_spark(args, "archive"), pipeline, tables, args.from_connect,
+                                               args.bootstrap, args.topic, lease=held))
         return 0
     if not args.topic:
         raise UserError("name the topic with --topic (or take in a Kafka Connect archive with "
@@ -87,7 +92,7 @@ def run_archive_command(args) -> int:
     # backfill and a handoff hold the pipeline's lease and read only what the record has committed
     with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
         _settle(tables, lease.ARCHIVE, record=True)
-        print(run_archive(_spark(args, "archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
+        logger.info(run_archive(_spark(args, "archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
     return 0
 
 
@@ -144,7 +149,7 @@ def run_backfill_command(args) -> int:
         result = run_backfill(_spark(args, "backfill"), pipeline, tables, args.from_day, args.to_day,
                               skip_bad_files=args.skip_bad_files, strategy=args.aggregation,
                               kafka_tail_from=args.bootstrap if args.kafka_tail else None)
-    print(result.summary(pipeline.name))
+    logger.info(result.summary(pipeline.name))
     return 0
 
 
@@ -167,11 +172,11 @@ def run_handoff_command(args) -> int:
             switch = restart_from_retained(tables, args.bootstrap)
         lost = ", ".join(f"p{r['partition']}:{r['from']}..{r['to'] - 1} ({r['records']} records)"
                          for r in lost_ranges(handoff_log.entries(None, tables)) if r["handoff_id"] == switch.handoff_id)
-        print(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
+        logger.info(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
         return 0
     with lease.hold(tables, lease.HANDOFF):
         switch = run_handoff(_spark(args, "handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
-    print(switch.summary(pipeline.name))
+    logger.info(switch.summary(pipeline.name))
     return 0
 
 
@@ -198,7 +203,7 @@ def run_stream_command(args) -> int:
         _settle(tables, lease.STREAM, record=True)
         result = run_stream(_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
                             lease=held)
-    print(result.summary(pipeline.name))
+    logger.info(result.summary(pipeline.name))
     return 0
 
 
@@ -226,7 +231,7 @@ def run_config_command(args) -> int:
 
         _, tables = pipeline_and_tables(args)
         if args.record is not None:
-            print(pipeline_settings.change(tables, args.record, "switchyard config --record"))
+            logger.info(pipeline_settings.change(tables, args.record, "switchyard config --record"))
             return 0
         recorded = pipeline_settings.recorded(tables)
         rows = [(setting, recorded[setting.name], f"recorded with pipeline {tables.pipeline}")
@@ -257,9 +262,10 @@ def run_stop_command(args) -> int:
     _, tables = pipeline_and_tables(args)
     stopped = stop_stream(tables, timeout_s=args.timeout)
     if stopped is None:
-        print(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its process.log")
+        logger.error(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its "
+                     "process.log")
         return 1
-    print(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
+    logger.info(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
     return 0
 
 

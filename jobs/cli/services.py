@@ -1,8 +1,13 @@
-"""`switchyard dev kafka|spark|objectstore start|stop|status`: the local services a pipeline runs against."""
+"""`switchyard dev kafka|spark|objectstore start|stop|status`: the local services a pipeline runs against. A start or
+stop is logged; a status is the command's result, printed."""
 
 from __future__ import annotations
 
+import logging
+
 from switchyard.state_handoff.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 def add_service_commands(commands, common) -> None:
@@ -40,10 +45,10 @@ def run_objectstore(args) -> int:
 
     store = objectstore.ObjectStore.at(args.port)
     if args.action == "start":
-        print(objectstore.start(store))
+        logger.info(objectstore.start(store))
         return 0
     if args.action == "stop":
-        print(objectstore.stop(store))
+        logger.info(objectstore.stop(store))
         return 0
     up, line = objectstore.status(store)
     print(line)
@@ -59,15 +64,15 @@ def run_kafka(args) -> int:
         return _run_kafka_cluster(args)
     broker = kafka_broker.Broker.at(args.port)
     if args.action == "start":
-        print(kafka_broker.start(broker, sasl=args.sasl))
+        logger.info(kafka_broker.start(broker, sasl=args.sasl))
         return 0
     cluster = kafka_cluster.existing(args.port)
     if args.action == "stop":
         stopped = kafka_broker.stop(broker)
         if cluster is None or "stopped" in stopped:
-            print(stopped)
+            logger.info(stopped)
         if cluster is not None:
-            print("\n".join(kafka_cluster.stop(cluster)))
+            logger.info("\n".join(kafka_cluster.stop(cluster)))
         return 0
     if cluster is not None and kafka_broker.running_pid(broker) is None:
         return _run_kafka_cluster(args)
@@ -80,17 +85,17 @@ def _run_kafka_cluster(args) -> int:
     from switchyard.deploy import kafka_broker, kafka_cluster
 
     if args.action == "start" and args.node is None:
-        print(kafka_cluster.start(kafka_cluster.at(args.port, args.brokers), sasl=args.sasl))
+        logger.info(kafka_cluster.start(kafka_cluster.at(args.port, args.brokers), sasl=args.sasl))
         return 0
     if args.sasl and args.action == "start":
         raise UserError("--sasl is fixed when the cluster is formatted: pass it with --brokers N on its first start")
     cluster = kafka_cluster.require(args.port)
     if args.action == "start":
-        print(kafka_cluster.start_node(cluster, args.node))
+        logger.info(kafka_cluster.start_node(cluster, args.node))
         return 0
     if args.action == "stop":
-        print(kafka_cluster.stop_node(cluster, args.node) if args.node is not None
-              else "\n".join(kafka_cluster.stop(cluster)))
+        logger.info(kafka_cluster.stop_node(cluster, args.node) if args.node is not None
+                    else "\n".join(kafka_cluster.stop(cluster)))
         return 0
     if args.node is not None:
         up, line = kafka_broker.status(cluster.node(args.node))
@@ -106,11 +111,11 @@ def run_spark(args) -> int:
 
     cluster = spark_cluster.Cluster.at(args.port)
     if args.action == "start":
-        print(spark_cluster.start(cluster, workers=args.workers, cores=args.cores, memory=args.memory,
-                                  webui_port=args.webui_port))
+        logger.info(spark_cluster.start(cluster, workers=args.workers, cores=args.cores, memory=args.memory,
+                                        webui_port=args.webui_port))
         return 0
     if args.action == "stop":
-        print(spark_cluster.stop(cluster))
+        logger.info(spark_cluster.stop(cluster))
         return 0
     up, lines = spark_cluster.status(cluster)
     print(lines)

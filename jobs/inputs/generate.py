@@ -12,17 +12,19 @@ MALFORMED_KINDS (each one malformed under the DESIGN.md rules).
 
 from __future__ import annotations
 
+import logging
 import re
-import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import NamedTuple, TextIO
 
 import numpy as np
 
 from switchyard.jobs.inputs.encoding import event_values, json_string
 from switchyard.state_handoff.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 class GeneratedRecord(NamedTuple):
@@ -278,8 +280,9 @@ def _ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitions: int, days: int, seed: int,
-                 malformed_rate: float, start: datetime = DEFAULT_START, out=sys.stdout) -> str:
-    """Create `topic` if missing, produce the demo events, print progress to `out`; return a summary line."""
+                 malformed_rate: float, start: datetime = DEFAULT_START, out: TextIO | None = None) -> str:
+    """Create `topic` if missing, produce the demo events, its progress logged (or printed to the file `out`);
+    return a summary line."""
     from switchyard.state_handoff.io.kafka_io import produce
 
     _validate(topic, events, keys, partitions, days, seed, malformed_rate)
@@ -288,8 +291,11 @@ def run_generate(bootstrap: str, topic: str, *, events: int, keys: int, partitio
 
     def progress(sent: int) -> None:
         elapsed = max(time.monotonic() - started, 1e-9)
-        print(f"generate: {sent:,} of {events:,} events ({100 * sent / events:.1f}%), {sent / elapsed:,.0f} events/s",
-              file=out, flush=True)
+        line = f"generate: {sent:,} of {events:,} events ({100 * sent / events:.1f}%), {sent / elapsed:,.0f} events/s"
+        if out is None:
+            logger.info(line)
+        else:
+            print(line, file=out, flush=True)
 
     records = _records(events=events, keys=keys, partitions=partitions, days=days, seed=seed,
                        malformed_rate=malformed_rate, start=start)

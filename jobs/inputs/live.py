@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import random
 import signal
 import time
@@ -19,6 +20,8 @@ from datetime import UTC, datetime
 from switchyard.jobs.inputs.encoding import event_time_text, event_value
 from switchyard.jobs.inputs.generate import KIND_WEIGHTS, KINDS, ZIPF_EXPONENT
 from switchyard.state_handoff.errors import UserError
+
+logger = logging.getLogger(__name__)
 
 
 def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes, bytes]]:
@@ -37,7 +40,7 @@ def live_records(keys: int, seed: int, clock=time.time) -> Iterator[tuple[bytes,
 
 
 def run_live(bootstrap: str, topic: str, rate: float, keys: int, seed: int, seconds: float | None,
-             out=print) -> int:
+             out=logger.info) -> int:
     """Produce until SIGTERM/SIGINT or `seconds`; every record acknowledged (acks=all); returns how many."""
     from switchyard.state_handoff.io.kafka_io import paced, partitions_of, produce
 

@@ -4,6 +4,7 @@ resumes from its checkpoint, never from the group."""
 
 from __future__ import annotations
 
+from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.io.kafka_watch import GroupOffsets
 
@@ -45,8 +46,8 @@ class ProcessedOffsets:
             self.client.commit(self.topic, self.pending)
         except Exception as err:  # noqa: BLE001 - monitoring only: no broker error stops the stream
             if not self.failing:
-                self.out(f"consumer group {self.group}: offsets not committed ({type(err).__name__}: {err}); "
-                         "Kafka's tools will not show this stream's lag until a commit succeeds")
+                warnings_to(self.out)(f"consumer group {self.group}: offsets not committed ({type(err).__name__}: "
+                                      f"{err}); Kafka's tools will not show this stream's lag until a commit succeeds")
             self.failing = True
             return
         if self.failing:

@@ -97,7 +97,7 @@ class Monitor:
                     caught_up = False
                     self.caught_up_since = None
                     self.log(Status.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
-                    sup.out(f"FALLING_BEHIND: {behind} offsets behind latest")
+                    sup.warn(f"FALLING_BEHIND: {behind} offsets behind latest")
                 self._write_progress(lag if known else None, snapshot)
                 if sup.stop_signal:
                     result.reason = sup.stop_signal[0]
@@ -136,7 +136,7 @@ class Monitor:
         try:
             pruned = prune_earlier_streams(self.sup.tables, self.handoff.handoff_id, logged)
         except Exception as err:  # noqa: BLE001 - housekeeping: the stream goes on either way
-            self.sup.out(f"note: the stream folders of earlier handoffs were not pruned: {first_line(err)}")
+            self.sup.warn(f"note: the stream folders of earlier handoffs were not pruned: {first_line(err)}")
             return
         if pruned:
             self.sup.out(f"pruned the seeds and checkpoints of {len(pruned)} earlier handoff(s): {', '.join(pruned)}")
@@ -175,7 +175,7 @@ class Monitor:
                 return None
             return rebase_requests.open_request(sup.tables, entries)
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll
-            sup.out(f"could not read the handoff log: {first_line(err)}")
+            sup.warn(f"could not read the handoff log: {first_line(err)}")
             return None
 
     def _raise_if_a_query_failed(self) -> None:
@@ -196,7 +196,7 @@ class Monitor:
             now = time.monotonic()
             if self.lag_error is None:
                 self.lag_unknown_since = time.time()
-                self.sup.out(f"lag unknown: {first_line(err)}; retrying with backoff")
+                self.sup.warn(f"lag unknown: {first_line(err)}; retrying with backoff")
             self.lag_error = first_line(err)
             self.next_lag_at = now + self.backoff
             self.backoff = min(self.backoff * 2, 30.0)

@@ -10,16 +10,20 @@ environment nothing here runs: the command line streams exactly as without Dagst
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import asdict
 
+from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff import handoff_log, lifecycle
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
 
 # The message kinds and the extras the launcher passes: the protocol shared with orchestration/stream_launch.py.
 TRANSITION, FIGURES, HANDED_OVER = "transition", "figures", "handed_over"
@@ -40,7 +44,7 @@ class Silent:
 
 
 @contextmanager
-def reporting(tables: Tables, pipeline: Pipeline, bootstrap: str, out=print):
+def reporting(tables: Tables, pipeline: Pipeline, bootstrap: str, out=logger.info):
     """A reporter for the stream's lifetime: `Silent` unless Dagster launched this process through Pipes."""
     if PIPES_CONTEXT_ENV not in os.environ:
         yield Silent()
@@ -51,7 +55,7 @@ def reporting(tables: Tables, pipeline: Pipeline, bootstrap: str, out=print):
     try:
         reporter = PipesReporter(open_dagster_pipes(), tables, pipeline, bootstrap, out)
     except Exception as err:  # noqa: BLE001 - a Pipes context that cannot be opened is no reason not to stream
-        out(f"Pipes: not reporting to Dagster ({type(err).__name__}: {str(err)[:200]})")
+        warnings_to(out)(f"Pipes: not reporting to Dagster ({type(err).__name__}: {str(err)[:200]})")
     if reporter is None:
         yield Silent()
         return
@@ -135,7 +139,8 @@ class PipesReporter:
         try:
             return handoff_log.entries(None, self.tables)
         except Exception as err:  # noqa: BLE001 - the log unreadable for a moment: the next round reads it
-            self.out(f"Pipes: could not read the handoff log ({type(err).__name__}); reading it again next round")
+            warnings_to(self.out)(f"Pipes: could not read the handoff log ({type(err).__name__}); reading it again "
+                                  "next round")
             return []
 
     def _relay(self) -> None:
@@ -159,8 +164,8 @@ class PipesReporter:
         try:
             self.pipes.report_custom_message(message)
         except Exception as err:  # noqa: BLE001 - the run that launched us is gone: the stream goes on
-            self.out(f"Pipes: reporting to Dagster ended ({type(err).__name__}: {str(err)[:200]}); "
-                     "the stream_health sensor observes the stream")
+            warnings_to(self.out)(f"Pipes: reporting to Dagster ended ({type(err).__name__}: {str(err)[:200]}); "
+                                  "the stream_health sensor observes the stream")
             self.pipes = None
 
     def _hand_over(self) -> None:

@@ -15,6 +15,7 @@ the app id naming the handoff and the incarnation of the query's checkpoint (job
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -23,6 +24,7 @@ from pyspark.sql import SparkSession
 
 from switchyard.jobs import rebase, rebase_checks, rebase_requests
 from switchyard.jobs.delta_txn import TxnApp
+from switchyard.jobs.log import warnings_to
 from switchyard.jobs.seed import version_base, write_seed
 from switchyard.jobs.sinks import EventsSink, ensure_tables
 from switchyard.jobs.stream.events import added_partitions, parsed_input, start_events_query
@@ -49,9 +51,12 @@ from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
 from switchyard.state_handoff.stream_progress import EVENTS
 from switchyard.state_handoff.tables import Tables
 
+logger = logging.getLogger(__name__)
+
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
-               settings: StreamSettings | None = None, out=print, lease: leases.Lease | None = None) -> StreamResult:
+               settings: StreamSettings | None = None, out=logger.info,
+               lease: leases.Lease | None = None) -> StreamResult:
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
     unless the caller passes the one it holds)."""
     settings = settings or StreamSettings()
@@ -65,7 +70,7 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
             return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
 
 
-def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, out=print):
+def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, out=logger.info):
     """`switchyard stream --until-caught-up` as a function of the session: what an offline rebase runs first over a
     stream killed without a stop (jobs/rebase.py, `rebase_pipeline`'s `finish_stream`)."""
     return lambda spark: run_stream(spark, pipeline, tables, bootstrap, StreamSettings(until_caught_up=True),
@@ -78,6 +83,7 @@ class Supervisor:
     def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out, report=None):
         self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
         self.settings, self.lease, self.out = settings, lease, out
+        self.warn = warnings_to(out)  # notes and retries: a warning in the command's log
         self.report = report or Silent()
         self.started = time.monotonic()
         self.startup = StepTimes(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
@@ -105,8 +111,8 @@ class Supervisor:
         except leases.LeaseLost:
             return False
         self.checkpoint_races += 1
-        self.out(f"stream {self.pipeline.name}: another driver wrote the checkpoint of handoff {handoff.handoff_id} "
-                 "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
+        self.warn(f"stream {self.pipeline.name}: another driver wrote the checkpoint of handoff {handoff.handoff_id} "
+                  "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
         return True
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
@@ -364,7 +370,7 @@ class Supervisor:
 
     def refused(self, handoff: Handoff, refused: rebase_checks.RebaseRefused) -> None:
         self.report.logged(handoff.handoff_id, Status.REBASE_REFUSED)
-        self.out(f"REBASE_REFUSED: {refused}")
+        self.warn(f"REBASE_REFUSED: {refused}")
 
     def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff | None:
         """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there. None
@@ -382,7 +388,7 @@ class Supervisor:
         except rebase.ReconciliationFailed as refused:
             if not refused.resumable:
                 raise
-            self.out(f"RECONCILIATION_FAILED: {refused}; streaming on from handoff {handoff.handoff_id}")
+            self.warn(f"RECONCILIATION_FAILED: {refused}; streaming on from handoff {handoff.handoff_id}")
             return None
         self.out(f"rebase {self.pipeline.name}: handed off at the cut as {new.handoff_id} after "
                  f"{time.monotonic() - started:.1f}s; resuming")

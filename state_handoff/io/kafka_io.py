@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_security
 
+logger = logging.getLogger(__name__)
 
 # A node of a cluster that has just gone down stays in the metadata the admin client starts from for a while;
 # it answers NodeNotReadyError, not a failure of the cluster, until the metadata drops the node.
@@ -154,9 +155,8 @@ def set_missing_configs(bootstrap: str, topic: str, configs: dict[str, str], tim
             admin.incremental_alter_configs([change], request_timeout=timeout_s)[change].result(timeout_s)
     except KafkaException as error:
         if error.args and error.args[0].code() in _not_authorized():  # created ahead by those who may: theirs to set
-            print(f"switchyard: topic {topic}: its settings {', '.join(configs)} are not this client's to read or "
-                  "set (no DescribeConfigs or AlterConfigs right on it); they stay as its owners set them",
-                  file=sys.stderr)
+            logger.warning(f"switchyard: topic {topic}: its settings {', '.join(configs)} are not this client's to read"
+                           " or set (no DescribeConfigs or AlterConfigs right on it); they stay as its owners set them")
             return {}
         raise UserError(f"topic {topic} on {bootstrap}: its settings {', '.join(configs)} could not be read or set "
                         f"({error.args[0].str() if error.args else error}): check the client's rights on the "
@@ -168,7 +168,7 @@ def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30
     """Brokers learn of a new topic from the controller a moment later; until each one has, a client that asks
     another broker may not see it (an empty description): wait until every live broker serves every partition.
     A broker that cannot be reached is not waited for: it learns the topic from the controller when it is back; one
-    that lags longer than `timeout_s` (a 2-core machine under load) is named on stderr, not an error: the topic
+    that lags longer than `timeout_s` (a 2-core machine under load) is named in a warning, not an error: the topic
     exists and clients ask again."""
     from kafka.errors import KafkaError
     from kafka.protocol.metadata import MetadataRequest
@@ -188,8 +188,8 @@ def _wait_until_served(admin, topic: str, partitions: int, timeout_s: float = 30
         if waiting:
             time.sleep(0.1)
     if waiting:  # the topic exists and the others serve it; a client asking a lagging broker asks again
-        print(f"switchyard: topic {topic} was created, but brokers {sorted(waiting)} do not serve its {partitions} "
-              f"partitions yet after {timeout_s:.0f}s", file=sys.stderr)
+        logger.warning(f"switchyard: topic {topic} was created, but brokers {sorted(waiting)} do not serve its "
+                       f"{partitions} partitions yet after {timeout_s:.0f}s")
 
 
 def topic_config(bootstrap: str, topic: str, wait_s: float = 10.0) -> dict[str, str]:
