@@ -50,6 +50,24 @@ class Tls:
 
 
 @dataclass(frozen=True)
+class Oidc:
+    """OAUTHBEARER beside SCRAM on the SASL listener: clients log in with tokens of an OpenID Connect provider, which
+    the broker checks against the provider's keys (`jwks_url`) and audience."""
+
+    jwks_url: str
+    audience: str
+
+    @property
+    def jvm_flag(self) -> str:
+        """Kafka's clients and brokers fetch only the OAuth URLs a system property allows."""
+        return f"-D{OAUTH_ALLOWED_URLS}={self.jwks_url}"
+
+
+OAUTH_ALLOWED_URLS = "org.apache.kafka.sasl.oauthbearer.allowed.urls"
+_OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer"
+
+
+@dataclass(frozen=True)
 class Broker:
     """The files of the node whose broker listens on `port` (controller on port + 1); alone unless `voters`
     names the controller quorum of a cluster of `cluster_size` nodes."""
@@ -112,7 +130,7 @@ class Broker:
 
 
 def _config(broker: Broker, sasl: kafka_security.KafkaSecurity | None, acls: bool = False,
-            tls: Tls | None = None) -> str:
+            tls: Tls | None = None, oidc: Oidc | None = None) -> str:
     listener = "SASL_PLAINTEXT" if sasl else "SSL" if tls else "PLAINTEXT"
     controller_protocol = "SASL_PLAINTEXT" if sasl else "PLAINTEXT"
     replicas = min(3, broker.cluster_size)
@@ -136,7 +154,7 @@ group.initial.rebalance.delay.ms=0
 # Generated events carry historical event times; never expire a topic behind the user's back.
 log.retention.ms=-1
 log.segment.bytes=67108864
-""" + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl) if sasl else "") + (
+""" + (_CLUSTER_NODE if broker.voters else "") + (_sasl_config(sasl, oidc) if sasl else "") + (
         _acl_config(sasl) if sasl and acls else "") + (_tls_config(tls) if tls and not sasl else "")
 
 
@@ -148,14 +166,22 @@ background.threads=2
 """
 
 
-def _sasl_config(sasl: kafka_security.KafkaSecurity) -> str:
+def _sasl_config(sasl: kafka_security.KafkaSecurity, oidc: Oidc | None = None) -> str:
     """Clients and brokers authenticate with SCRAM on the broker listener (credentials bootstrapped at format
-    time); controllers, which serve before any SCRAM credential is readable, with PLAIN and the same user."""
+    time); controllers, which serve before any SCRAM credential is readable, with PLAIN and the same user. With
+    `oidc`, clients may log in with an OpenID Connect provider's tokens (OAUTHBEARER) instead."""
     scram_login = kafka_security.jaas_config(sasl.mechanism, sasl.username, sasl.password)
     plain_login = (kafka_security.jaas_config("PLAIN", sasl.username, sasl.password).rstrip(";")
                    + f' user_{sasl.username}="{sasl.password}";')
-    return f"""\
-sasl.enabled.mechanisms={sasl.mechanism}
+    oauth = f"""\
+listener.name.sasl_plaintext.oauthbearer.sasl.jaas.config={_OAUTH_MODULE}.OAuthBearerLoginModule required ;
+listener.name.sasl_plaintext.oauthbearer.sasl.server.callback.handler.class=\
+{_OAUTH_MODULE}.OAuthBearerValidatorCallbackHandler
+sasl.oauthbearer.jwks.endpoint.url={oidc.jwks_url}
+sasl.oauthbearer.expected.audience={oidc.audience}
+""" if oidc else ""
+    return oauth + f"""\
+sasl.enabled.mechanisms={sasl.mechanism}{",OAUTHBEARER" if oidc else ""}
 sasl.mechanism.inter.broker.protocol={sasl.mechanism}
 listener.name.sasl_plaintext.{sasl.mechanism.lower()}.sasl.jaas.config={scram_login}
 sasl.mechanism.controller.protocol=PLAIN
@@ -279,7 +305,7 @@ def check_ports_free(broker: Broker) -> None:
 
 def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: str | None = None,
            heap: str = HEAP, min_heap: str | None = None, jvm_flags: tuple[str, ...] = ("-XX:+UseG1GC",),
-           acls: bool = False, tls: Tls | None = None) -> subprocess.Popen:
+           acls: bool = False, tls: Tls | None = None, oidc: Oidc | None = None) -> subprocess.Popen:
     """Write the node's configuration, format its storage once, and start it in the background."""
     check_ports_free(broker)
     (broker.home / "logs").mkdir(parents=True, exist_ok=True)
@@ -287,11 +313,12 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     if sasl:  # it holds the password: only the user reads it, from its first byte on
         broker.config_file.touch(mode=0o600)
         broker.config_file.chmod(0o600)
-    broker.config_file.write_text(_config(broker, sasl, acls, tls))
+    broker.config_file.write_text(_config(broker, sasl, acls, tls, oidc))
     (broker.home / "log4j.properties").write_text(_LOG4J.format(log=broker.log_file))
     _format_storage(broker, java, cluster_id, sasl)
     proc = local_server.launch(
-        [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", *jvm_flags, "-Djava.awt.headless=true",
+        [java, f"-Xmx{heap}", f"-Xms{min_heap or heap}", *jvm_flags, *([oidc.jvm_flag] if oidc else []),
+         "-Djava.awt.headless=true",
          f"-Dlog4j.configuration=file:{broker.home / 'log4j.properties'}", f"-Dkafka.logs.dir={broker.home / 'logs'}",
          "-cp", kafka_classpath(), "kafka.Kafka", str(broker.config_file)],
         broker.console_file, broker.home)
@@ -299,14 +326,16 @@ def launch(broker: Broker, java: str, sasl_requested: bool = False, cluster_id: 
     return proc
 
 
-def start(broker: Broker, sasl: bool = False, acls: bool = False, tls: Tls | None = None) -> str:
+def start(broker: Broker, sasl: bool = False, acls: bool = False, tls: Tls | None = None,
+          oidc: Oidc | None = None) -> str:
     """Start the broker (idempotent); return a one-line description. `acls` (with `sasl`): Kafka's authorizer on,
-    the broker's own user its only super user. `tls` (without `sasl`): its listener is mutual TLS."""
+    the broker's own user its only super user. `tls` (without `sasl`): its listener is mutual TLS. `oidc` (with
+    `sasl`): OAUTHBEARER logins with an OpenID Connect provider's tokens too."""
     if running_pid(broker) is not None:
         wait_until_up(broker, subprocess_handle=None)
         return f"kafka already running on {broker.bootstrap} (pid {running_pid(broker)})"
     check_ports_free(broker)
-    proc = launch(broker, check_java(), sasl, acls=acls, tls=tls)
+    proc = launch(broker, check_java(), sasl, acls=acls, tls=tls, oidc=oidc)
     wait_until_up(broker, proc)
     secured = f", SASL {broker.sasl_file.read_text()}" if broker.sasl_file.exists() else ""
     return f"kafka started on {broker.bootstrap} (pid {proc.pid}{secured}); logs in {broker.log_file}"

@@ -32,18 +32,19 @@ LONGEST_FIRST = (
     "tests/jobs/test_rebase.py",
     "tests/jobs/test_rebase_failures.py",
     "tests/deploy/test_wheel.py",
+    "tests/deploy/test_tutorial.py",
     "tests/orchestration/test_orchestration.py",
     "tests/jobs/test_rebase_retention.py",
     "tests/orchestration/test_orchestration_ui.py",
     "tests/campaign/test_campaign.py",
     "tests/jobs/test_rebase_interleaving.py",
-    "tests/deploy/test_tutorial.py",
     "tests/jobs/test_kafka_input.py",
     "tests/jobs/test_avro_input.py",
     "tests/jobs/test_serve.py",
     "tests/orchestration/test_orchestration_live.py",
     "tests/jobs/test_bad_records_once.py",
     "tests/jobs/test_event_time_range.py",
+    "tests/jobs/test_kafka_oauth.py",
 )
 
 

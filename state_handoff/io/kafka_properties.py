@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import kafka_oauth
 from switchyard.state_handoff.io.kafka_security import Protocol
 
 # Spark's Kafka source and sink set these themselves (and refuse them as options), or switchyard does
@@ -71,6 +72,14 @@ class PropertiesSecurity(Protocol):
         return jaas_options(self.properties.get("sasl.jaas.config", "")).get("username")
 
     @property
+    def oauth(self) -> kafka_oauth.ClientCredentials | None:
+        """The OpenID Connect client credentials of an OAUTHBEARER login."""
+        if self.mechanism != "OAUTHBEARER":
+            return None
+        return kafka_oauth.from_properties(self.properties, jaas_options(self.properties.get("sasl.jaas.config", "")),
+                                           self.path)
+
+    @property
     def password(self) -> str | None:
         return jaas_options(self.properties.get("sasl.jaas.config", "")).get("password")
 
@@ -82,10 +91,13 @@ class PropertiesSecurity(Protocol):
 
     def check(self) -> None:
         """Refuse, in one line, what the Python clients cannot take."""
-        if self.sasl and self.mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        if self.sasl and self.mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
             raise UserError(f"SWITCHYARD_KAFKA_PROPERTIES={self.path}: sasl.mechanism={self.mechanism} is passed "
-                            "to Spark, but switchyard's Python clients take PLAIN and SCRAM only")
-        if self.sasl and (self.username is None or self.password is None):
+                            "to Spark, but switchyard's Python clients take PLAIN, SCRAM and OAUTHBEARER (OpenID "
+                            "Connect client credentials) only")
+        if self.oauth is not None:
+            pass  # its credentials were checked in reading them
+        elif self.sasl and (self.username is None or self.password is None):
             raise UserError(f"SWITCHYARD_KAFKA_PROPERTIES={self.path}: sasl.jaas.config needs username=\"...\" and "
                             "password=\"...\"")
         inline = [k for k in ("ssl.truststore.certificates", "ssl.keystore.certificate.chain", "ssl.keystore.key")
@@ -106,7 +118,9 @@ class PropertiesSecurity(Protocol):
         p = self.properties
         config = {k: v for k, v in p.items() if k in SAME_IN_LIBRDKAFKA}
         config["security.protocol"] = self.protocol
-        if self.sasl:
+        if self.oauth is not None:
+            config |= self.oauth.librdkafka_config()
+        elif self.sasl:
             config |= {"sasl.username": self.username, "sasl.password": self.password}
         if self.ssl:
             if "ssl.truststore.location" in p:
@@ -119,7 +133,10 @@ class PropertiesSecurity(Protocol):
     def client_kwargs(self) -> dict:
         p = self.properties
         kwargs: dict = {"security_protocol": self.protocol}
-        if self.sasl:
+        if self.oauth is not None:
+            kwargs |= {"sasl_mechanism": "OAUTHBEARER",
+                       "sasl_oauth_token_provider": kafka_oauth.token_provider(self.oauth)}
+        elif self.sasl:
             kwargs |= {"sasl_mechanism": self.mechanism, "sasl_plain_username": self.username,
                        "sasl_plain_password": self.password}
         if self.ssl:
@@ -133,5 +150,6 @@ class PropertiesSecurity(Protocol):
         return kwargs
 
     def describe(self) -> str:
-        who = f"{self.protocol}/{self.mechanism} (user {self.username})" if self.sasl else self.protocol
+        user = self.oauth.client_id if self.oauth is not None else self.username
+        who = f"{self.protocol}/{self.mechanism} (user {user})" if self.sasl else self.protocol
         return f"{who}, from {self.path}"

@@ -4,7 +4,6 @@ reads SWITCHYARD_KAFKA_*: each through its kind in state_handoff/settings.py, th
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path

@@ -59,8 +59,11 @@ def test_each_client_takes_the_files_connection(tmp_path):
      r"the truststore is not PEM: set ssl.truststore.type=PEM"),
     ("security.protocol=SSL\nssl.truststore.type=PEM\nssl.truststore.certificates=-----BEGIN\n", {},
      r"ssl.truststore.certificates gives PEM inline; give it as a file"),
+    ("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n", {},
+     r"sasl.mechanism=GSSAPI is passed to Spark, but switchyard's Python clients take PLAIN, SCRAM and OAUTHBEARER"),
     ("security.protocol=SASL_SSL\nsasl.mechanism=OAUTHBEARER\n", {},
-     r"sasl.mechanism=OAUTHBEARER is passed to Spark, but switchyard's Python clients take PLAIN and SCRAM only"),
+     r"sasl.mechanism=OAUTHBEARER needs sasl.oauthbearer.token.endpoint.url, clientId=\"...\" in sasl.jaas.config, "
+     r"clientSecret=\"...\" in sasl.jaas.config \(an OpenID Connect client-credentials login"),
     ("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n", {}, r'sasl.jaas.config needs username="..."'),
     ("security.protocol\n", {}, r"the line 'security.protocol' is not key=value"),
 ])
