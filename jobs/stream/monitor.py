@@ -11,6 +11,7 @@ from switchyard.jobs import rebase_requests
 from switchyard.jobs.sinks import EventsSink
 from switchyard.jobs.stop import stop_requested
 from switchyard.jobs.stream.group_offsets import ProcessedOffsets
+from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
 from switchyard.state_handoff import handoff_log, lease as leases, lifecycle
@@ -43,8 +44,7 @@ class Monitor:
         self.next_lag_at = 0.0
         self.next_requests_at = 0.0
         self.backoff = self.settings.poll_seconds
-        self.behind_since: float | None = None
-        self.caught_up_since: float | None = None
+        self.decisions = LagDecisions.of(self.settings, supervisor.last_switch_back)
         self.latest_offsets = LatestOffsets(supervisor.bootstrap)
         self.processed = ProcessedOffsets(supervisor.bootstrap, supervisor.pipeline.name, handoff.topic,
                                           supervisor.out)
@@ -65,7 +65,6 @@ class Monitor:
         logged = handoff_log.entries(None, sup.tables)  # also the order of the earlier handoffs, for the prune
         switched = lifecycle.has_switched(logged, handoff.handoff_id)
         result.switched_after_s = sup.switched_after_s  # when start() saw it
-        caught_up = False
         lag, snapshot = {}, {}
         try:
             while True:
@@ -86,23 +85,20 @@ class Monitor:
                         self.processed.offer({p: snapshot["latest_offsets"][p] - n for p, n in lag.items()}, now)
                 known = self.lag_error is None
                 behind = sum(lag.values())
-                state_current = snapshot.get("state_updates_behind", 0) <= settings.caught_up_lag
-                if known and switched and not caught_up and behind <= settings.caught_up_lag and state_current:
-                    caught_up = True
-                    self.caught_up_since = now
+                phase = (self.decisions.phase(now, behind, snapshot.get("state_updates_behind", 0))
+                         if known and switched else None)
+                if phase == Status.CAUGHT_UP:
                     result.caught_up_after_s = result.caught_up_after_s or now - sup.started
                     self.log(Status.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
                     sup.out(f"CAUGHT_UP after {now - sup.started:.1f}s: {behind} offsets behind latest")
-                elif known and caught_up and behind > settings.behind_threshold:
-                    caught_up = False
-                    self.caught_up_since = None
+                elif phase == Status.FALLING_BEHIND:
                     self.log(Status.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
                     sup.warn(f"FALLING_BEHIND: {behind} offsets behind latest")
                 self._write_progress(lag if known else None, snapshot)
                 if sup.stop_signal:
                     result.reason = sup.stop_signal[0]
                     return None
-                if settings.until_caught_up and caught_up:
+                if settings.until_caught_up and self.decisions.caught_up:
                     result.reason = "caught up"
                     return None
                 if settings.for_seconds is not None and now - sup.started >= settings.for_seconds:
@@ -144,23 +140,16 @@ class Monitor:
     def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> dict | None:
         """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up
         faster than micro-batches. Hysteresis: after one, none again until caught up for a while."""
-        settings = self.settings
-        if settings.switch_back_lag is None or behind <= settings.switch_back_lag:
-            self.behind_since = None
-            return None
-        self.behind_since = self.behind_since or now
-        if now - self.behind_since < settings.switch_back_after:
-            return None
-        last = self.sup.last_switch_back
-        if last is not None and (self.caught_up_since is None or now - self.caught_up_since < settings.switch_back_hold):
+        decisions = self.decisions
+        if not decisions.switch_back(now, behind):
             return None
         figures = {"offsets_behind": {str(p): n for p, n in lag.items()}, "behind": behind,
-                   "behind_for_s": round(now - self.behind_since, 1), "threshold": settings.switch_back_lag,
+                   "behind_for_s": round(decisions.behind_for(now), 1), "threshold": decisions.switch_back_lag,
                    "processed_rows_per_s": snapshot.get("processed_rows_per_s")}
         request_id = rebase_requests.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
-        self.sup.last_switch_back = now
-        self.sup.out(f"SWITCH BACK: {behind} offsets behind for {now - self.behind_since:.0f}s "
-                     f"(threshold {settings.switch_back_lag}): rebasing through the batch path")
+        self.sup.last_switch_back = decisions.last_switch_back
+        self.sup.out(f"SWITCH BACK: {behind} offsets behind for {decisions.behind_for(now):.0f}s "
+                     f"(threshold {decisions.switch_back_lag}): rebasing through the batch path")
         return rebase_requests.open_request(self.sup.tables) or {"request_id": request_id}
 
     def _read_request(self) -> dict | None:
