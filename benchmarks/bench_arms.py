@@ -29,7 +29,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
     os.makedirs(tables.archive, exist_ok=True)
     write_archive_meta(tables.archive, {"topic": topic, "cut": {}, "first": {}, "records": 0})
     handoff_id = handoff_log.new_handoff_id()
-    handoff_log.append(spark, tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=0,
+    handoff_log.append(tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=0,
                        details={"boundary": {}, "complete": True, "records_read": 0, "mode": "streaming-only"})
 
 
@@ -94,13 +94,13 @@ def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
     CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
     from switchyard.state_handoff import handoff_log
 
-    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED, handoff_id)
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED, handoff_id)
     if committed is not None:
         details = handoff_log.details(committed)
         stages.update({f"tiles.{k}": v for k, v in details.get("tiles_s", {}).items()})
         stages.update({f"commit.{k}": v for k, v in details.get("commit_s", {}).items()})
-    switched = handoff_log.latest(None, tables, Status.SWITCHED, handoff_id)
-    caught_up = handoff_log.latest(None, tables, Status.CAUGHT_UP, handoff_id)
+    switched = handoff_log.latest(tables, Status.SWITCHED, handoff_id)
+    caught_up = handoff_log.latest(tables, Status.CAUGHT_UP, handoff_id)
     if switched is None:
         return
     details = handoff_log.details(switched)

@@ -133,7 +133,7 @@ class ArmRun:
         self.out(f"  [{self.arm.arm}] {line}")
 
     def entries(self) -> list:
-        return handoff_log.entries(None, self.tables)
+        return handoff_log.entries(self.tables)
 
     def check_alive(self, entries: list | None = None) -> None:
         if self.proc is not None and self.proc.poll() is not None:

@@ -169,7 +169,7 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
                                    f"RocksDB state store, {warmup_seconds:g}s of warm-up input per rate")
     try:
         report.seconds_to_switched = _wait_for(tables, Status.SWITCHED, handoff.handoff_id, proc, started)
-        switched = handoff_log.latest(None, tables, Status.SWITCHED, handoff.handoff_id)
+        switched = handoff_log.latest(tables, Status.SWITCHED, handoff.handoff_id)
         report.switched_in_process_s = handoff_log.details(switched).get("seconds_since_start")
         report.seconds_to_caught_up = _wait_for(tables, Status.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
@@ -183,7 +183,7 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
 def _wait_for(tables: Tables, status: str, handoff_id: str, proc, started: float,
               timeout: float = 600) -> float:
     while time.monotonic() - started < timeout:
-        if handoff_log.latest(None, tables, status, handoff_id) is not None:
+        if handoff_log.latest(tables, status, handoff_id) is not None:
             return time.monotonic() - started
         if proc.poll() is not None:
             raise RuntimeError(f"the stream exited with {proc.returncode} before {status}")

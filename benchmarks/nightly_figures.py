@@ -31,7 +31,7 @@ def _commits(tables) -> list[dict]:
     from switchyard.state_handoff import handoff_log
     from switchyard.state_handoff.lifecycle import Status
 
-    return [handoff_log.details(e) for e in handoff_log.entries(None, tables) if e.status == Status.BACKFILL_COMMITTED]
+    return [handoff_log.details(e) for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED]
 
 
 def steps(tables) -> list[dict]:

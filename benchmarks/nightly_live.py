@@ -115,7 +115,7 @@ def _wait_for(what: str, done, stream, log: Path, timeout: float) -> float:
 
 def _streamed(tables: Tables, end: dict[int, int]) -> bool:
     """Both readers of the current handoff at `end` (the topic's end) and `state` holding every update they sent."""
-    progress = progress_of(tables, current_handoff_id(handoff_log.entries(None, tables))) or {}
+    progress = progress_of(tables, current_handoff_id(handoff_log.entries(tables))) or {}
     return (position_passed(progress, end) and offsets_behind(progress) == 0
             and progress.get("state_updates_behind") == 0)
 
@@ -157,10 +157,10 @@ def _rebase(tables: Tables, bootstrap: str, day: str, stream_log: Path, timeout:
     new = rebase_pipeline(get_pipeline(PIPELINE), tables, bootstrap, "backfill", REQUESTED_BY, _no_session,
                           days=(day, day), timeout_s=timeout, accept_differences=True,
                           out=lambda line: print(f"    {line}", flush=True))
-    committed = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id)
+    committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id)
     request_id = handoff_log.details(committed)["request_id"]
     entry = {}
-    for e in handoff_log.entries(None, tables):
+    for e in handoff_log.entries(tables):
         d = handoff_log.details(e)
         if request_id in (d.get("request_id"), d.get("at_cut", {}).get("request_id")):
             entry.setdefault(e.status, e)

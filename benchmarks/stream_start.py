@@ -61,7 +61,7 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
     if done.returncode != 0:
         raise RuntimeError(f"the stream exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
     tables = Tables(str(warehouse), PIPELINE.name)
-    switched = handoff_log.latest(None, tables, Status.SWITCHED)
+    switched = handoff_log.latest(tables, Status.SWITCHED)
     details = handoff_log.details(switched)
     progress = read_json(StreamPaths.of(tables, switched.handoff_id).root / "recent_progress.json")
     first = progress[f"{PIPELINE.name}-keyed"][0]

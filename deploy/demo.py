@@ -116,7 +116,7 @@ class Demo:
     def wait_for(self, status: str, after_seq: int, timeout: float = 600.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            entries = [e for e in handoff_log.entries(None, self.tables) if e.seq > after_seq]
+            entries = [e for e in handoff_log.entries(self.tables) if e.seq > after_seq]
             failed = next((e for e in entries if e.status == Status.FAILED), None)
             if failed is not None:
                 raise UserError(f"the stream FAILED: {handoff_log.details(failed).get('reason')}")
@@ -169,13 +169,13 @@ class Demo:
         finally:
             os.killpg(service.pid, signal.SIGTERM)
             code = service.wait(timeout=300)
-        last = handoff_log.entries(None, self.tables)[-1].status
+        last = handoff_log.entries(self.tables)[-1].status
         if code != 0 or last != Status.STOPPED:
             raise UserError(f"`switchyard serve` ended with exit {code} and {last} last in the log: see {log}")
         self.say("the service stopped: its stream drained and logged STOPPED")
 
     def last_seq(self) -> int:
-        return max([-1] + [e.seq for e in handoff_log.entries(None, self.tables)])
+        return max([-1] + [e.seq for e in handoff_log.entries(self.tables)])
 
     def stop_daemon(self) -> None:
         if self.daemon is not None and self.daemon.poll() is None:

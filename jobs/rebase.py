@@ -225,7 +225,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
             f"({reconciliation['keys_recomputed']} keys)")
     entry = handoff_log.append(
-        spark, tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
         details={"topic": handoff.topic, "boundary_mode": CUT, "boundary": {str(p): o - 1 for p, o in cut.offsets.items()},
                  "request_id": request["request_id"], "previous_handoff": handoff.handoff_id,
@@ -238,7 +238,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     """The requested days, widened to every day with archive files the last committed backfill had not tiled
     (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
     must hold every archived record."""
-    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
     days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
     days |= {d for d in (first, last) if d}
@@ -249,7 +249,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
 
 
 def _committed_backfill_for(tables: Tables, request_id: str):
-    for entry in reversed(handoff_log.entries(None, tables)):
+    for entry in reversed(handoff_log.entries(tables)):
         if entry.status == Status.BACKFILL_COMMITTED and \
                 handoff_log.details(entry).get("at_cut", {}).get("request_id") == request_id:
             return entry
@@ -275,7 +275,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
         if not checked:
             refuse_unless_ready(tables, bootstrap, handoff, request)
         cut = pause_cut(bootstrap, tables, handoff, paths)
-        handoff_log.append(spark, tables, handoff.handoff_id, Status.PAUSED,
+        handoff_log.append(tables, handoff.handoff_id, Status.PAUSED,
                            details={"request_id": request["request_id"], "reason": request.get("reason"),
                                     "cut": cut.as_details()})
         out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
@@ -284,7 +284,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
     except ReconciliationFailed as err:
-        handoff_log.append(spark, tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
+        handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
                            details={"request_id": request["request_id"], "reason": str(err),
                                     "resumable": err.resumable, "reconciliation": err.reconciliation})
         raise
@@ -294,7 +294,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                   + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
                      if resumable(tables, handoff, paths) and _committed_backfill_for(tables, request["request_id"])
                      is None else ""))
-        handoff_log.append(spark, tables, handoff.handoff_id, Status.FAILED,
+        handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
                            details={"phase": "rebase", "request_id": request["request_id"], "reason": reason})
         raise UserError(reason) from None
 
@@ -305,10 +305,10 @@ def killed_stream(tables: Tables) -> str | None:
     """The current handoff, when the log's last word on it is that its stream runs (none does: the caller found no
     stream live): a stream killed without a stop, maybe after sending a batch's updates and before `state` applied
     them. Compared with that `state`, a rebase would find differences the stream never made."""
-    handoff = current_handoff(None, tables)
+    handoff = current_handoff(tables)
     if handoff is None:
         return None
-    history = [e.status for e in handoff_log.entries(None, tables) if e.handoff_id == handoff.handoff_id]
+    history = [e.status for e in handoff_log.entries(tables) if e.handoff_id == handoff.handoff_id]
     return handoff.handoff_id if lifecycle.current(history) in lifecycle.RUNNING else None
 
 
@@ -353,7 +353,7 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
         while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
             request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
             try:
-                new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(None, tables), request, out)
+                new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
             except RebaseRefused:
                 if request["request_id"] == request_id:
                     raise
@@ -374,10 +374,10 @@ def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
         request = open_request(tables)
         if request is None:
             raise UserError(f"pipeline {tables.pipeline} has no open rebase request: nothing to abandon")
-        handoff = current_handoff(None, tables)
+        handoff = current_handoff(tables)
         reason = f"abandoned by {requested_by}"
         if "paused" not in request:
-            handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
+            handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
                                details={"request_id": request["request_id"], "reason": reason})
             out(f"rebase {tables.pipeline}: request {request['request_id']} abandoned before its pause; handoff "
                 f"{handoff.handoff_id} goes on as it was")
@@ -391,7 +391,7 @@ def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
             raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
                             f"written the events path past the paused stream's checkpoint, so handoff "
                             f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
-        handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_ABANDONED,
+        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED,
                            details={"request_id": request["request_id"], "reason": reason,
                                     "cut": request["paused"]["cut"]})
     out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "

@@ -65,7 +65,7 @@ def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, reques
 
 def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> None:
     reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
-    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REFUSED,
+    handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
                        details={"request_id": request["request_id"], "reason": reason})
     raise RebaseRefused(reason) from None
 

@@ -20,11 +20,11 @@ logger = logging.getLogger(__name__)
 def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[str | None, str | None] = (None, None),
                    figures: dict | None = None, accept_differences: bool = False) -> str:
     """Ask the live stream to rebase; returns the request id to wait for."""
-    handoff = current_handoff(None, tables)
+    handoff = current_handoff(tables)
     if handoff is None:
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff: there is no stream to rebase")
     request_id = uuid.uuid4().hex[:12]
-    handoff_log.append(None, tables, handoff.handoff_id, Status.REBASE_REQUESTED,
+    handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REQUESTED,
                        details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
                                 "from": days[0], "to": days[1], **(figures or {}),
                                 **({"accept_differences": True} if accept_differences else {})})
@@ -38,7 +38,7 @@ def open_request(tables: Tables, entries: list | None = None) -> dict | None:
     events path past the paused stream's checkpoint, so the only ways on are the handoff at the recorded cut and,
     while the paused stream is still resumable, a REBASE_ABANDONED. `entries`: the log as the caller just read
     it."""
-    entries = handoff_log.entries(None, tables) if entries is None else entries
+    entries = handoff_log.entries(tables) if entries is None else entries
     answered, failed, paused = set(), set(), {}
     for e in entries:
         request_id = handoff_log.details(e).get("request_id")
@@ -69,7 +69,7 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=logge
     deadline = time.monotonic() + timeout_s
     shown: set[int] = set()
     while time.monotonic() < deadline:
-        entries = handoff_log.entries(None, tables)
+        entries = handoff_log.entries(tables)
         committed = next((e for e in entries if e.status == Status.HANDOFF_COMMITTED
                           and handoff_log.details(e).get("request_id") == request_id), None)
         for e in entries:

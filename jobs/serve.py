@@ -142,7 +142,7 @@ class Service:
             self._ended(one, code, now)
         if now < one.next_start:
             return
-        entries = handoff_log.entries(None, one.tables)
+        entries = handoff_log.entries(one.tables)
         why = wanted(entries, lease.owner(one.tables), one.held_down_at_seq)
         if why is not None:
             if why != one.why_down:
@@ -159,7 +159,7 @@ class Service:
             self.say(f"serve {one.name}: the stream ended cleanly", pipeline=one.name)
             one.next_start = now + one.restarts.first_s
             return
-        seq = max((e.seq for e in handoff_log.entries(None, one.tables)), default=-1)
+        seq = max((e.seq for e in handoff_log.entries(one.tables)), default=-1)
         if code == 2:
             one.held_down_at_seq = seq
             self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}", logging.ERROR,
@@ -214,12 +214,12 @@ def request_start(tables: Tables, requested_by: str = "switchyard start") -> han
 
     from switchyard.state_handoff.errors import UserError
 
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     if handoff is None:
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff: run `switchyard handoff` first")
     owner = lease.owner(tables)
     if owner is not None and owner.command == lease.STREAM:
         raise UserError(f"pipeline {tables.pipeline} is already streaming (pid {owner.owner_pid} on host "
                         f"{owner.owner_host}): nothing to start")
-    return handoff_log.append(None, tables, handoff.handoff_id, Status.START_REQUESTED, details={
+    return handoff_log.append(tables, handoff.handoff_id, Status.START_REQUESTED, details={
         "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})

@@ -35,7 +35,7 @@ def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0, ou
     out(f"start {tables.pipeline}: START_REQUESTED (seq {asked.seq}); waiting for `switchyard serve` to start it")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        since = [e for e in handoff_log.entries(None, tables) if e.seq > asked.seq]
+        since = [e for e in handoff_log.entries(tables) if e.seq > asked.seq]
         started = [e for e in since if e.status == Status.STREAM_STARTED]
         if started and _streaming(tables) is not None:
             out(f"start {tables.pipeline}: the stream runs ({_streaming(tables).describe(utc_now())})")

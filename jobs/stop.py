@@ -26,19 +26,19 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, reque
     if owner is None or owner.command != lease.STREAM:
         raise UserError(f"pipeline {tables.pipeline} has no running stream"
                         + (f" (it is owned by `{owner.command}`)" if owner else "") + ": nothing to stop")
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)  # a stream always runs the latest
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)  # a stream always runs the latest
     if handoff is None:  # the stream took the lease, then found nothing to stream: it exits by itself
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff, so {owner.describe(utc_now())} has "
                         "nothing to stream and exits by itself: nothing to stop")
     request_id = uuid.uuid4().hex[:12]
-    asked = handoff_log.append(None, tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
+    asked = handoff_log.append(tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
         "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid(),
         "lease_id": owner.lease_id})  # the stream it is for: the one holding this lease
     out(f"stop {tables.pipeline}: asked the stream ({owner.describe(utc_now())}) to stop; waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         gone = lease.owner(tables) is None  # before the log: STOPPED is written before the lease is let go
-        since = [e for e in handoff_log.entries(None, tables) if e.seq > asked.seq]
+        since = [e for e in handoff_log.entries(tables) if e.seq > asked.seq]
         stopped = [e for e in since if e.status == Status.STOPPED]
         if stopped:
             return stopped[-1]

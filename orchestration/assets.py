@@ -67,7 +67,7 @@ def _tiles(context: dg.AssetExecutionContext, scope: Scope, config: TilesConfig,
            kafka: KafkaResource, warehouse: WarehouseResource) -> dg.MaterializeResult:
     first, last = days_of(context.partition_time_window)
     tables = scope.tables(warehouse)
-    if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
+    if current_handoff(tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         return _rebased(context, scope, spark, kafka, tables, str(first), str(last), config.accept_differences)
     with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
         pipeline_settings.settle(tables, TILES_OWNER, record=True, adopt=False)
@@ -101,7 +101,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
                               finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),
                                                                    out=context.log.info),
                               out=context.log.info)
-    committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
+    committed = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))
     reconciliation = committed.get("reconciliation", {})
     return dg.MaterializeResult(metadata={
@@ -125,8 +125,8 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
                  warehouse: WarehouseResource, kafka: KafkaResource):
     session, pipeline, tables = spark.session(), scope.spec, scope.tables(warehouse)
     windows = ("windows", "window_state") if scope.windowed else ()
-    if current_handoff(None, tables) is not None:  # the rebase in `tiles` committed the state at its cut
-        latest = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
+    if current_handoff(tables) is not None:  # the rebase in `tiles` committed the state at its cut
+        latest = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
         context.log.info(f"state committed by the rebase of backfill {latest.handoff_id}; nothing to merge")
         yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
             "handoff_id": latest.handoff_id, "state_version": latest.state_version,
@@ -140,7 +140,7 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
         pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False)
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
-    committed = handoff_log.details(handoff_log.latest(session, tables, Status.BACKFILL_COMMITTED))
+    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
         "handoff_id": run.handoff_id,
         "state_version": run.state_version,
@@ -187,7 +187,7 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
         raise dg.Failure(description="for_seconds applies only with until_caught_up set to false", allow_retries=False)
     with user_errors_as_failures():
         lease.refuse_if_owned(tables)  # the stream process takes the lease itself; this only fails sooner
-    switch = current_handoff(None, tables)
+    switch = current_handoff(tables)
     if switch is None:
         raise dg.Failure(description=f"pipeline {tables.pipeline} has no committed handoff: materialize handoff first",
                          allow_retries=False)
@@ -218,7 +218,7 @@ def _served_stream(context: dg.AssetExecutionContext, scope: Scope, tables) -> d
 
     with user_errors_as_failures():
         started = start_served(tables, f"dagster {scope.name('stream')}", out=context.log.info)
-    latest = handoff_log.entries(None, tables)[-1]
+    latest = handoff_log.entries(tables)[-1]
     return dg.MaterializeResult(metadata={
         "handoff_id": latest.handoff_id,
         "phase": str(latest.status),

@@ -137,7 +137,7 @@ def _tiles_are_sound(context: dg.AssetCheckExecutionContext, scope: Scope, spark
 def _state_is_sound(scope: Scope, spark: SparkResource, warehouse: WarehouseResource) -> dg.AssetCheckResult:
     session, pipeline, tables = spark.session(), scope.spec, scope.tables(warehouse)
     # once a stream has run, state also holds what it read past the archive (a rebase recomputes up to its cut)
-    streamed = current_handoff(None, tables) is not None
+    streamed = current_handoff(tables) is not None
     newest = None if streamed else newest_archived_event_time(session, pipeline, tables)
     outcomes = run_suite(_table(session, tables.state), "state", state_expectations(pipeline, newest))
     return check_result(outcomes, newest_archived_event_time=str(newest) if newest else "not checked: streamed")
@@ -146,7 +146,7 @@ def _state_is_sound(scope: Scope, spark: SparkResource, warehouse: WarehouseReso
 def _handoff_is_contiguous(scope: Scope, spark: SparkResource, kafka: KafkaResource,
                            warehouse: WarehouseResource) -> dg.AssetCheckResult:
     session, tables = spark.session(), scope.tables(warehouse)
-    switch = current_handoff(session, tables)
+    switch = current_handoff(tables)
     if switch is None:
         return dg.AssetCheckResult(passed=False, description="no committed handoff in the log")
     offsets = handoff_offsets(session, tables, switch.start_offsets, scope.bootstrap(kafka))

@@ -20,14 +20,14 @@ from switchyard.state_handoff import handoff_log, pipeline_settings
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
     """Each log entry after `seq` (the rebase's request, pause, handoff at the cut, ...) as an observation of the
     pipeline's `stream`."""
-    for entry in handoff_log.entries(None, tables):
+    for entry in handoff_log.entries(tables):
         if entry.seq > seq and is_observed(entry):
             context.log_event(dg.AssetObservation(asset_key=scope.key("stream"),
                                                   metadata=transition_metadata(entry, tables)))
 
 
 def _last_seq(tables) -> int:
-    return max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
+    return max([-1] + [e.seq for e in handoff_log.entries(tables)])
 
 
 class RebaseConfig(dg.Config):

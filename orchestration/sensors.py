@@ -20,7 +20,7 @@ def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: Wareh
     and rebase as it is logged; evaluate the stream's health checks whenever one changes verdict."""
     tables, stream = scope.tables(warehouse), scope.key("stream")
     running = stream_running(tables)
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     progress = progress_from(tables, entries, running)
     if progress is None:
         return dg.SkipReason("no handoff yet: nothing streams")

@@ -92,7 +92,7 @@ class Progress:
 def read_progress(tables: Tables) -> Progress | None:
     """None before any handoff."""
     running = stream_running(tables)
-    return progress_from(tables, handoff_log.entries(None, tables), running)
+    return progress_from(tables, handoff_log.entries(tables), running)
 
 
 def progress_from(tables: Tables, entries: list, running: bool) -> Progress | None:

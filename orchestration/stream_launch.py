@@ -146,7 +146,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     """
     log = process_log(tables, switch.handoff_id)
     log.parent.mkdir(parents=True, exist_ok=True)
-    after_seq = max([-1] + [e.seq for e in handoff_log.entries(None, tables)])
+    after_seq = max([-1] + [e.seq for e in handoff_log.entries(tables)])
     reports = _Reports(context, tables, switch, asset_key)
     handed_over = False
     with _pipes_session(context, {AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:

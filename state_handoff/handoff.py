@@ -194,8 +194,9 @@ def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, hand
                    "identity": "event_id if well-formed with one, else sha-256 of the Kafka key and raw value"}
 
 
-def current_handoff(spark: SparkSession, tables: Tables) -> Handoff | None:
-    entry = handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED)
+def current_handoff(tables: Tables) -> Handoff | None:
+    """The pipeline's latest committed handoff, or None."""
+    entry = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     return from_entry(entry, reused=True) if entry else None
 
 
@@ -216,11 +217,11 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
         raise UserError(f"--boundary must be one of {', '.join(BOUNDARY_MODES)}, not {boundary!r}")
     if at is not None and boundary != TIME:
         raise UserError("--at applies only with --boundary time")
-    backfill = handoff_log.latest(spark, tables, Status.BACKFILL_COMMITTED)
+    backfill = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     if backfill is None:
         raise UserError(f"pipeline {pipeline.name} has no committed backfill in {tables.root}: "
                         "run `switchyard backfill` first")
-    existing = current_handoff(spark, tables)
+    existing = current_handoff(tables)
     if existing and existing.handoff_id == backfill.handoff_id:
         _check_same_boundary(existing, boundary, at)
         return existing
@@ -247,7 +248,7 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     check_no_gaps(gaps, start)
     faults.reach("handoff.before_log")
     entry = handoff_log.append(
-        spark, tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,
         details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()}})
     return from_entry(entry)

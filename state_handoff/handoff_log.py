@@ -20,7 +20,6 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
@@ -32,9 +31,6 @@ from switchyard.state_handoff.io import delta_cas, delta_upkeep
 from switchyard.state_handoff.io.storage import delta_options
 from switchyard.state_handoff.lifecycle import Status, check_transition
 from switchyard.state_handoff.tables import Tables
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 # Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -110,10 +106,10 @@ def _history(table: DeltaTable, handoff_id: str) -> list[str]:
     return rows.column("status").to_pylist()
 
 
-def append(spark: SparkSession | None, tables: Tables, handoff_id: str, status: str, *,
-           state_version: int | None = None, start_offsets: dict | None = None,
-           backlog_watermark: datetime | None = None, details: dict | None = None) -> LogEntry:
-    """Append one entry as one Delta commit, so it is there entirely or not at all; `spark` is unused.
+def append(tables: Tables, handoff_id: str, status: str, *, state_version: int | None = None,
+           start_offsets: dict | None = None, backlog_watermark: datetime | None = None,
+           details: dict | None = None) -> LogEntry:
+    """Append one entry as one Delta commit, so it is there entirely or not at all (no JVM: delta-rs).
 
     Refused with lifecycle.LifecycleError when `status` may not follow the handoff's earlier entries, as read
     at the snapshot the commit lands after. The entry's `seq` is the version of the commit that adds it: the
@@ -144,8 +140,8 @@ def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int 
                        "too many concurrent writers")
 
 
-def entries(spark: SparkSession | None, tables: Tables) -> list[LogEntry]:
-    """All entries in commit order, oldest first; empty when the log does not exist yet. `spark` is unused."""
+def entries(tables: Tables) -> list[LogEntry]:
+    """All entries in commit order, oldest first; empty when the log does not exist yet."""
     try:
         table = DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
     except TableNotFoundError:
@@ -153,9 +149,8 @@ def entries(spark: SparkSession | None, tables: Tables) -> list[LogEntry]:
     return [LogEntry.from_row(row) for row in delta_cas.read(table, SCHEMA.names, order_by="seq").to_pylist()]
 
 
-def latest(spark: SparkSession | None, tables: Tables, status: str | None = None,
-           handoff_id: str | None = None) -> LogEntry | None:
-    rows = [r for r in entries(spark, tables)
+def latest(tables: Tables, status: str | None = None, handoff_id: str | None = None) -> LogEntry | None:
+    rows = [r for r in entries(tables)
             if (status is None or r.status == status) and (handoff_id is None or r.handoff_id == handoff_id)]
     return rows[-1] if rows else None
 

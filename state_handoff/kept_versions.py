@@ -24,7 +24,7 @@ from switchyard.state_handoff.tables import Tables
 def kept_state_versions(tables: Tables) -> list[int]:
     """The `state` versions whose files vacuum keeps: the live handoff's and the latest committed backfill's while
     their handoff has not SWITCHED, and the paused ones."""
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     switched = {e.handoff_id for e in entries if e.status == Status.SWITCHED}
     kept = set()
     for status in (Status.HANDOFF_COMMITTED, Status.BACKFILL_COMMITTED):

@@ -84,14 +84,14 @@ def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:
     stream never ran a batch: once it has, its state has moved past the backfill's."""
     from switchyard.state_handoff.handoff import OFFSETS, current_handoff, from_entry
 
-    current = current_handoff(None, tables)
+    current = current_handoff(tables)
     if current is None:
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff to restart: run `switchyard backfill` "
                         "and `switchyard handoff`")
     if current.boundary_mode != OFFSETS:
         raise UserError(f"handoff {current.handoff_id} has a time boundary: --restart-from-retained restarts "
                         "offsets-boundary handoffs; extend the archive and rerun the backfill instead")
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     if has_switched(entries, current.handoff_id) or stream_progress.batches(tables, current.handoff_id):
         raise UserError(f"handoff {current.handoff_id} has streamed: --restart-from-retained restarts only a handoff "
                         "whose stream never ran; rebase it with `switchyard rebase`")
@@ -102,15 +102,15 @@ def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:
                         "nothing is lost; run `switchyard stream`")
     lost = {str(p): {"from": a, "to": b, "records": b - a} for p, (a, b) in gone.items()}
     start = {p: max(o, bounds[p][0]) if p in bounds else o for p, o in current.start_offsets.items()}
-    backfill = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED, handoff_id=current.handoff_id)
-    committed = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED, handoff_id=current.handoff_id)
+    backfill = handoff_log.latest(tables, Status.BACKFILL_COMMITTED, handoff_id=current.handoff_id)
+    committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=current.handoff_id)
     restarted = {"restarted_from": current.handoff_id, LOST: lost}
     handoff_id = handoff_log.new_handoff_id()
-    handoff_log.append(None, tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=backfill.state_version,
+    handoff_log.append(tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=backfill.state_version,
                        backlog_watermark=backfill.backlog_watermark,
                        details={**handoff_log.details(backfill), **restarted})
     entry = handoff_log.append(
-        None, tables, handoff_id, Status.HANDOFF_COMMITTED, state_version=current.state_version, start_offsets=start,
+        tables, handoff_id, Status.HANDOFF_COMMITTED, state_version=current.state_version, start_offsets=start,
         backlog_watermark=current.backlog_watermark,
         details={**handoff_log.details(committed), **restarted,
                  "retained": {str(p): list(b) for p, b in bounds.items()}})

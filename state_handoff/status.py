@@ -14,7 +14,7 @@ from switchyard.state_handoff.tables import Tables
 
 def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     owner = lease.owner(tables)  # before the log: a stream logs STOPPED, then lets go of its lease
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     last = entries[-1] if entries else None
     running = owner is not None and owner.command == lease.STREAM
     handoff = next((e for e in reversed(entries) if e.status == Status.HANDOFF_COMMITTED), None)

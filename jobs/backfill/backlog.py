@@ -84,7 +84,7 @@ def _readable(path: str, version: int) -> bool:
 
 def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, str]:
     """The merge the latest committed backfill recorded, when the tiles only grew since; else None and why."""
-    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     record = handoff_log.details(committed).get(RECORD) if committed is not None else None
     if not record:
         return None, "no earlier commit recorded its merge of the tiles"

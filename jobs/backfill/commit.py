@@ -194,7 +194,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     result = replace(run, keys=keys, state_version=state_version, backlog_watermark=watermark, boundary=boundary,
                      seconds=run.seconds + time.monotonic() - started)
     faults.reach("backfill.after_state")
-    handoff_log.append(spark, tables, run.handoff_id, Status.BACKFILL_COMMITTED,
+    handoff_log.append(tables, run.handoff_id, Status.BACKFILL_COMMITTED,
                        state_version=state_version, backlog_watermark=watermark,
                        details={"from": str(run.first_day), "to": str(run.last_day), "boundary": boundary,
                                 "records_read": run.records_read, "well_formed": run.well_formed,

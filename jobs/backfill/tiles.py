@@ -89,7 +89,7 @@ def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
     try:
         yield
     except Exception as err:
-        handoff_log.append(spark, tables, handoff_id, Status.FAILED,
+        handoff_log.append(tables, handoff_id, Status.FAILED,
                            details={"phase": "backfill", "reason": str(err).strip().splitlines()[0][:500]})
         raise
 
@@ -116,7 +116,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             f"backfill {pipeline.name}: the archive has no days between {first} and {last} "
             f"(it holds {days[0]}..{days[-1]}); nothing changed"))
     handoff_id = handoff_log.new_handoff_id()
-    handoff_log.append(spark, tables, handoff_id, Status.BACKFILL_STARTED,
+    handoff_log.append(tables, handoff_id, Status.BACKFILL_STARTED,
                        details={"from": str(first), "to": str(last), "strategy": strategy})
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
@@ -180,7 +180,7 @@ def _tiles_run_file(tables: Tables, handoff_id: str) -> str:
 
 def pending_tiles_run(tables: Tables) -> BackfillResult | None:
     """The latest tiles run not yet committed into state (Dagster runs tiles and state as separate steps)."""
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     started = next((e for e in reversed(entries) if e.status == Status.BACKFILL_STARTED), None)
     if started is None or any(e.handoff_id == started.handoff_id and e.status != Status.BACKFILL_STARTED
                               for e in entries):

@@ -119,7 +119,7 @@ def run_rebase_command(args) -> int:
     pipeline, tables = pipeline_and_tables(args)
     if not args.abandon:
         _settle(tables, f"switchyard {args.command}")
-    if current_handoff(None, tables) is None:
+    if current_handoff(tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
     if args.abandon:
@@ -139,7 +139,7 @@ def run_backfill_command(args) -> int:
 
     pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.BACKFILL)
-    if current_handoff(None, tables) is not None:  # a stream's history exists: the backfill rebases at a cut
+    if current_handoff(tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         if args.kafka_tail:
             raise UserError(f"pipeline {pipeline.name} already streams: a backfill now rebases it at a cut and reads "
                             "Kafka up to that cut anyway; drop --kafka-tail")
@@ -171,7 +171,7 @@ def run_handoff_command(args) -> int:
         with lease.hold(tables, lease.HANDOFF):  # no JVM: the log and Kafka's offsets only
             switch = restart_from_retained(tables, args.bootstrap)
         lost = ", ".join(f"p{r['partition']}:{r['from']}..{r['to'] - 1} ({r['records']} records)"
-                         for r in lost_ranges(handoff_log.entries(None, tables)) if r["handoff_id"] == switch.handoff_id)
+                         for r in lost_ranges(handoff_log.entries(tables)) if r["handoff_id"] == switch.handoff_id)
         logger.info(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
         return 0
     with lease.hold(tables, lease.HANDOFF):

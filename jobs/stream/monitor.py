@@ -62,7 +62,7 @@ class Monitor:
 
     def _run(self) -> dict | None:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
-        logged = handoff_log.entries(None, sup.tables)  # also the order of the earlier handoffs, for the prune
+        logged = handoff_log.entries(sup.tables)  # also the order of the earlier handoffs, for the prune
         switched = lifecycle.has_switched(logged, handoff.handoff_id)
         result.switched_after_s = sup.switched_after_s  # when start() saw it
         lag, snapshot = {}, {}
@@ -156,7 +156,7 @@ class Monitor:
         """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
         sup = self.sup
         try:
-            entries = handoff_log.entries(None, sup.tables)  # read once for both kinds of request
+            entries = handoff_log.entries(sup.tables)  # read once for both kinds of request
             stop = stop_requested(entries, sup.lease.lease_id)
             if stop is not None and not sup.stop_signal:
                 sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "

@@ -137,7 +137,7 @@ class PipesReporter:
 
     def _entries(self) -> list:
         try:
-            return handoff_log.entries(None, self.tables)
+            return handoff_log.entries(self.tables)
         except Exception as err:  # noqa: BLE001 - the log unreadable for a moment: the next round reads it
             warnings_to(self.out)(f"Pipes: could not read the handoff log ({type(err).__name__}); reading it again "
                                   "next round")

@@ -60,7 +60,7 @@ def refuse_another_spark_line(pipeline: Pipeline, tables: Tables) -> None:
     """check_spark_line for the current handoff against the installed pyspark, before a JVM starts."""
     import pyspark
 
-    handoff = current_handoff(None, tables)
+    handoff = current_handoff(tables)
     if handoff is not None:
         check_spark_line(pipeline.name, handoff, StreamPaths.of(tables, handoff.handoff_id),
-                         handoff_log.entries(None, tables), pyspark.__version__)
+                         handoff_log.entries(tables), pyspark.__version__)

@@ -61,7 +61,7 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     unless the caller passes the one it holds)."""
     settings = settings or StreamSettings()
     delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
-    if current_handoff(None, tables) is None:
+    if current_handoff(tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
     with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process
         if lease is not None:
@@ -116,7 +116,7 @@ class Supervisor:
         return True
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
-        handoff_log.append(self.spark, self.tables, handoff_id, status, **fields)
+        handoff_log.append(self.tables, handoff_id, status, **fields)
         self.report.logged(handoff_id, status)
 
     def run(self) -> StreamResult:
@@ -125,7 +125,7 @@ class Supervisor:
         result = None
         try:
             while True:
-                handoff = current_handoff(None, self.tables)
+                handoff = current_handoff(self.tables)
                 request = rebase_requests.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
                     if "paused" in request or rebase.killed_stream(self.tables) != handoff.handoff_id:
@@ -180,7 +180,7 @@ class Supervisor:
         self.switched_after_s = None
         step_done = self.startup.end
         paths = StreamPaths.of(tables, handoff.handoff_id)
-        entries = handoff_log.entries(None, tables)
+        entries = handoff_log.entries(tables)
         check_resumable(tables, handoff, paths, entries)
         check_spark_line(pipeline.name, handoff, paths, entries, spark.version)
         restart = storage.exists(paths.keyed_checkpoint)
@@ -243,7 +243,7 @@ class Supervisor:
         seconds since this handoff's start."""
         self.switched_after_s = seen_at - self.started
         self.startup.end("first_batch")
-        committed = handoff_log.latest(None, self.tables, Status.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
+        committed = handoff_log.latest(self.tables, Status.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
         request_id = handoff_log.details(committed).get("request_id") if committed else None
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         self.log(handoff.handoff_id, Status.SWITCHED, start_offsets=handoff.start_offsets,

@@ -40,7 +40,7 @@ def _started_with(started) -> str:
 
 def last_started_with(tables: Tables) -> str | None:
     """The updates topic of the newest stream start the log records; None before any stream started."""
-    starts = [e for e in handoff_log.entries(None, tables) if e.status == Status.STREAM_STARTED]
+    starts = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
     if not starts:
         return None
     return _started_with(starts[-1])

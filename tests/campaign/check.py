@@ -46,7 +46,7 @@ def _named_command(detail: str) -> list[str] | None:
 
 
 def _has(world: World, status: str) -> bool:
-    return handoff_log.latest(None, world.tables, status) is not None
+    return handoff_log.latest(world.tables, status) is not None
 
 
 def way_on(world: World) -> None:

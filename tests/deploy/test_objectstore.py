@@ -74,12 +74,12 @@ def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):
     """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
     monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
     tables = Tables(objectstore.warehouse(), "demo")
-    written = [handoff_log.append(None, tables, f"h{i}", Status.BACKFILL_STARTED, details={"i": i})
+    written = [handoff_log.append(tables, f"h{i}", Status.BACKFILL_STARTED, details={"i": i})
                for i in range(12)]
     table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
     assert len(table.file_uris()) < 5, table.file_uris()
     assert any(h.get("operation") == "OPTIMIZE" for h in table.history())
-    assert [vars(e) for e in handoff_log.entries(None, tables)] == [vars(w) for w in written]
+    assert [vars(e) for e in handoff_log.entries(tables)] == [vars(w) for w in written]
 
 
 @pytest.mark.extended  # test_scale_out runs the same switch on this store, on a cluster
@@ -95,7 +95,7 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
         result = _switchyard(*step)
         assert result.returncode == 0, result.stderr[-3000:]
     tables = Tables(warehouse, PIPELINE.name)
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     assert storage.exists(storage.join(tables.archive, "_archive.json"))
 
     log = tmp_path / "stream.log"
@@ -104,12 +104,12 @@ def test_the_switch_on_the_object_store_matches_the_oracle(s3a_spark, objectstor
         produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 150, seed=7))
         total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
         wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
         stop_stream(proc, log)
 
-    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    statuses = [e.status for e in handoff_log.entries(tables)]
     assert statuses[:5] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "STREAM_STARTED",
                             "SWITCHED"] and statuses[-1] == "STOPPED"
     checkpoint = storage.join(tables.stream_dir, handoff.handoff_id, "checkpoints", "keyed")

@@ -40,13 +40,13 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
         result = run_cli(step, env, timeout=900)
         assert result.returncode == 0, result.stderr[-3000:]
     tables = Tables(warehouse, PIPELINE.name)
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
 
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1", env=env)
     try:
         produce(bootstrap, TOPIC, tail_events(3, datetime(2026, 1, 2, 20), 120, seed=12))
-        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, proc, log,
                    what="SWITCHED", timeout=600)
         kafka_cluster.stop_node(kafka_cluster3.cluster, 1)  # mid-stream: two of three replicas stay in sync
         try:
@@ -59,7 +59,7 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
         produce(bootstrap, TOPIC, tail_events(3, datetime(2026, 1, 2, 23), 60, seed=14))
         total = latest_total(bootstrap, TOPIC, handoff_log.offsets(handoff))
         wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read", timeout=600)
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, proc, log,
                    what="CAUGHT_UP", timeout=600)
     finally:
         stop_stream(proc, log)
@@ -68,6 +68,6 @@ def test_the_switch_on_a_cluster_three_brokers_and_an_object_store(  # noqa: F81
     applications = [d.name for d in spark_cluster.elsewhere.iterdir() if d.name.startswith("app-")]
     assert len(applications) >= 4, applications
     assert storage.exists(storage.join(tables.stream_dir, handoff.handoff_id, "checkpoints", "keyed", "commits", "0"))
-    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    statuses = [e.status for e in handoff_log.entries(tables)]
     assert "SWITCHED" in statuses and statuses[-1] == "STOPPED" and "FAILED" not in statuses
     assert_matches_oracle(s3a_spark, bootstrap, TOPIC, tables)

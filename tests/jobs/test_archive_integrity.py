@@ -79,7 +79,7 @@ def _data(path: str) -> list[str] | None:
 
 def _committed(tables: Tables) -> tuple:
     """What a refused run must leave as it was: the handoff log and every table's data."""
-    return (len(handoff_log.entries(None, tables)),
+    return (len(handoff_log.entries(tables)),
             *(_data(p) for p in (tables.tiles, tables.state, tables.windows, tables.dead_letter)))
 
 
@@ -116,11 +116,11 @@ def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap,
     # --skip-bad-files: a recorded gap, which the handoff refuses, as for an unreadable file
     result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     assert result.skipped_files == [gone]
-    details = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))
+    details = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     assert details["complete"] is False and {g["file"] for g in details["gaps"]} == {gone}
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} was skipped")):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
 
 def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, tables):
@@ -134,8 +134,8 @@ def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, table
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
                                                   f"{held}")):
         commit_state(spark, PIPELINE, tables, out=_quiet)
-    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is None
-    assert handoff_log.latest(None, tables).status == Status.FAILED
+    assert handoff_log.latest(tables, Status.BACKFILL_COMMITTED) is None
+    assert handoff_log.latest(tables).status == Status.FAILED
 
 
 def test_a_truncated_committed_file_is_refused_naming_its_ranges(spark, tables):
@@ -159,7 +159,7 @@ def test_a_file_replaced_with_fewer_records_is_refused_before_the_commit(spark, 
     with pytest.raises(UserError, match=r"the archive record says its files hold \d+ records of partition \d, the "
                                         r"backfill read \d+ \(\d+ well-formed or dead-lettered\)"):
         run_backfill(spark, PIPELINE, tables, out=_quiet)
-    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.BACKFILL_COMMITTED) is None
 
 
 def test_a_record_that_leaves_a_gap_or_overlaps_is_refused(spark, archived, tables):
@@ -206,9 +206,9 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
                                                   f"{held}")):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", lambda: spark, out=_quiet)
-    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    statuses = [e.status for e in handoff_log.entries(tables)]
     assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.REBASE_REFUSED] and Status.PAUSED not in statuses
-    assert current_handoff(None, tables).handoff_id == handoff.handoff_id
+    assert current_handoff(tables).handoff_id == handoff.handoff_id
     assert open_request(tables) is None, "the refused request stays answered: the next stream streams as before"
     assert _data(tables.state) == before
 
@@ -271,4 +271,4 @@ def test_an_unreadable_archive_record_is_refused_in_one_line(spark, tables):
                             r"it is damaged: restore the record from a backup")
     victim.write_bytes(kept)
     run_backfill(spark, PIPELINE, tables, out=_quiet)
-    assert handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED) is not None
+    assert handoff_log.latest(tables, Status.BACKFILL_COMMITTED) is not None

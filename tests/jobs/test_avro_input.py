@@ -170,7 +170,7 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
     log = tmp_path / "stream.log"
     process = start_stream(tables, bootstrap, log, env=env)
     try:
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, process, log, "CAUGHT_UP",
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, process, log, "CAUGHT_UP",
                    timeout=600)
         produce(bootstrap, TOPIC, _records(200, first=500) + _one_customer(1000))
         time.sleep(2)
@@ -230,6 +230,6 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
     assert sum(len(es) for es in groups.values()) + sum(dead.values()) == len(records)
 
     new = rebase_pipeline(pipeline, tables, bootstrap, "rebase", "test", lambda: spark, out=_quiet)
-    committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
+    committed = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))
     assert committed["reconciliation"]["keys_different"] == 0, committed["reconciliation"]

@@ -115,7 +115,7 @@ def test_backfill_matches_the_oracle(spark, backlog, tables):
     assert result.records_read == len(backlog["records"])
     assert result.boundary == {p: hi - 1 for p, (_, hi) in backlog["cut"].items()}
 
-    log = handoff_log.entries(spark, tables)
+    log = handoff_log.entries(tables)
     assert [e.status for e in log] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED"]
     committed = log[-1]
     assert committed.state_version == result.state_version
@@ -147,7 +147,7 @@ def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spar
     assert any(v[1] == TAIL_PHASE for v in dead.values())
 
     # the accounting identity per partition, archive and tail together, against the oracle's counts
-    committed = handoff_log.details(handoff_log.latest(spark, tables, Status.BACKFILL_COMMITTED))
+    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     tail = committed["kafka_tail"]
     assert tail["to"] == {str(p): o for p, o in ends.items()} and tail["records"] == len(everything) - len(
         backlog["records"])
@@ -223,7 +223,7 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
     assert_state_matches(spark, tables_fresh, expected)
     assert_windows_match(spark, tables_fresh.windows, expected.final_windows())
     assert_windows_match(spark, tables_fresh.window_state, expected.open_windows())
-    record = handoff_log.details(handoff_log.latest(None, tables_fresh, Status.BACKFILL_COMMITTED))["backlog"]
+    record = handoff_log.details(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED))["backlog"]
     assert record["table"] == "state"
 
     lines.clear()  # a day merged before, tiled again: its old tiles are in the earlier merge, so every tile
@@ -236,7 +236,7 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
     commit_state(spark, PIPELINE, tables_fresh, out=lines.append, kafka_tail_from=bootstrap)  # of the tiles alone
     assert any(line.startswith("  merging 0 newly tiled day(s)") for line in lines), lines
     assert_state_matches(spark, tables_fresh, oracle.backlog(oracle.read_topic(bootstrap, backlog["topic"])))
-    assert "backlog" not in handoff_log.details(handoff_log.latest(None, tables_fresh, Status.BACKFILL_COMMITTED))
+    assert "backlog" not in handoff_log.details(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED))
 
     lines.clear()  # so the next commit merges every tile, and does not fold the tail in again
     commit_state(spark, PIPELINE, tables_fresh, out=lines.append)
@@ -253,18 +253,18 @@ def _some_file(tables):
 
 def test_corrupt_file_stops_the_run_and_changes_nothing(spark, tables):
     run_backfill(spark, PIPELINE, tables, out=_quiet)
-    before_state, before_log = _state_snapshot(spark, tables), len(handoff_log.entries(spark, tables))
+    before_state, before_log = _state_snapshot(spark, tables), len(handoff_log.entries(tables))
     bad = _some_file(tables)
     with open(bad.path, "r+b") as fh:
         fh.truncate(40)
     with pytest.raises(UserError, match=bad.path.replace("+", r"\+") + ".*--skip-bad-files"):
         run_backfill(spark, PIPELINE, tables, out=_quiet)
     assert _state_snapshot(spark, tables) == before_state
-    assert len(handoff_log.entries(spark, tables)) == before_log
+    assert len(handoff_log.entries(tables)) == before_log
 
     result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     assert result.skipped_files == [bad.path]
-    details = handoff_log.details(handoff_log.latest(spark, tables))
+    details = handoff_log.details(handoff_log.latest(tables))
     assert details["skipped_files"] == [bad.path]
     assert {g["file"] for g in details["gaps"]} == {bad.path}
 
@@ -308,7 +308,7 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
         fh.truncate(40)
 
     run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
-    committed = handoff_log.details(handoff_log.latest(spark, tables))
+    committed = handoff_log.details(handoff_log.latest(tables))
     assert committed["complete"] is False
     assert {"file": victim, "partition": partition, "from": lo, "to": hi, "records": n,
             "below_boundary": True} in committed["gaps"]
@@ -316,14 +316,14 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
                       f"offsets {lo}..{hi} ({n} records) below the boundary")
     with pytest.raises(UserError, match=named):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
     # an archive written before ranges were recorded: the range is unknown, and refused just the same
     write_archive_meta(tables.archive, {k: v for k, v in meta.items() if k != "files"})
     run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     with pytest.raises(UserError, match=re.escape(f"archive file {victim} was skipped") + ".*range it holds is unknown"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(spark, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
     # the fix the message names: restore the file, rerun the backfill, hand off
     with open(victim, "wb") as fh:
@@ -353,7 +353,7 @@ def test_empty_ranges_and_days_without_files(spark, tables):
         run_backfill(spark, PIPELINE, tables, "2026-01-03", "2026-01-02", out=_quiet)
     nothing = run_backfill(spark, PIPELINE, tables, "2030-01-01", "2030-01-05", out=_quiet)
     assert nothing.handoff_id is None and "nothing changed" in nothing.summary("demo")
-    assert handoff_log.entries(spark, tables) == []
+    assert handoff_log.entries(tables) == []
 
     first = run_backfill(spark, PIPELINE, tables, out=_quiet).first_day
     before = _state_snapshot(spark, tables)

@@ -52,7 +52,7 @@ def test_a_batch_of_large_bad_records_beyond_the_drivers_result_limit(spark, boo
     proc = start_stream(tables, bootstrap, log, "--until-caught-up", "--tables-trigger-seconds", "1",
                         env={"PYSPARK_SUBMIT_ARGS": "--conf spark.driver.maxResultSize=1m pyspark-shell"})
     assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
-    assert handoff_log.latest(None, tables, Status.FAILED) is None
+    assert handoff_log.latest(tables, Status.FAILED) is None
     assert set(malformed) <= {bytes(r.value) for r in rows(spark, tables.dead_letter) if r.value is not None}
     assert set(late) <= {bytes(r.value) for r in rows(spark, tables.late)}
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

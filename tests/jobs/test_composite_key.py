@@ -114,7 +114,7 @@ def test_a_composite_key_through_backfill_stream_and_rebase(spark, bootstrap, tm
 
     # an offline rebase recomputes the state at a cut and reconciles it key by key: no difference
     new = rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "test", lambda: spark, out=_quiet)
-    committed = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED,
+    committed = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
                                                        handoff_id=new.handoff_id))
     assert committed["reconciliation"]["keys_different"] == 0, committed["reconciliation"]
     assert committed["reconciliation"]["keys_recomputed"] == len(expected)

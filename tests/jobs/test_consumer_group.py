@@ -44,7 +44,7 @@ def test_kafkas_own_tool_shows_the_streams_lag_going_to_zero(spark, bootstrap, t
     ends = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic_name).items()}
     described = kafka_consumer_groups(bootstrap, group)
     assert _lag_rows(described, topic_name) == {p: (hi, hi, 0) for p, hi in ends.items()}, described
-    assert all(ends[p] > o for p, o in current_handoff(None, tables).start_offsets.items()), "the stream read some"
+    assert all(ends[p] > o for p, o in current_handoff(tables).start_offsets.items()), "the stream read some"
 
     more = tail_events(2, datetime(2026, 1, 3, 2), 20, seed=72)
     produce(bootstrap, topic_name, more)

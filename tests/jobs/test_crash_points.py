@@ -105,7 +105,7 @@ def finish_stream(spark, tables: Tables, bootstrap: str) -> None:
 
 
 def _statuses(tables: Tables) -> list[str]:
-    return [e.status for e in handoff_log.entries(None, tables)]
+    return [e.status for e in handoff_log.entries(tables)]
 
 
 @pytest.mark.parametrize("point", ["backfill.after_tiles", "backfill.after_state"])
@@ -169,7 +169,7 @@ def test_lost_checkpoint_is_refused_not_replayed(spark, bootstrap, pipeline_stag
     topic, stages = pipeline_stages
     tables = _copy(stages, "handed_off", tmp_path)
     finish_stream(spark, tables, bootstrap)
-    handoff_id = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id
+    handoff_id = handoff_log.latest(tables, Status.HANDOFF_COMMITTED).handoff_id
     checkpoints = stream_dir(tables, handoff_id) / "checkpoints"
     before = _statuses(tables)
     for query in ("events", "keyed"):
@@ -204,7 +204,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
 
     topic, stages = pipeline_stages
     tables = _copy(stages, "handed_off", tmp_path)
-    handoff_id = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id
+    handoff_id = handoff_log.latest(tables, Status.HANDOFF_COMMITTED).handoff_id
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, *STREAM_FLAGS[2:])
     try:
@@ -223,7 +223,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
             assert proc.returncode == 1, log.read_text()[-3000:]
             assert _statuses(tables)[-1] == "FAILED"
             proc = start_stream(tables, bootstrap, log, *STREAM_FLAGS[2:])
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None
                    and _all_read(tables, bootstrap, topic), proc, log, what="every tail record read", timeout=400)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
@@ -235,7 +235,7 @@ def _all_read(tables: Tables, bootstrap: str, topic: str) -> bool:
     from switchyard.state_handoff.io.kafka_io import offset_bounds
     from switchyard.state_handoff.status import pipeline_status
 
-    start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    start = handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     total = sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())
     read = sum(a["read"] for a in (pipeline_status(tables).get("stream_accounting") or {}).values())
     return read >= total

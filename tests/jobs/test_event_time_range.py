@@ -40,7 +40,7 @@ def hostile(tag: str, partitions: int, *times: str) -> list[tuple]:
 def _assert_accounting_identity(tables: Tables, expected) -> None:
     """Per partition, the first backfill (its archive and its Kafka tail) and every handoff's events batches read
     each record once, and well-formed + dead-lettered = read."""
-    first = handoff_log.details(next(e for e in handoff_log.entries(None, tables)
+    first = handoff_log.details(next(e for e in handoff_log.entries(tables)
                                      if e.status == Status.BACKFILL_COMMITTED))
     streamed = stream_progress.accounting([b for h in _handoffs(tables)
                                            for b in stream_progress.batches(tables, h.handoff_id)])

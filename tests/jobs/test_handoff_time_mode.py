@@ -107,14 +107,14 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
 
     with pytest.raises(UserError, match="after the newest archived Kafka timestamp"):
         run_handoff(spark, PIPELINE, tables, bootstrap, boundary="time", at=newest_archived + timedelta(minutes=1))
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
     handoff = run_handoff(spark, PIPELINE, tables, bootstrap, boundary="time", at=at)
     # Kafka's offsets for T: the first record of each partition with a timestamp at or after T
     want_start = {p: next(o for o, ts in enumerate(stamps) if ts >= _ms(at)) for p, stamps in timestamps.items()}
     assert handoff.start_offsets == want_start
     assert all(handoff.start_offsets[p] < archive_end[p] for p in range(PARTITIONS)), "no real overlap"
-    details = handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    details = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     assert details["boundary_mode"] == "time" and datetime.fromisoformat(details["at"]) == at
     assert datetime.fromisoformat(details["overlap_until"]) == newest_archived
     assert Path(details["overlap"]).is_dir()
@@ -142,7 +142,7 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     assert sum(r.event_count for r in rows(spark, tables.state)) == sum(everything.well_formed.values())
 
     stream = _stream_accounting(tables)
-    backfill = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))["accounting"]
+    backfill = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))["accounting"]
     for p in range(PARTITIONS):
         s, b = stream[p], backfill[str(p)]
         assert s["skipped_overlap"] == archive_end[p] - handoff.start_offsets[p]  # the re-read archived records
@@ -173,4 +173,4 @@ def test_time_boundary_refuses_when_records_before_t_are_gone(spark, bootstrap, 
         admin.delete_records({TopicPartition(topic_name, 1): archive_end[1] - 1})
     with pytest.raises(UserError, match=r"partition 1 no longer retains a record before .*pass a later --at"):
         run_handoff(spark, PIPELINE, tables, bootstrap, boundary="time", at=at)
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None

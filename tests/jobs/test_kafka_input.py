@@ -56,7 +56,7 @@ def aborted_records(tag: str, partitions: int) -> list[tuple]:
 
 def tail_committed(bootstrap: str, topic: str, tables: Tables) -> int:
     """The committed records past the handoff's start offsets: what the stream must read."""
-    start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    start = handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     return sum(1 for r in oracle.read_topic(bootstrap, topic) if r.offset >= start.get(r.partition, 0))
 
 
@@ -132,7 +132,7 @@ def test_partitions_added_after_the_handoff_are_streamed_from_their_start(spark,
         wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
     finally:
         stop_stream(proc, log)
-    started = [e for e in handoff_log.entries(None, tables) if e.status == Status.STREAM_STARTED]
+    started = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
     assert handoff_log.details(started[0])["added_partitions"] == {"2": 0}
     expected = assert_matches_oracle(spark, bootstrap, topic_name, tables)
     assert expected.read[2] > 0 and expected.read[3] > 0

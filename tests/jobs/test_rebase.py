@@ -51,15 +51,15 @@ def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None, **
 
 
 def _handoffs(tables: Tables) -> list:
-    return [e for e in handoff_log.entries(None, tables) if e.status == Status.HANDOFF_COMMITTED]
+    return [e for e in handoff_log.entries(tables) if e.status == Status.HANDOFF_COMMITTED]
 
 
 def _caught_up_on(tables: Tables, handoff_id: str) -> bool:
-    return handoff_log.latest(None, tables, Status.CAUGHT_UP, handoff_id=handoff_id) is not None
+    return handoff_log.latest(tables, Status.CAUGHT_UP, handoff_id=handoff_id) is not None
 
 
 def _count(tables: Tables, status: str) -> int:
-    return sum(e.status == status for e in handoff_log.entries(None, tables))
+    return sum(e.status == status for e in handoff_log.entries(tables))
 
 
 def _owned_by(tables: Tables, pid: int) -> bool:
@@ -145,12 +145,12 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         assert proc.wait(timeout=180) == 0, log.read_text()[-3000:]
-    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    statuses = [e.status for e in handoff_log.entries(tables)]
     rebase_steps = statuses[statuses.index("REBASE_REQUESTED"):]
     assert [s for s in rebase_steps if s in ("PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED")][:8] \
         == ["PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED", "SWITCHED"] * 2, statuses
     assert statuses.count("STREAM_STARTED") == 3 and statuses[-1] == "STOPPED"
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     for paused, committed in zip([e for e in entries if e.status == Status.PAUSED],
                                  [e for e in entries if e.status == Status.HANDOFF_COMMITTED][1:]):
         # the rebase's own seconds run after the pause: each step counted once

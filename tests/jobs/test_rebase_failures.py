@@ -39,7 +39,7 @@ def _prepare(spark, bootstrap, topic, warehouse, fraction: float) -> Tables:
 def assert_accounting_identity(bootstrap, topic, tables: Tables, expected) -> None:
     """Per partition, the first backfill's accounting plus every handoff's events batches: each record read once,
     and well-formed + dead-lettered = read."""
-    first_backfill = next(e for e in handoff_log.entries(None, tables) if e.status == Status.BACKFILL_COMMITTED)
+    first_backfill = next(e for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED)
     backfill = handoff_log.details(first_backfill)["accounting"]
     streamed = stream_progress.accounting([b for h in _handoffs(tables)
                                            for b in stream_progress.batches(tables, h.handoff_id)])
@@ -94,7 +94,7 @@ def test_a_rebase_refused_on_a_corrupt_archive_file_is_finished_once_it_is_repai
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
     assert len(_handoffs(tables)) == 1, "the refused rebase left the stream on its handoff"
-    assert Status.PAUSED not in {e.status for e in handoff_log.entries(None, tables)}, "refused before the pause"
+    assert Status.PAUSED not in {e.status for e in handoff_log.entries(tables)}, "refused before the pause"
 
 
 def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, bootstrap, topic_name, tmp_path):
@@ -109,7 +109,7 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     from tests.support.compare import rows
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
-    handoff = current_handoff(None, tables)
+    handoff = current_handoff(tables)
     paths = StreamPaths.of(tables, handoff.handoff_id)
     start = handoff.start_offsets
     mid = {p: (start[p] + hi) // 2 for p, (_, hi) in offset_bounds(bootstrap, topic_name).items()}
@@ -160,7 +160,7 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     error = out.strip().splitlines()[-1]
     assert refused == 2 and "Traceback" not in out, out
     assert "1 of" in error and "--accept-differences" in error and key in error, out
-    failed = [e for e in handoff_log.entries(None, tables) if e.status == Status.RECONCILIATION_FAILED]
+    failed = [e for e in handoff_log.entries(tables) if e.status == Status.RECONCILIATION_FAILED]
     assert len(failed) == 1 and handoff_log.details(failed[0])["resumable"], failed
     examples = handoff_log.details(failed[0])["reconciliation"]["examples"]
     assert [x["key"] for x in examples] == [key]
@@ -192,7 +192,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     killed = _cli(tables, bootstrap, "rebase", "--timeout", "600", env={faults.ENV: "backfill.after_state"})
     out, _ = killed.communicate(timeout=900)
     assert killed.returncode == -9, out
-    paused = kept_versions.paused_state_versions(handoff_log.entries(None, tables))
+    paused = kept_versions.paused_state_versions(handoff_log.entries(tables))
     assert len(paused) == 1 and list(paused.values())[0] in kept_versions.kept_state_versions(tables)
 
     again, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
@@ -200,7 +200,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     committed = _handoffs(tables)[-1]
     assert handoff_log.details(committed)["reconciliation"]["keys_different"] == 0, out
     stream_until_caught_up(spark, tables, bootstrap)
-    assert kept_versions.paused_state_versions(handoff_log.entries(None, tables)) == {}  # switched: released
+    assert kept_versions.paused_state_versions(handoff_log.entries(tables)) == {}  # switched: released
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
 

@@ -89,7 +89,7 @@ def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stre
         assert error.startswith("switchyard rebase: error: rebase of demo refused before its pause"), out
         assert f"partition 1 offsets {archive_cut[1]}..{retained_from[1] - 1} deleted" in error, error
         assert "the streamed state stands" in error and "switchyard archive" in error, error
-        statuses = [e.status for e in handoff_log.entries(None, tables)]
+        statuses = [e.status for e in handoff_log.entries(tables)]
         assert Status.PAUSED not in statuses and statuses.count(Status.REBASE_REFUSED) == 1, statuses
         assert open_request(tables) is None, "the refusal answers the request"
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -135,9 +135,9 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
 
     code, out = _run(tables, bootstrap, "rebase", "--abandon")
     assert code == 0 and "Traceback" not in out, out
-    assert [e.status for e in handoff_log.entries(None, tables)][-1] == Status.REBASE_ABANDONED
+    assert [e.status for e in handoff_log.entries(tables)][-1] == Status.REBASE_ABANDONED
     assert open_request(tables) is None
-    assert kept_versions.paused_state_versions(handoff_log.entries(None, tables)) == {}
+    assert kept_versions.paused_state_versions(handoff_log.entries(tables)) == {}
     code, out = _run(tables, bootstrap, "rebase", "--abandon")
     assert code == 2 and out.strip().splitlines()[-1] == (
         "switchyard rebase: error: pipeline demo has no open rebase request: nothing to abandon"), out
@@ -194,4 +194,4 @@ def test_a_handoff_whose_start_kafka_deleted_but_the_archive_holds_is_rebased_no
     code, out = _run(tables, bootstrap, "stream", "--until-caught-up", "--tables-trigger-seconds", "1")
     assert code == 2 and "but the archive holds them: run `switchyard rebase --pipeline demo`" in out, out[-3000:]
     _rebase_then_stream(spark, bootstrap, topic_name, tables, kept, tmp_path, monkeypatch)
-    assert "lost" not in handoff_log.details(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    assert "lost" not in handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))

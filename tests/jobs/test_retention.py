@@ -106,7 +106,7 @@ def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark,
     retained_from = start[1] + 20
     with admin_client(bootstrap) as admin:
         admin.delete_records({TopicPartition(topic_name, 1): retained_from})
-    logged = handoff_log.entries(None, tables)
+    logged = handoff_log.entries(tables)
 
     refused = _switchyard(tables, bootstrap, "stream", "--until-caught-up")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
@@ -114,15 +114,15 @@ def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark,
     assert error.startswith("switchyard stream: error: ") and refused.stderr.count("error") == 1, refused.stderr
     assert f"partition 1 offsets {start[1]}..{retained_from - 1} deleted" in error
     assert f"run `switchyard handoff --pipeline {PIPELINE.name} --restart-from-retained`" in error
-    assert len(handoff_log.entries(None, tables)) == len(logged), "the refusal logs nothing"
+    assert len(handoff_log.entries(tables)) == len(logged), "the refusal logs nothing"
 
     recovered = _switchyard(tables, bootstrap, "handoff", "--restart-from-retained")
     assert recovered.returncode == 0, recovered.stderr
-    restarted = current_handoff(None, tables)
+    restarted = current_handoff(tables)
     assert restarted.handoff_id != handoff.handoff_id and restarted.state_version == handoff.state_version
     assert restarted.start_offsets == {0: start[0], 1: retained_from}
     lost = {"1": {"from": start[1], "to": retained_from, "records": 20}}
-    committed = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     assert handoff_log.details(committed)["lost"] == lost
     assert handoff_log.details(committed)["restarted_from"] == handoff.handoff_id
     assert pipeline_status(tables)["lost_offsets"] == [

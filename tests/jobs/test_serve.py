@@ -43,21 +43,21 @@ def test_what_keeps_a_stream_from_starting(tmp_path):
     tables = Tables(str(tmp_path), "demo")
     assert "no handoff yet" in wanted([], None, None)
     for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED):
-        handoff_log.append(None, tables, "h1", status)
-    assert wanted(handoff_log.entries(None, tables), None, None) is None
+        handoff_log.append(tables, "h1", status)
+    assert wanted(handoff_log.entries(tables), None, None) is None
     held = lease.acquire(tables, lease.REBASE)
     try:
-        assert "held by `switchyard rebase`" in wanted(handoff_log.entries(None, tables), lease.owner(tables), None)
+        assert "held by `switchyard rebase`" in wanted(handoff_log.entries(tables), lease.owner(tables), None)
     finally:
         held.release()
-    handoff_log.append(None, tables, "h1", Status.STOP_REQUESTED)
-    assert "stop request" in wanted(handoff_log.entries(None, tables), None, None)
-    start = handoff_log.append(None, tables, "h1", Status.START_REQUESTED)
-    assert wanted(handoff_log.entries(None, tables), None, None) is None
+    handoff_log.append(tables, "h1", Status.STOP_REQUESTED)
+    assert "stop request" in wanted(handoff_log.entries(tables), None, None)
+    start = handoff_log.append(tables, "h1", Status.START_REQUESTED)
+    assert wanted(handoff_log.entries(tables), None, None) is None
     assert pipeline_status(tables)["phase"] == Phase.START_REQUESTED
-    assert "held down" in wanted(handoff_log.entries(None, tables), None, held_down_at_seq=start.seq)
-    handoff_log.append(None, tables, "h1", Status.START_REQUESTED)  # a start after the hold lifts it
-    assert wanted(handoff_log.entries(None, tables), None, held_down_at_seq=start.seq) is None
+    assert "held down" in wanted(handoff_log.entries(tables), None, held_down_at_seq=start.seq)
+    handoff_log.append(tables, "h1", Status.START_REQUESTED)  # a start after the hold lifts it
+    assert wanted(handoff_log.entries(tables), None, held_down_at_seq=start.seq) is None
 
 
 def test_the_shipped_unit_and_image_run_serve_with_arguments_it_takes():
@@ -84,13 +84,13 @@ def test_the_shipped_unit_and_image_run_serve_with_arguments_it_takes():
 
 
 def _starts(tables: Tables) -> int:
-    return sum(e.status == Status.STREAM_STARTED for e in handoff_log.entries(None, tables))
+    return sum(e.status == Status.STREAM_STARTED for e in handoff_log.entries(tables))
 
 
 def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigterm(spark, bootstrap, topic_name,
                                                                                   tmp_path):
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.7)
-    start = handoff_log.offsets(handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED))
+    start = handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     port, log = free_port(), tmp_path / "serve.log"
     service = subprocess.Popen(
         [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", str(port),
@@ -100,7 +100,7 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
     scraper = prometheus([f"127.0.0.1:{port}"], tmp_path / "prometheus")
     query = scraper.__enter__()
     try:
-        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
         produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 100, seed=61))
         stream = lease.owner(tables)
         os.killpg(stream.owner_pid, signal.SIGKILL)  # the stream process and its JVM
@@ -125,7 +125,7 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         defs = switchyard_definitions([PipelineDeployment("demo", first_day="2026-01-01", served=True,
                                                           warehouse=tables.warehouse, bootstrap=bootstrap)])
         stopped = defs.resolve_job_def("demo__stop_stream").execute_in_process()
-        assert stopped.success and handoff_log.entries(None, tables)[-1].status == Status.STOPPED
+        assert stopped.success and handoff_log.entries(tables)[-1].status == Status.STOPPED
         time.sleep(4)  # the service looks every second: it leaves the stopped stream alone
         assert _starts(tables) == 2 and lease.owner(tables) is None, log.read_text()[-3000:]
         assert "not streaming: stopped by a stop request" in log.read_text()
@@ -139,8 +139,8 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         time.sleep(3)
         assert lease.owner(tables).owner_pid == stream.owner_pid, "the stream lives on after the Dagster run"
         assert service.poll() is None
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None
-                   and handoff_log.entries(None, tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None
+                   and handoff_log.entries(tables)[-1].status == Status.CAUGHT_UP, service, log, "CAUGHT_UP")
 
         code, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")  # the served stream rebases itself
         assert code == 0, out[-3000:]
@@ -156,6 +156,6 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         scraper.__exit__(None, None, None)
         service.send_signal(signal.SIGTERM)
         assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
-    assert handoff_log.entries(None, tables)[-1].status == Status.STOPPED  # drained on the way out
+    assert handoff_log.entries(tables)[-1].status == Status.STOPPED  # drained on the way out
     assert lease.owner(tables) is None
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

@@ -59,12 +59,12 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     """...with the stream's tables compacted after every batch (state_handoff/io/delta_upkeep.py; every 100th by
     default), while both Delta-writing queries write: nothing a batch wrote is lost to a compaction."""
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", add_partition=True)
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, env={delta_upkeep.EVERY_ENV: "1"})
     try:
         produce(bootstrap, topic_name, tail_events(4, datetime(2026, 1, 2, 20), 300, seed=1))
-        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, proc, log,
                     what="SWITCHED")
         second = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", "demo", "--warehouse",
                                  tables.warehouse, "--bootstrap", bootstrap], capture_output=True, text=True, cwd=ROOT)
@@ -72,11 +72,11 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
         produce(bootstrap, topic_name, tail_events(4, datetime(2026, 1, 3, 4), 200, seed=2))
         total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff))
         wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, proc, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, proc, log,
                     what="CAUGHT_UP")
     finally:
         stop_stream(proc, log)
-    statuses = [e.status for e in handoff_log.entries(None, tables)]
+    statuses = [e.status for e in handoff_log.entries(tables)]
     assert statuses[:3] == ["BACKFILL_STARTED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED"]
     assert statuses[3:5] == ["STREAM_STARTED", "SWITCHED"] and statuses[-1] == "STOPPED"
     assert "CAUGHT_UP" in statuses
@@ -98,7 +98,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
 
 def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, topic_name, tmp_path):
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log, env=TIDY_EVERY_2)
@@ -117,9 +117,9 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
         wait_until(lambda: stream_read(tables) >= total, proc, log, what=f"{total} tail records read")
     finally:
         stop_stream(proc, log)
-    entries = [e for e in handoff_log.entries(None, tables) if e.status == "STREAM_STARTED"]
+    entries = [e for e in handoff_log.entries(tables) if e.status == "STREAM_STARTED"]
     assert [handoff_log.details(e)["restart"] for e in entries] == [False, True]
-    assert [e.status for e in handoff_log.entries(None, tables)].count("SWITCHED") == 1
+    assert [e.status for e in handoff_log.entries(tables)].count("SWITCHED") == 1
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
 
 
@@ -134,10 +134,10 @@ def test_handoff_refuses_offsets_no_longer_retained(spark, bootstrap, topic_name
     result = run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
     with admin_client(bootstrap) as admin:
         admin.delete_records({TopicPartition(topic_name, 1): result.boundary[1] + 20})
-    before = handoff_log.entries(None, tables)
+    before = handoff_log.entries(tables)
     with pytest.raises(UserError, match=r"partition 1 no longer retains offset .*extend the archive"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert len(handoff_log.entries(None, tables)) == len(before)
+    assert len(handoff_log.entries(tables)) == len(before)
 
 
 def _fence_history(path: str) -> list[tuple[str, int | None]]:
@@ -161,7 +161,7 @@ def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bo
     a commit of its epoch after the taker's fence. The taker's tables match the oracle."""
     env = {**TIDY_EVERY_2, lease.ENV: "10"}  # renewed every 1.7 s: a loaded machine still renews in time
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     frozen_log, taker_log = tmp_path / "frozen.log", tmp_path / "taker.log"
     frozen = start_stream(tables, bootstrap, frozen_log, env=env)
     taker = None
@@ -177,7 +177,7 @@ def test_a_frozen_stream_taken_over_commits_nothing_after_the_takeover(spark, bo
             assert time.monotonic() < deadline, "the frozen stream's lease never expired"
             time.sleep(0.5)
         taker = start_stream(tables, bootstrap, taker_log, env=env)
-        wait_until(lambda: [e.status for e in handoff_log.entries(None, tables)].count(Status.STREAM_STARTED) == 2,
+        wait_until(lambda: [e.status for e in handoff_log.entries(tables)].count(Status.STREAM_STARTED) == 2,
                    taker, taker_log, what="the taker's STREAM_STARTED")
         taker_epoch = lease.latest_row(tables.leases).epoch
         assert taker_epoch > frozen_epoch
@@ -215,7 +215,7 @@ def test_a_batch_another_driver_planned_in_the_checkpoint_is_run_not_fatal(spark
     from switchyard.state_handoff.stream_layout import StreamPaths
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     offsets = Path(StreamPaths.of(tables, handoff.handoff_id).events_checkpoint) / "offsets"
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log)
@@ -241,7 +241,7 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
     log = tmp_path / "stream.log"
     proc = start_stream(tables, bootstrap, log)
     try:
-        wait_until(lambda: handoff_log.latest(None, tables, Status.SWITCHED) is not None, proc, log, what="SWITCHED")
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, proc, log, what="SWITCHED")
         elsewhere = ("import socket, sys\nsocket.gethostname = lambda: 'another-host'\n"
                      "from switchyard.jobs.cli.parser import main\n"
                      f"sys.exit(main(['stop', '--pipeline', 'demo', '--warehouse', {tables.warehouse!r}]))\n")
@@ -254,7 +254,7 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=60)
-    entries = handoff_log.entries(None, tables)
+    entries = handoff_log.entries(tables)
     asked = next(e for e in entries if e.status == Status.STOP_REQUESTED)
     assert handoff_log.details(asked)["host"] == "another-host"
     assert entries[-1].status == Status.STOPPED and entries[-1].seq > asked.seq
@@ -269,13 +269,13 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     from tests.support import oracle
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", events=1200)
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 150, seed=6))
     stream_until_caught_up(spark, tables, bootstrap)
-    started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
+    started = handoff_log.latest(tables, Status.STREAM_STARTED)
     assert handoff_log.details(started)["spark_version"] == spark.version
     # what the log holds when another line's stream started the handoff last and was killed (no STOPPED)
-    handoff_log.append(None, tables, handoff.handoff_id, Status.STREAM_STARTED,
+    handoff_log.append(tables, handoff.handoff_id, Status.STREAM_STARTED,
                        details={**handoff_log.details(started), "spark_version": "3.5.1"})
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
 
@@ -285,7 +285,7 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     code, out = cli_here(tables, bootstrap, "rebase")  # the killed stream cannot be streamed until caught up first:
     assert code == 0, out[-3000:]                       # the rebase goes on
     assert "the stream did not catch up (the stream checkpoints of handoff" in out, out
-    new = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    new = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     assert new.handoff_id != handoff.handoff_id
     stream_until_caught_up(spark, tables, bootstrap)
 

@@ -83,9 +83,9 @@ def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_o
         run_handoff(spark, PIPELINE, tables, bootstrap)
         run_stream(spark, PIPELINE, tables, bootstrap,
                    StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
-        started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
+        started = handoff_log.latest(tables, Status.STREAM_STARTED)
         topics[started.handoff_id] = handoff_log.details(started).get("updates_topic", f"{PIPELINE.name}.updates")
-        handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+        handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
         start, records = handoff_log.offsets(handoff), oracle.read_topic(bootstrap, topic_name)
         expected = oracle.through_stream([r for r in records if r.offset < start.get(r.partition, 0)],
                                          [r for r in records if r.offset >= start.get(r.partition, 0)],

@@ -318,7 +318,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
 
     state = done["state"][0].metadata
     assert state["complete"].value is True and state["keys"].value > 0
-    committed = handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED)
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     assert state["state_version"].value == committed.state_version
     assert {"windows", "window_state"} <= set(done)
 
@@ -361,7 +361,7 @@ def test_the_chain_runs_from_archive_to_a_caught_up_stream(spark, backlog, table
     rebased = _materializations(rerun)["tiles"][0].metadata
     assert rebased["rebased"].value is True and rebased["reconciliation_keys_different"].value == 0
     assert rebased["handoff_id"].value != switch["handoff_id"].value
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id == rebased["handoff_id"].value
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED).handoff_id == rebased["handoff_id"].value
     state_rows = spark.read.format("delta").load(tables.state).collect()
     assert {r.key: (r.event_count, r.amount_min, r.amount_max) for r in state_rows} == {
         k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
@@ -449,7 +449,7 @@ def test_failing_state_expectation_blocks_the_handoff(spark, bootstrap, tables):
     assert check.metadata["failed_expectations"].value == "expect_column_pair_values_a_to_be_greater_than_b(amount_max, amount_min)"
     assert check.metadata["unexpected_rows"].value == 1
     assert "handoff" not in _materializations(result)
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED) is None
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
 
 def test_backfill_assets_are_refused_while_another_actor_owns_the_pipeline(spark, bootstrap, tables):

@@ -38,11 +38,11 @@ def _observations(result) -> list[dict]:
 
 
 def _status_after(tables: Tables, seq: int, status: str):
-    return next((e for e in handoff_log.entries(None, tables) if e.seq > seq and e.status == status), None)
+    return next((e for e in handoff_log.entries(tables) if e.seq > seq and e.status == status), None)
 
 
 def _last_seq(tables: Tables) -> int:
-    return handoff_log.entries(None, tables)[-1].seq
+    return handoff_log.entries(tables)[-1].seq
 
 
 def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> None:
@@ -78,12 +78,12 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     assert launched.success
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
     assert launched.asset_materializations_for_node(STREAM_OP)[0].metadata["still_running"].value is True
-    started = handoff_log.latest(None, tables, Status.STREAM_STARTED)
+    started = handoff_log.latest(tables, Status.STREAM_STARTED)
     process = LaunchedStream(handoff_log.details(started)["pid"])
     log = process_log(tables, started.handoff_id)
     try:
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
-        wait_until(lambda: handoff_log.latest(None, tables, Status.CAUGHT_UP) is not None, process, log,
+        wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, live_events(200, "live"))
         sent_at = time.time()
@@ -119,7 +119,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         seq = _last_seq(tables)
         stopped = defs.resolve_job_def("demo__stop_stream").execute_in_process(raise_on_error=False)
         assert stopped.success and _status_after(tables, seq, Status.STOPPED) is not None, \
-            f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(None, tables) if e.seq > seq]}\n" \
+            f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(tables) if e.seq > seq]}\n" \
             f"{log.read_text()[-3000:]}"
         assert process.wait(timeout=300) == 0
         checks = dg.materialize([stream_checks], resources=resources(tables, bootstrap),

@@ -60,7 +60,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
 
     for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
                    Status.SWITCHED):
-        handoff_log.append(spark, tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
+        handoff_log.append(tables, HANDOFF_ID, status, start_offsets={0: 10, 1: 12})
     with lease.hold(tables, lease.STREAM):  # this test process stands in for the running stream
         _progress(tables, batch_id=4, behind={"0": 3, "1": 2})
         first = _tick(tables)
@@ -104,7 +104,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
     assert set(evaluations) == {"stream_is_healthy", "stream_process_alive"}, "only verdicts that changed"
 
-    handoff_log.append(spark, tables, HANDOFF_ID, Status.STOPPED, details={"reason": "SIGTERM"})
+    handoff_log.append(tables, HANDOFF_ID, Status.STOPPED, details={"reason": "SIGTERM"})
     stopped = _tick(tables, gone.cursor)
     assert _phases(stopped) == ["STOPPED"]
     evaluations = _split(stopped)[1]

@@ -207,7 +207,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
     stream_log = tmp_path / "stream.log"
     process = start_stream(warehouse, bootstrap, stream_log)
     try:
-        wait_until(lambda: handoff_log.latest(None, warehouse, Status.CAUGHT_UP) is not None, process,
+        wait_until(lambda: handoff_log.latest(warehouse, Status.CAUGHT_UP) is not None, process,
                    stream_log, "CAUGHT_UP", timeout=900)
         cursor = None
         for batch in range(2):

@@ -141,7 +141,7 @@ def _handoff_at_version_0(tables: Tables, switched: bool) -> None:
     statuses += [Status.STREAM_STARTED, Status.SWITCHED] if switched else []
     for status in statuses:
         version = 0 if status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED) else None
-        handoff_log.append(None, tables, "year-long", status, state_version=version,
+        handoff_log.append(tables, "year-long", status, state_version=version,
                            start_offsets={0: 0} if status == Status.HANDOFF_COMMITTED else None)
 
 
@@ -171,7 +171,7 @@ def test_a_handoff_not_yet_switched_keeps_its_version_and_a_switched_one_release
     tables = Tables(str(tmp_path), "demo")
     _handoff_at_version_0(tables, switched=False)
     assert kept_versions.kept_state_versions(tables) == [0]
-    handoff_log.append(None, tables, "year-long", Status.STREAM_STARTED)
+    handoff_log.append(tables, "year-long", Status.STREAM_STARTED)
     assert kept_versions.kept_state_versions(tables) == [0], "its stream may still seed from it"
-    handoff_log.append(None, tables, "year-long", Status.SWITCHED)
+    handoff_log.append(tables, "year-long", Status.SWITCHED)
     assert kept_versions.kept_state_versions(tables) == []

@@ -175,7 +175,7 @@ def test_every_commit_of_a_holder_carries_its_epoch(tables):
     before = {path: len(_commits(path)) for path in (tables.late, tables.state)}
     with lease.hold(tables, lease.STREAM, heartbeat_seconds=60) as held:
         assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [1]}), "owner", 1)
-        handoff_log.append(None, tables, "h1", Status.BACKFILL_STARTED)
+        handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
         delta_upkeep.tidy(DeltaTable(tables.state))
 
     fence = fencing.fence_version(held.epoch)
@@ -209,7 +209,7 @@ def test_an_owner_whose_own_clock_says_its_lease_may_have_lapsed_writes_nothing(
         with pytest.raises(lease.LeaseLost, match="has not been renewed for"):
             append_arrow_once(DeltaTable(tables.late), pa.table({"n": [2]}), "owner", 2)
         with pytest.raises(lease.LeaseLost):
-            handoff_log.append(None, tables, "h1", Status.BACKFILL_STARTED)
+            handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
         held.heartbeat()  # renewed, and nobody took it meanwhile: writing goes on
         assert append_arrow_once(DeltaTable(tables.late), pa.table({"n": [3]}), "owner", 3)
     assert sorted(DeltaTable(tables.late).to_pyarrow_table().column("n").to_pylist()) == [1, 3]
@@ -218,15 +218,15 @@ def test_an_owner_whose_own_clock_says_its_lease_may_have_lapsed_writes_nothing(
 def test_the_handoff_log_refuses_an_entry_from_a_fenced_out_holder(tables, monkeypatch):
     monkeypatch.setattr(lease, "FRESH_PART", 100.0)  # an owner whose own clock fails to notice: the fence still holds
     with lease.hold(tables, lease.BACKFILL, heartbeat_seconds=60) as old:
-        handoff_log.append(None, tables, "h1", Status.BACKFILL_STARTED)
+        handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
         while lease.owner(tables) is not None:
             time.sleep(0.1)
         taker = lease.acquire(tables, lease.HANDOFF)  # once the old lease has expired and stayed unrenewed
         fencing.raise_fence(taker, lease.guarded_tables(tables))
         assert fencing.holder(tables.handoffs) is old  # this process still believes in the old lease
         with pytest.raises(lease.LeaseLost, match="fenced out"):
-            handoff_log.append(None, tables, "h1", Status.FAILED)
-    assert [e.status for e in handoff_log.entries(None, tables)] == [Status.BACKFILL_STARTED]
+            handoff_log.append(tables, "h1", Status.FAILED)
+    assert [e.status for e in handoff_log.entries(tables)] == [Status.BACKFILL_STARTED]
     assert lease.latest_row(tables.leases).lease_id == taker.lease_id
 
 

@@ -32,17 +32,17 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     """Every entry is read back, in commit order, once its commit survives only inside a checkpoint."""
     monkeypatch.setattr(handoff_log, "utc_now", lambda: FROZEN)  # one `at` for all: the clock cannot order them
     tables = Tables(str(tmp_path), "demo")
-    assert handoff_log.entries(None, tables) == []
+    assert handoff_log.entries(tables) == []
 
     # the lives of four handoffs, one after the other: committed, streamed, switched, asked to rebase, paused
     handoff_ids = [handoff_log.new_handoff_id() for _ in range(4)]
-    written = [handoff_log.append(None, tables, handoff_ids[0], Status.BACKFILL_STARTED)]
+    written = [handoff_log.append(tables, handoff_ids[0], Status.BACKFILL_STARTED)]
     DeltaTable(tables.handoffs).alter.set_table_properties(
         {"delta.checkpointInterval": "4", "delta.logRetentionDuration": "interval 0 seconds"})
     cycle = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
              Status.SWITCHED, Status.REBASE_REQUESTED, Status.PAUSED)
     for i in range(21):
-        written.append(handoff_log.append(None, tables, handoff_ids[i // len(cycle)], cycle[i % len(cycle)],
+        written.append(handoff_log.append(tables, handoff_ids[i // len(cycle)], cycle[i % len(cycle)],
                                           state_version=i, start_offsets={0: i, 1: 2 * i},
                                           backlog_watermark=datetime(2026, 1, 1), details={"i": i}))
     DeltaTable(tables.handoffs).cleanup_metadata()
@@ -51,7 +51,7 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     assert checkpoints and max(checkpoints) >= 20, _log_files(tables)
     assert min(_commit_versions(tables)) >= max(checkpoints) > written[-3].seq, "old commits are still there"
 
-    read = handoff_log.entries(None, tables)
+    read = handoff_log.entries(tables)
     assert [(e.seq, e.handoff_id, e.status) for e in read] == [(w.seq, w.handoff_id, w.status) for w in written]
     assert [e.seq for e in read] == sorted({e.seq for e in read})
     assert {e.at for e in read} == {FROZEN.replace(tzinfo=None)}
@@ -61,8 +61,8 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
 
     last_handoff = [w for w in written if w.status == Status.HANDOFF_COMMITTED][-1]
     assert last_handoff is not written[-1]
-    assert handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED).handoff_id == last_handoff.handoff_id
-    assert handoff_log.latest(None, tables).handoff_id == written[-1].handoff_id
+    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED).handoff_id == last_handoff.handoff_id
+    assert handoff_log.latest(tables).handoff_id == written[-1].handoff_id
 
 
 def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, monkeypatch):
@@ -76,14 +76,14 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
               Status.SWITCHED)
     for i in range(30):  # one handoff's switch, then its lag going up and down
         status = switch[i] if i < len(switch) else (Status.CAUGHT_UP, Status.FALLING_BEHIND)[i % 2]
-        written.append(handoff_log.append(None, tables, "h", status, start_offsets={0: i}, details={"i": i}))
+        written.append(handoff_log.append(tables, "h", status, start_offsets={0: i}, details={"i": i}))
         files_seen.append(len(DeltaTable(tables.handoffs).file_uris()))
 
     assert max(files_seen) < 8, files_seen
     compactions = [v for v in _commit_versions(tables)
                    if "OPTIMIZE" in Path(tables.handoffs, "_delta_log", f"{v:020d}.json").read_text()]
     assert len(compactions) >= 3, compactions
-    read = handoff_log.entries(None, tables)
+    read = handoff_log.entries(tables)
     assert [vars(e) for e in read] == [vars(w) for w in written]
     assert [handoff_log.details(e)["i"] for e in read] == list(range(30))
     # every commit after the table's creation is either the append of one entry, at its seq, or a compaction
@@ -99,7 +99,7 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
 
     def writer(name: str) -> None:
         start.wait()
-        results[name] = [handoff_log.append(None, tables, f"{name}-{i}", Status.BACKFILL_STARTED,
+        results[name] = [handoff_log.append(tables, f"{name}-{i}", Status.BACKFILL_STARTED,
                                             details={"i": i})
                          for i in range(per_writer)]
 
@@ -122,7 +122,7 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
                         added_at[row["handoff_id"]] = version
     assert added_at == returned
 
-    read = handoff_log.entries(None, tables)
+    read = handoff_log.entries(tables)
     assert [e.seq for e in read] == sorted(returned.values())
     for name in ("a", "b"):  # each writer's own entries keep its order
         assert [e.handoff_id for e in read if e.handoff_id.startswith(name)] == [f"{name}-{i}" for i in range(per_writer)]
@@ -130,7 +130,7 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
 
 def test_spark_reads_the_log_delta_rs_wrote(spark, tmp_path):
     tables = Tables(str(tmp_path), "demo")
-    written = [handoff_log.append(None, tables, "h1", status, state_version=3,
+    written = [handoff_log.append(tables, "h1", status, state_version=3,
                                   backlog_watermark=datetime(2026, 1, 1, 12, 30))
                for status in (Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED,
                               Status.HANDOFF_COMMITTED)]

@@ -19,14 +19,14 @@ def tables(tmp_path) -> Tables:
 
 
 def _append_all(tables: Tables, handoff_id: str, *statuses: Status) -> list[LogEntry]:
-    return [handoff_log.append(None, tables, handoff_id, status) for status in statuses]
+    return [handoff_log.append(tables, handoff_id, status) for status in statuses]
 
 
 def _refused(tables: Tables, handoff_id: str, status: Status) -> str:
-    before = handoff_log.entries(None, tables)
+    before = handoff_log.entries(tables)
     with pytest.raises(LifecycleError) as refused:
-        handoff_log.append(None, tables, handoff_id, status)
-    assert handoff_log.entries(None, tables) == before, "a refused append writes nothing"
+        handoff_log.append(tables, handoff_id, status)
+    assert handoff_log.entries(tables) == before, "a refused append writes nothing"
     message = str(refused.value)
     assert "\n" not in message and message.startswith("handoff log of pipeline demo: ")
     assert f"{status} refused for handoff {handoff_id}" in message
@@ -52,7 +52,7 @@ def test_an_append_that_breaks_the_lifecycle_is_refused_in_one_line(tables):
     _append_all(tables, "h1", Status.PAUSED)
     assert "latest status is PAUSED, which only FAILED, RECONCILIATION_FAILED, REBASE_ABANDONED may follow" in \
         _refused(tables, "h1", Status.STREAM_STARTED)
-    assert [e.status for e in handoff_log.entries(None, tables)] == [
+    assert [e.status for e in handoff_log.entries(tables)] == [
         Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
         Status.SWITCHED, Status.PAUSED]
 
@@ -80,19 +80,19 @@ def test_crashes_restarts_and_a_rebase_cycle_pass(tables):
         ("h6", S.BACKFILL_STARTED, S.FAILED),
     ]
     appended = [entry for handoff_id, *statuses in ways for entry in _append_all(tables, handoff_id, *statuses)]
-    assert handoff_log.entries(None, tables) == appended
+    assert handoff_log.entries(tables) == appended
 
 
 def test_statuses_keep_their_string_names_and_entries_their_attributes(tables):
     assert Status("SWITCHED") is Status.SWITCHED and Status.SWITCHED == "SWITCHED"
     assert set(Status) == set(lifecycle.TRANSITIONS) - {None} | lifecycle.ASIDES
-    entry = handoff_log.append(None, tables, "h1", "BACKFILL_COMMITTED", state_version=4, start_offsets={0: 7},
+    entry = handoff_log.append(tables, "h1", "BACKFILL_COMMITTED", state_version=4, start_offsets={0: 7},
                                backlog_watermark=datetime(2026, 1, 2, 3, 4, 5), details={"keys": 2})
     assert entry.status is Status.BACKFILL_COMMITTED and entry.backlog_watermark == datetime(2026, 1, 2, 3, 4, 5)
     assert handoff_log.offsets(entry) == {0: 7} and handoff_log.details(entry) == {"keys": 2}
     assert list(vars(entry)) == ["seq", "handoff_id", "pipeline", "status", "at", "state_version", "start_offsets",
                                  "backlog_watermark", "details"]
-    assert LogEntry.from_payload(entry.as_payload()) == entry == handoff_log.entries(None, tables)[0]
+    assert LogEntry.from_payload(entry.as_payload()) == entry == handoff_log.entries(tables)[0]
 
 
 @pytest.mark.parametrize(("latest", "alive", "phase"), [
@@ -119,11 +119,11 @@ def test_every_status_is_reachable_and_only_a_failure_or_an_abandon_follows_a_pa
 
 def test_a_handoff_goes_live_when_switched_or_restarted_after_switching(tables):
     _append_all(tables, "h1", Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED)
-    assert not lifecycle.has_switched(handoff_log.entries(None, tables), "h1")
+    assert not lifecycle.has_switched(handoff_log.entries(tables), "h1")
     assert not lifecycle.goes_live(Status.STREAM_STARTED, switched_before=False)
     assert lifecycle.goes_live(Status.SWITCHED, switched_before=False)
     _append_all(tables, "h1", Status.SWITCHED, Status.STOPPED)
-    assert lifecycle.has_switched(handoff_log.entries(None, tables), "h1")
-    assert not lifecycle.has_switched(handoff_log.entries(None, tables), "h2")
+    assert lifecycle.has_switched(handoff_log.entries(tables), "h1")
+    assert not lifecycle.has_switched(handoff_log.entries(tables), "h2")
     assert lifecycle.goes_live("STREAM_STARTED", switched_before=True)
     assert not lifecycle.goes_live(Status.CAUGHT_UP, switched_before=True)

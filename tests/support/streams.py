@@ -134,7 +134,7 @@ def stop_stream(proc: subprocess.Popen, log: Path) -> None:
 
 
 def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
-    handoff = handoff_log.latest(None, tables, Status.HANDOFF_COMMITTED)
+    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     start = handoff_log.offsets(handoff)
     records = oracle.read_topic(bootstrap, topic)
     archived = [r for r in records if r.offset < start.get(r.partition, 0)]
@@ -149,7 +149,7 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
     dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
     assert dead == expected.dead_letter
     # the accounting identity per partition over both phases: nothing vanished, nothing counted twice
-    committed = handoff_log.details(handoff_log.latest(None, tables, Status.BACKFILL_COMMITTED))
+    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     backfill = {p: dict(a) for p, a in committed["accounting"].items()}
     for p, a in (committed.get("kafka_tail") or {}).get("accounting", {}).items():  # the backfill's Kafka tail
         b = backfill.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0})
