@@ -33,6 +33,7 @@ from switchyard.jobs.log import logger_of
 from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
+from switchyard.state_handoff.view import PipelineView
 
 logger = logging.getLogger(__name__)
 
@@ -57,17 +58,16 @@ class Restarts:
         return min(self.most_s, self.first_s * 2 ** (len(self.failures) - 1))
 
 
-def wanted(entries: list, owner: lease.Owner | None, held_down_at_seq: int | None) -> str | None:
-    """Why the pipeline's stream should not be started now, or None when it should. `entries`: its handoff log;
-    `owner`: who holds its lease; `held_down_at_seq`: the log's last seq when the service held the stream down
-    (a START_REQUESTED after it lifts that)."""
-    if not any(e.status == Status.HANDOFF_COMMITTED for e in entries):
+def wanted(view: PipelineView, held_down_at_seq: int | None) -> str | None:
+    """Why the pipeline's stream should not be started now, or None when it should. `view`: the pipeline, read
+    now; `held_down_at_seq`: the log's last seq when the service held the stream down (a START_REQUESTED after it
+    lifts that)."""
+    if view.handoff is None:
         return "no handoff yet: waiting for `switchyard handoff`"
+    owner = view.owner
     if owner is not None:
         return f"held by `{owner.command}` (pid {owner.owner_pid} on host {owner.owner_host}): waiting for it"
-    requests = [e for e in entries if e.status in (Status.STOP_REQUESTED, Status.START_REQUESTED)]
-    start = max((e.seq for e in requests if e.status == Status.START_REQUESTED), default=-1)
-    stop = max((e.seq for e in requests if e.status == Status.STOP_REQUESTED), default=-1)
+    start, stop = view.newest_request(Status.START_REQUESTED), view.newest_request(Status.STOP_REQUESTED)
     if stop > start:
         return "stopped by a stop request: `switchyard start` runs it again"
     if held_down_at_seq is not None and start <= held_down_at_seq:
@@ -142,8 +142,7 @@ class Service:
             self._ended(one, code, now)
         if now < one.next_start:
             return
-        entries = handoff_log.entries(one.tables)
-        why = wanted(entries, lease.owner(one.tables), one.held_down_at_seq)
+        why = wanted(PipelineView.read(one.tables), one.held_down_at_seq)
         if why is not None:
             if why != one.why_down:
                 self.say(f"serve {one.name}: not streaming: {why}", pipeline=one.name)
@@ -159,7 +158,7 @@ class Service:
             self.say(f"serve {one.name}: the stream ended cleanly", pipeline=one.name)
             one.next_start = now + one.restarts.first_s
             return
-        seq = max((e.seq for e in handoff_log.entries(one.tables)), default=-1)
+        seq = PipelineView.read(one.tables).last_seq
         if code == 2:
             one.held_down_at_seq = seq
             self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}", logging.ERROR,

@@ -4,6 +4,7 @@ served pipeline's `stream` asset) ends once the stream runs; the stream lives on
 
 from __future__ import annotations
 
+import logging
 import time
 
 from switchyard.jobs.serve import request_start
@@ -13,13 +14,16 @@ from switchyard.state_handoff.errors import Failed, UserError
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
+logger = logging.getLogger(__name__)
+
 
 def _streaming(tables: Tables) -> lease.Owner | None:
     owner = lease.owner(tables)
     return owner if owner is not None and owner.command == lease.STREAM else None
 
 
-def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0, out=print) -> handoff_log.LogEntry | None:
+def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0,
+                 out=logger.info) -> handoff_log.LogEntry | None:
     """Ask the service that serves the pipeline to run its stream, and wait until a stream runs: returns the
     STREAM_STARTED entry of the stream it started, or None when one was running already."""
     running = _streaming(tables)

@@ -10,8 +10,7 @@ from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation,
                                                     is_observed, problem, progress_from, sample_latency,
                                                     transition_metadata, verdicts)
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.lease import stream_running
+from switchyard.state_handoff.view import PipelineView
 
 
 def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: WarehouseResource, kafka: KafkaResource,
@@ -19,9 +18,9 @@ def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: Wareh
     """Observe the stream's lag, rates, update latency and watermark delay on every progress, and each transition
     and rebase as it is logged; evaluate the stream's health checks whenever one changes verdict."""
     tables, stream = scope.tables(warehouse), scope.key("stream")
-    running = stream_running(tables)
-    entries = handoff_log.entries(tables)
-    progress = progress_from(tables, entries, running)
+    view = PipelineView.read(tables)
+    entries = view.entries
+    progress = progress_from(view)
     if progress is None:
         return dg.SkipReason("no handoff yet: nothing streams")
     now = time.time()

@@ -9,11 +9,11 @@ import dagster as dg
 
 from switchyard.state_handoff import handoff_log, lifecycle
 from switchyard.state_handoff.clock import as_utc
-from switchyard.state_handoff.lease import stream_running
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 from switchyard.state_handoff.update_latency import UpdateLatency
+from switchyard.state_handoff.view import PipelineView
 
 # A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
 # demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.
@@ -91,22 +91,15 @@ class Progress:
 
 def read_progress(tables: Tables) -> Progress | None:
     """None before any handoff."""
-    running = stream_running(tables)
-    return progress_from(tables, handoff_log.entries(tables), running)
+    return progress_from(PipelineView.read(tables))
 
 
-def progress_from(tables: Tables, entries: list, running: bool) -> Progress | None:
-    """`running`: the lease read before `entries` (a stream logs STOPPED, then lets go of its lease: read the other
-    way round, a clean stop could look like a process gone without one)."""
-    handoff = next((e for e in reversed(entries) if e.status == Status.HANDOFF_COMMITTED), None)
+def progress_from(view: PipelineView) -> Progress | None:
+    """The stream's progress as one view of the pipeline shows it; None before any handoff."""
+    handoff, latest, rebased, progress = view.handoff, view.current, view.rebases, view.progress
     if handoff is None:
         return None
-    ours = [e for e in entries if e.handoff_id == handoff.handoff_id]
-    latest = [e for e in ours if e.status not in lifecycle.REFUSALS][-1]  # a refused rebase left it as it was
-    rebased = [handoff_log.details(e) for e in entries
-               if e.status == Status.HANDOFF_COMMITTED and "reconciliation" in handoff_log.details(e)]
-    progress = read_json(stream_dir(tables, handoff.handoff_id) / "progress.json") or {}
-    return Progress(handoff.handoff_id, str(latest.status), running, progress.get("updated"),
+    return Progress(handoff.handoff_id, str(latest.status), view.streaming, progress.get("updated"),
                     progress.get("batch_id"), _behind(progress.get("offsets_behind")),
                     progress.get("input_rows_per_s"), progress.get("processed_rows_per_s"),
                     progress.get("stream_watermark"), topic=handoff_log.details(handoff).get("topic"),

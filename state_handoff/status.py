@@ -3,25 +3,23 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from switchyard.state_handoff import handoff_log, lease, lifecycle, stream_progress
+from switchyard.state_handoff import handoff_log, stream_progress
 from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import lost_ranges
-from switchyard.state_handoff.stream_layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
+from switchyard.state_handoff.view import PipelineView
 
 
-def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
-    owner = lease.owner(tables)  # before the log: a stream logs STOPPED, then lets go of its lease
-    entries = handoff_log.entries(tables)
-    last = entries[-1] if entries else None
-    running = owner is not None and owner.command == lease.STREAM
-    handoff = next((e for e in reversed(entries) if e.status == Status.HANDOFF_COMMITTED), None)
-    backfill = next((e for e in reversed(entries) if e.status == Status.BACKFILL_COMMITTED), None)
+def pipeline_status(tables: Tables, bootstrap: str | None = None, view: PipelineView | None = None) -> dict:
+    """Where the pipeline stands, as `switchyard status --json` prints it; `view`: one already read."""
+    view = view or PipelineView.read(tables)
+    owner, entries, last, running = view.owner, list(view.entries), view.last, view.streaming
+    handoff, backfill = view.handoff, view.backfill
     status = {
         "pipeline": tables.pipeline,
-        "phase": str(lifecycle.phase(last.status if last else None, running)),
+        "phase": str(view.phase),
         "stream_running": running,
         "owner": owner.describe(utc_now()) if owner else None,
         "lease": {"epoch": owner.epoch, "command": owner.command, "host": owner.owner_host, "pid": owner.owner_pid}
@@ -39,11 +37,10 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     # once, while the log's figures are each backfill's and each handoff's own.
     status["dead_lettered"] = _rows(tables.dead_letter)
     status["late"] = _rows(tables.late)
-    rebased = [e for e in entries if e.status == Status.HANDOFF_COMMITTED
-               and "reconciliation" in handoff_log.details(e)]
+    rebased = view.rebases
     status["rebases"] = len(rebased)
     if rebased:
-        last_rebase = handoff_log.details(rebased[-1])
+        last_rebase = rebased[-1]
         status["last_reconciliation_keys_different"] = last_rebase["reconciliation"]["keys_different"]
         status["last_rebase_s"] = last_rebase.get("rebase_s")
     lost = lost_ranges(entries)
@@ -52,7 +49,7 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None) -> dict:
     if bootstrap:
         _add_retention(status, tables, bootstrap)
     if handoff is not None:
-        _add_stream_figures(status, tables, handoff.handoff_id, bootstrap)
+        _add_stream_figures(status, tables, handoff.handoff_id, bootstrap, view.progress)
     return status
 
 
@@ -84,8 +81,7 @@ def _rows(uri: str) -> int:
     return int(sum(n or 0 for n in actions.column("num_records").to_pylist()))
 
 
-def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None) -> None:
-    progress = read_json(stream_dir(tables, handoff_id) / "progress.json") or {}
+def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None, progress: dict) -> None:
     batches = stream_progress.batches(tables, handoff_id)
     per_partition = stream_progress.accounting(batches)
     status["stream_accounting"] = per_partition

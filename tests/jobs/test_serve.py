@@ -24,6 +24,7 @@ from switchyard.state_handoff.lifecycle import Phase, Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
+from switchyard.state_handoff.view import PipelineView
 from tests.jobs.test_rebase import assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.cli import cli_here
@@ -41,23 +42,23 @@ def test_a_failed_stream_waits_longer_each_time_and_stays_down_after_the_limit()
 
 def test_what_keeps_a_stream_from_starting(tmp_path):
     tables = Tables(str(tmp_path), "demo")
-    assert "no handoff yet" in wanted([], None, None)
+    assert "no handoff yet" in wanted(PipelineView.read(tables), None)
     for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED):
         handoff_log.append(tables, "h1", status)
-    assert wanted(handoff_log.entries(tables), None, None) is None
+    assert wanted(PipelineView.read(tables), None) is None
     held = lease.acquire(tables, lease.REBASE)
     try:
-        assert "held by `switchyard rebase`" in wanted(handoff_log.entries(tables), lease.owner(tables), None)
+        assert "held by `switchyard rebase`" in wanted(PipelineView.read(tables), None)
     finally:
         held.release()
     handoff_log.append(tables, "h1", Status.STOP_REQUESTED)
-    assert "stop request" in wanted(handoff_log.entries(tables), None, None)
+    assert "stop request" in wanted(PipelineView.read(tables), None)
     start = handoff_log.append(tables, "h1", Status.START_REQUESTED)
-    assert wanted(handoff_log.entries(tables), None, None) is None
+    assert wanted(PipelineView.read(tables), None) is None
     assert pipeline_status(tables)["phase"] == Phase.START_REQUESTED
-    assert "held down" in wanted(handoff_log.entries(tables), None, held_down_at_seq=start.seq)
+    assert "held down" in wanted(PipelineView.read(tables), held_down_at_seq=start.seq)
     handoff_log.append(tables, "h1", Status.START_REQUESTED)  # a start after the hold lifts it
-    assert wanted(handoff_log.entries(tables), None, held_down_at_seq=start.seq) is None
+    assert wanted(PipelineView.read(tables), held_down_at_seq=start.seq) is None
 
 
 def test_the_shipped_unit_and_image_run_serve_with_arguments_it_takes():

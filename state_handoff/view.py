@@ -1,0 +1,88 @@
+"""Where a pipeline stands, read once per decision: who holds its lease, then its handoff log, and the current
+handoff's progress cache when asked. `switchyard status` and the metrics, Dagster's checks and sensor, and `switchyard
+serve` each decide from one view, with no JVM (delta-rs and a JSON file).
+
+The lease is read before the log: a stream logs STOPPED and then lets go of its lease, so read the other way round a
+clean stop could look like a process gone without one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from switchyard.state_handoff import handoff_log, lease, lifecycle
+from switchyard.state_handoff.handoff_log import LogEntry
+from switchyard.state_handoff.lifecycle import Phase, Status
+from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.tables import Tables
+
+
+@dataclass(frozen=True)
+class PipelineView:
+    """One look at a pipeline: `owner` of its lease (None: nobody holds it), then `entries`, its log, oldest first."""
+
+    tables: Tables
+    owner: lease.Owner | None
+    entries: tuple[LogEntry, ...]
+
+    @classmethod
+    def read(cls, tables: Tables) -> PipelineView:
+        owner = lease.owner(tables)  # before the log: see the module's docstring
+        return cls(tables, owner, tuple(handoff_log.entries(tables)))
+
+    @property
+    def streaming(self) -> bool:
+        """A `switchyard stream` holds the pipeline."""
+        return self.owner is not None and self.owner.command == lease.STREAM
+
+    @property
+    def last(self) -> LogEntry | None:
+        return self.entries[-1] if self.entries else None
+
+    @property
+    def last_seq(self) -> int:
+        return self.last.seq if self.last else -1
+
+    def latest(self, status: Status, handoff_id: str | None = None) -> LogEntry | None:
+        """The newest entry of `status` (of handoff `handoff_id`, when given)."""
+        return next((e for e in reversed(self.entries)
+                     if e.status == status and (handoff_id is None or e.handoff_id == handoff_id)), None)
+
+    @property
+    def handoff(self) -> LogEntry | None:
+        """The current handoff: the newest HANDOFF_COMMITTED."""
+        return self.latest(Status.HANDOFF_COMMITTED)
+
+    @property
+    def backfill(self) -> LogEntry | None:
+        return self.latest(Status.BACKFILL_COMMITTED)
+
+    @property
+    def phase(self) -> Phase:
+        return lifecycle.phase(self.last.status if self.last else None, self.streaming)
+
+    @property
+    def rebases(self) -> list[dict]:
+        """The details of each handoff a rebase committed (those carry its reconciliation), oldest first."""
+        return [d for d in (handoff_log.details(e) for e in self.entries if e.status == Status.HANDOFF_COMMITTED)
+                if "reconciliation" in d]
+
+    @property
+    def current(self) -> LogEntry | None:
+        """The current handoff's newest entry that moved it (a refused rebase request left it as it was)."""
+        handoff = self.handoff
+        if handoff is None:
+            return None
+        return [e for e in self.entries if e.handoff_id == handoff.handoff_id
+                and e.status not in lifecycle.REFUSALS][-1]
+
+    @cached_property
+    def progress(self) -> dict:
+        """The current handoff's stream's last look at itself (its progress cache); empty when there is none."""
+        handoff = self.handoff
+        return (read_json(stream_dir(self.tables, handoff.handoff_id) / "progress.json") or {}) if handoff else {}
+
+    def newest_request(self, status: Status) -> int:
+        """The seq of the newest entry of request `status` (START_REQUESTED, STOP_REQUESTED, ...), -1 when none."""
+        entry = self.latest(status)
+        return entry.seq if entry else -1
