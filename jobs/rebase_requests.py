@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff import handoff_log, requests
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.lifecycle import Status
@@ -23,12 +22,10 @@ def request_rebase(tables: Tables, reason: str, requested_by: str, days: tuple[s
     handoff = current_handoff(tables)
     if handoff is None:
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff: there is no stream to rebase")
-    request_id = uuid.uuid4().hex[:12]
-    handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REQUESTED,
-                       details={"request_id": request_id, "reason": reason, "requested_by": requested_by,
-                                "from": days[0], "to": days[1], **(figures or {}),
-                                **({"accept_differences": True} if accept_differences else {})})
-    return request_id
+    asked = requests.ask(tables, Status.REBASE_REQUESTED, handoff.handoff_id, requested_by, reason=reason,
+                         **{"from": days[0], "to": days[1]}, **(figures or {}),
+                         **({"accept_differences": True} if accept_differences else {}))
+    return asked.request_id
 
 
 def open_request(tables: Tables, entries: list | None = None) -> dict | None:
@@ -53,14 +50,11 @@ def open_request(tables: Tables, entries: list | None = None) -> dict | None:
         elif e.status == Status.PAUSED:
             paused[request_id] = handoff_log.details(e)
     answered |= failed - set(paused)
-    for e in entries:
-        if e.status == Status.REBASE_REQUESTED:
-            request = handoff_log.details(e)
-            if request["request_id"] in answered:
-                continue
-            if request["request_id"] in paused:
-                request = {**request, "paused": paused[request["request_id"]]}
-            return request
+    for asked in requests.of_kind(entries, Status.REBASE_REQUESTED):
+        if asked.request_id in answered:
+            continue
+        request = asked.as_details()
+        return {**request, "paused": paused[asked.request_id]} if asked.request_id in paused else request
     return None
 
 

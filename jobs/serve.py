@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from switchyard.jobs.log import logger_of
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff import handoff_log, lease, requests
 from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 from switchyard.state_handoff.view import PipelineView
@@ -207,10 +207,8 @@ class Service:
         yield from (running, starts, down)
 
 
-def request_start(tables: Tables, requested_by: str = "switchyard start") -> handoff_log.LogEntry:
+def request_start(tables: Tables, requested_by: str = "switchyard start") -> requests.Request:
     """Ask `switchyard serve` to run the pipeline's stream again: a START_REQUESTED on its latest handoff."""
-    import socket
-
     from switchyard.state_handoff.errors import UserError
 
     handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
@@ -220,5 +218,4 @@ def request_start(tables: Tables, requested_by: str = "switchyard start") -> han
     if owner is not None and owner.command == lease.STREAM:
         raise UserError(f"pipeline {tables.pipeline} is already streaming (pid {owner.owner_pid} on host "
                         f"{owner.owner_host}): nothing to start")
-    return handoff_log.append(tables, handoff.handoff_id, Status.START_REQUESTED, details={
-        "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid()})
+    return requests.ask(tables, Status.START_REQUESTED, handoff.handoff_id, requested_by)

@@ -4,13 +4,10 @@ reads wherever it runs (no pid, no host, no signal), then a wait for its STOPPED
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-import uuid
 
 from switchyard.jobs.log import warnings_to
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff import handoff_log, lease, requests
 from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.lifecycle import Status
@@ -30,10 +27,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, reque
     if handoff is None:  # the stream took the lease, then found nothing to stream: it exits by itself
         raise UserError(f"pipeline {tables.pipeline} has no committed handoff, so {owner.describe(utc_now())} has "
                         "nothing to stream and exits by itself: nothing to stop")
-    request_id = uuid.uuid4().hex[:12]
-    asked = handoff_log.append(tables, handoff.handoff_id, Status.STOP_REQUESTED, details={
-        "request_id": request_id, "requested_by": requested_by, "host": socket.gethostname(), "pid": os.getpid(),
-        "lease_id": owner.lease_id})  # the stream it is for: the one holding this lease
+    # the stream it is for: the one holding this lease
+    asked = requests.ask(tables, Status.STOP_REQUESTED, handoff.handoff_id, requested_by, lease_id=owner.lease_id)
     out(f"stop {tables.pipeline}: asked the stream ({owner.describe(utc_now())}) to stop; waiting for it to drain")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -53,11 +48,8 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, reque
                     f"{timeout_s:.0f}s: see `switchyard status`, or stop its process")
 
 
-def stop_requested(entries: list, lease_id: str) -> dict | None:
-    """The details of a STOP_REQUESTED for the stream holding lease `lease_id` (one for an earlier stream, which
-    ended without answering it, never stops a later one), or None."""
-    for entry in (e for e in entries if e.status == Status.STOP_REQUESTED):
-        details = handoff_log.details(entry)
-        if details.get("lease_id") == lease_id:
-            return details
-    return None
+def stop_requested(entries: list, lease_id: str) -> requests.Request | None:
+    """The STOP_REQUESTED for the stream holding lease `lease_id` (one for an earlier stream, which ended without
+    answering it, never stops a later one), or None."""
+    return next((r for r in requests.of_kind(entries, Status.STOP_REQUESTED) if r.fields.get("lease_id") == lease_id),
+                None)

@@ -159,8 +159,7 @@ class Monitor:
             entries = handoff_log.entries(sup.tables)  # read once for both kinds of request
             stop = stop_requested(entries, sup.lease.lease_id)
             if stop is not None and not sup.stop_signal:
-                sup.stop_signal.append(f"STOP_REQUESTED by {stop.get('requested_by')} (pid {stop.get('pid')} on "
-                                       f"host {stop.get('host')})")
+                sup.stop_signal.append(f"STOP_REQUESTED by {stop.who()}")
                 return None
             return rebase_requests.open_request(sup.tables, entries)
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll

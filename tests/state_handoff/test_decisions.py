@@ -79,7 +79,7 @@ def test_a_resumable_reconciliation_failure_answers_its_request():
 def test_a_stop_request_is_for_the_stream_holding_its_lease_only():
     log = Log().add(Status.HANDOFF_COMMITTED).add(Status.STREAM_STARTED) \
         .add(Status.STOP_REQUESTED, lease_id="lease-a", requested_by="switchyard stop")
-    assert stop_requested(log.entries, "lease-a")["requested_by"] == "switchyard stop"
+    assert stop_requested(log.entries, "lease-a").requested_by == "switchyard stop"
     assert stop_requested(log.entries, "lease-b") is None, "a later stream is not stopped by an earlier request"
 
 
@@ -100,3 +100,28 @@ def test_a_paused_version_is_released_when_its_request_ends_without_a_replacemen
         status = ending.pop("status")
         log.add(status, request_id="r1", **ending)
         assert paused_state_versions(log.entries) == {}, status
+
+
+def test_every_request_is_written_and_read_one_way(tmp_path):
+    """A request of each kind through the real log (delta-rs): its id, who asked and from where, its own fields."""
+    import os
+    import socket
+
+    from switchyard.state_handoff import handoff_log, requests
+    from switchyard.state_handoff.tables import Tables
+
+    tables = Tables(str(tmp_path), "demo")
+    for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED):
+        handoff_log.append(tables, "h1", status)
+    asked = [requests.ask(tables, Status.REBASE_REQUESTED, "h1", "switchyard rebase", reason="backfill", to="2026-01-02"),
+             requests.ask(tables, Status.STOP_REQUESTED, "h1", "switchyard stop", lease_id="lease-a"),
+             requests.ask(tables, Status.START_REQUESTED, "h1", "switchyard start")]
+    read = [requests.read(e) for e in handoff_log.entries(tables)[2:]]
+    assert read == asked
+    assert {(r.host, r.pid) for r in read} == {(socket.gethostname(), os.getpid())}
+    assert len({r.request_id for r in read}) == 3
+    assert read[0].fields == {"reason": "backfill", "to": "2026-01-02"} and read[1].fields == {"lease_id": "lease-a"}
+    assert requests.read(handoff_log.entries(tables)[0]) is None, "a backfill's commit is no request"
+    assert [r.kind for r in requests.of_kind(handoff_log.entries(tables), Status.STOP_REQUESTED)] == [
+        Status.STOP_REQUESTED]
+    assert open_request(tables)["request_id"] == asked[0].request_id
