@@ -8,14 +8,14 @@ import json
 import os
 import time
 
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.step_times import StepTimes
 
 def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
     from switchyard.jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
-    from switchyard.state_handoff import handoff_log
+    from switchyard.state_handoff.control import handoff_log
     from switchyard.state_handoff.io.archive_files import write_archive_meta
     from switchyard.state_handoff.parsing import parse_events
 
@@ -92,7 +92,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
     """The tiles run's, the commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and
     CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
-    from switchyard.state_handoff import handoff_log
+    from switchyard.state_handoff.control import handoff_log
 
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED, handoff_id)
     if committed is not None:

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_cas
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 PIPELINE = "demo"

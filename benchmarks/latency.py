@@ -17,11 +17,11 @@ from benchmarks.harness import add_connection, start_service, switchyard_command
 from switchyard.jobs.inputs.encoding import event_time_text, event_value
 from switchyard.jobs.stream.settings import StreamSettings
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
 from switchyard.state_handoff.io.kafka_security import client_kwargs
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 

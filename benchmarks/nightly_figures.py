@@ -28,8 +28,8 @@ def timed(label: str, step, marks: list[str]):
 
 def _commits(tables) -> list[dict]:
     """BACKFILL_COMMITTED's details, in order: where each run's seconds went."""
-    from switchyard.state_handoff import handoff_log
-    from switchyard.state_handoff.lifecycle import Status
+    from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control.lifecycle import Status
 
     return [handoff_log.details(e) for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED]
 

@@ -40,8 +40,8 @@ from benchmarks.burst_arm import current_handoff_id, offsets_behind, position_pa
 from benchmarks.harness import (ROOT, delete_topics, run_fresh, start_service, switchyard_command, terminate,
                                 worker_command)
 from benchmarks.nightly_figures import PIPELINE, figures_of, report, steps, timed
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 LIVE, FULL = "live", "full"  # the two warehouses below --out-dir

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
-from switchyard.state_handoff import handoff_log, settings
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths, read_json
 from switchyard.state_handoff.tables import Tables

@@ -34,9 +34,10 @@ from pathlib import Path
 from switchyard.deploy.dagster_home import default_home as default_dagster_home
 from switchyard.deploy.dagster_home import prepare as prepare_dagster_home
 from switchyard.deploy.paths import PROJECT_ROOT, runtime_home
-from switchyard.state_handoff import handoff_log, lease, settings
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 PIPELINE = "demo"

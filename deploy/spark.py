@@ -209,8 +209,8 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
         # Delta 4.4 refuses to read a version older than the table's deletedFileRetentionDuration. The live
         # handoff's state version is such a read (a seed rewritten, a rebase's streamed state), and its files are
-        # kept past vacuums until its stream has switched (state_handoff/kept_versions.py), so the age alone says
-        # nothing here.
+        # kept past vacuums until its stream has switched (state_handoff/control/kept_versions.py), so the age
+        # alone says nothing here.
         "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
         # The stream's queries run in pools of their own, so the keyed (update) jobs never queue behind a
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.

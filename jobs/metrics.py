@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 
-from switchyard.state_handoff.lifecycle import Phase
+from switchyard.state_handoff.control.lifecycle import Phase
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

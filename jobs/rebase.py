@@ -45,16 +45,17 @@ from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase_requests import open_request, request_rebase, wait_for_rebase
 from switchyard.jobs.sinks import EventsSink, mark_overlap
-from switchyard.state_handoff import faults, handoff_log, lease, lifecycle, stream_progress
+from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.control import handoff_log, lease, lifecycle
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                                   last_committed_batch, last_planned_batch, planned_end_offsets)
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
 from switchyard.state_handoff.io.kafka_io import latest_offsets
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths

@@ -9,13 +9,14 @@ import time
 from contextlib import ExitStack
 
 from switchyard.jobs.backfill import verify_archive
-from switchyard.state_handoff import handoff_log, kafka_retention, lease
+from switchyard.state_handoff import kafka_retention
 from switchyard.state_handoff.checkpoints import committed_end_offsets, planned_end_offsets
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import offset_bounds
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 

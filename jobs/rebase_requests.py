@@ -7,10 +7,10 @@ from __future__ import annotations
 import logging
 import time
 
-from switchyard.state_handoff import handoff_log, requests
+from switchyard.state_handoff.control import handoff_log, requests
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from switchyard.jobs.log import logger_of
-from switchyard.state_handoff import handoff_log, lease, requests
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log, lease, requests
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.tables import Tables
-from switchyard.state_handoff.view import PipelineView
 
 logger = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ import logging
 import time
 
 from switchyard.jobs.serve import request_start
-from switchyard.state_handoff import handoff_log, lease
 from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import Failed, UserError
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

@@ -14,11 +14,12 @@ from switchyard.orchestration.partitions import days_of
 from switchyard.orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_launch import StreamConfig, launch_and_watch
-from switchyard.state_handoff import handoff_log, lease, pipeline_settings
+from switchyard.state_handoff import pipeline_settings
 from switchyard.state_handoff.clock import as_utc
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
-from switchyard.state_handoff.lifecycle import Status
 
 # Each asset that writes holds the pipeline's lease under its own name, as the CLI's commands do: a second actor
 # (a CLI stream, another run) is refused in one line naming the owner, before anything is written.

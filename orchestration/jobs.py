@@ -14,7 +14,8 @@ from switchyard.orchestration.scope import Scope
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from switchyard.orchestration.stream_health import is_observed, transition_metadata
-from switchyard.state_handoff import handoff_log, pipeline_settings
+from switchyard.state_handoff import pipeline_settings
+from switchyard.state_handoff.control import handoff_log
 
 
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:

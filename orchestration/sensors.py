@@ -10,7 +10,7 @@ from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_health import (LATENCY, Watch, advance, check_evaluation, health_evaluation,
                                                     is_observed, problem, progress_from, sample_latency,
                                                     transition_metadata, verdicts)
-from switchyard.state_handoff.view import PipelineView
+from switchyard.state_handoff.control.view import PipelineView
 
 
 def evaluate(context: dg.SensorEvaluationContext, scope: Scope, warehouse: WarehouseResource, kafka: KafkaResource,

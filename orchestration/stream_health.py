@@ -7,13 +7,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from switchyard.state_handoff import handoff_log, lifecycle
 from switchyard.state_handoff.clock import as_utc
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 from switchyard.state_handoff.update_latency import UpdateLatency
-from switchyard.state_handoff.view import PipelineView
 
 # A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
 # demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.

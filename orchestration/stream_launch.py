@@ -18,9 +18,10 @@ from pydantic import Field
 
 from switchyard.jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from switchyard.orchestration.stream_health import is_observed, reported_progress, transition_metadata
-from switchyard.state_handoff import handoff_log, settings
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.handoff import Handoff
-from switchyard.state_handoff.handoff_log import LogEntry
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.stream_layout import stream_dir
 from switchyard.state_handoff.tables import Tables

@@ -14,13 +14,14 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff import faults
 from switchyard.state_handoff.clock import as_utc, naive_utc
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff_log import LogEntry
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, unreadable
 from switchyard.state_handoff.io.kafka_io import consumer, offset_bounds
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.parsing import parse_events, within
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import stream_dir

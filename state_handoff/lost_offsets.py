@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status, has_switched
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import offset_bounds
-from switchyard.state_handoff.lifecycle import Status, has_switched
 from switchyard.state_handoff.tables import Tables
 
 if TYPE_CHECKING:  # the handoff module brings Spark's API; `status` reads lost ranges here without it

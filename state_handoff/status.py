@@ -3,13 +3,14 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import lost_ranges
 from switchyard.state_handoff.tables import Tables
-from switchyard.state_handoff.view import PipelineView
 
 
 def pipeline_status(tables: Tables, bootstrap: str | None = None, view: PipelineView | None = None) -> dict:

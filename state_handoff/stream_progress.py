@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.errors import Failed
+from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io import delta_cas, delta_upkeep
 from switchyard.state_handoff.io.storage import delta_options
 from switchyard.state_handoff.tables import Tables

@@ -23,10 +23,11 @@ from switchyard.jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.seed import UPDATE_VERSION, prepare_stream
-from switchyard.state_handoff import faults, handoff_log, kept_versions
+from switchyard.state_handoff import faults
 from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.step_times import StepTimes
 from switchyard.state_handoff.tables import Tables

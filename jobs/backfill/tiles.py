@@ -18,9 +18,10 @@ from switchyard.jobs.backfill.accounting import Counts, archive_accounting, chec
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
 from switchyard.jobs.sinks import dead_letter_rows
-from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import fencing, storage
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.step_times import StepTimes

@@ -71,7 +71,7 @@ def _settle(tables: Tables, command: str, record: bool = False) -> None:
 
 def run_archive_command(args) -> int:
     from switchyard.jobs.archive import archive_cut, run_archive
-    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.ARCHIVE)
@@ -134,7 +134,7 @@ def run_rebase_command(args) -> int:
 
 def run_backfill_command(args) -> int:
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.control import lease
     from switchyard.state_handoff.handoff import current_handoff
 
     pipeline, tables = pipeline_and_tables(args)
@@ -154,7 +154,7 @@ def run_backfill_command(args) -> int:
 
 
 def run_handoff_command(args) -> int:
-    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.control import lease
     from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = pipeline_and_tables(args)
@@ -163,7 +163,7 @@ def run_handoff_command(args) -> int:
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
-        from switchyard.state_handoff import handoff_log
+        from switchyard.state_handoff.control import handoff_log
         from switchyard.state_handoff.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
@@ -184,7 +184,7 @@ def run_stream_command(args) -> int:
     from switchyard.jobs.metrics import check_port, served
     from switchyard.jobs.stream import StreamSettings, run_stream
     from switchyard.jobs.stream.resume_checks import refuse_another_spark_line
-    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
     _settle(tables, lease.STREAM)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from switchyard.jobs.stream.settings import StreamSettings
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control.lifecycle import Status
 
 
 @dataclass

@@ -14,11 +14,11 @@ from switchyard.jobs.stream.group_offsets import ProcessedOffsets
 from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
-from switchyard.state_handoff import handoff_log, lease as leases, lifecycle
+from switchyard.state_handoff.control import handoff_log, lease as leases, lifecycle
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_watch import LatestOffsets
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import behind_retention
 from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
 

@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from switchyard.jobs.log import warnings_to
-from switchyard.state_handoff import handoff_log, lifecycle
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 

@@ -3,12 +3,13 @@ and that the Spark line that wrote them is the one running (`refuse_another_spar
 
 from __future__ import annotations
 
-from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
 from switchyard.state_handoff.tables import Tables

@@ -37,13 +37,14 @@ from switchyard.jobs.stream.resume_checks import check_resumable, check_spark_li
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
 from switchyard.jobs.stream.updates_topic import updates_topic
-from switchyard.state_handoff import faults, handoff_log, lease as leases, lifecycle, processes, stream_progress
+from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
+from switchyard.state_handoff.control import handoff_log, lease as leases, lifecycle, processes
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
 from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.io.kafka_io import create_topic, latest_offsets
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.lost_offsets import refuse_if_expired
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.step_times import StepTimes

@@ -13,11 +13,12 @@ stream starts, before it reads any input or sends any update."""
 from __future__ import annotations
 
 from switchyard.jobs.stream.keyed import HANDOFF_HEADER
-from switchyard.state_handoff import handoff_log, settings
+from switchyard.state_handoff import settings
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import newest_records
 from switchyard.state_handoff.pipelines import available
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 

@@ -12,7 +12,7 @@ days of tiles, vacuums the tables it wrote (no compaction: its files are large).
 Delta's retention check stays on: RETENTION_HOURS is written into the table as `delta.deletedFileRetentionDuration`
 and every vacuum here uses the table's own retention, never asking for less (Delta refuses a shorter one). What
 must outlive it is named by version (`keep_versions`): the files of the snapshot a handoff was committed with, which
-its stream reads again when it seeds without the seed's files (state_handoff/kept_versions.py), whatever their age.
+its stream reads again when it seeds without the seed's files (state_handoff/control/kept_versions.py), whatever their age.
 A version the table's log no longer holds (Delta's log retention, 30 days by default, deleted its commit) can be
 read by no one, so its files are not kept: asking delta-rs to keep it would fail that vacuum and every later one.
 """

@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 
 class Lease(Protocol):
-    """What fencing asks of a held lease (state_handoff/lease.py's Lease)."""
+    """What fencing asks of a held lease (state_handoff/control/lease.py's Lease)."""
 
     epoch: int
     tables: Any  # the Tables it holds

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from tests.campaign.world import STREAM_FLAGS, World
 from tests.support import oracle
 from tests.support.compare import close, rows

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from switchyard.state_handoff import faults, lease
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import lease
 from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce
 from switchyard.state_handoff.tables import Tables
 from tests.campaign.history import Step

@@ -15,10 +15,10 @@ import pytest
 from deltalake import DeltaTable
 
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_cas, storage
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,

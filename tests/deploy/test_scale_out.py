@@ -11,10 +11,10 @@ import pytest
 
 from switchyard.deploy import kafka_cluster
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_io import produce, topic_config
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.spark_cluster import run_cli

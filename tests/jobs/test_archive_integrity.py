@@ -19,11 +19,11 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.rebase_requests import open_request
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle

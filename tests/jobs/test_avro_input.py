@@ -24,10 +24,10 @@ from deltalake import DeltaTable
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.rebase import rebase_pipeline
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import create_topic, produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle

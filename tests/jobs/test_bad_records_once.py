@@ -9,9 +9,9 @@ from collections import Counter
 from datetime import datetime
 
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity
 from tests.support.compare import rows

@@ -20,9 +20,9 @@ from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.stream import StreamSettings, run_stream
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle

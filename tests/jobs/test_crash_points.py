@@ -20,11 +20,12 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream import StreamSettings, run_stream
-from switchyard.state_handoff import faults, handoff_log
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.stream_layout import stream_dir
 from switchyard.state_handoff.tables import Tables

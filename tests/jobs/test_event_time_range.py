@@ -13,12 +13,13 @@ from datetime import datetime
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import folder_day, list_archive
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs

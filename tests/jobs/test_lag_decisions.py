@@ -4,7 +4,7 @@ while."""
 
 from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.settings import StreamSettings
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control.lifecycle import Status
 
 
 def _decisions(**given) -> LagDecisions:

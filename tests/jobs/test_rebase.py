@@ -14,10 +14,11 @@ from pathlib import Path
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import faults, handoff_log, lease, stream_progress
+from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.stream_layout import stream_dir

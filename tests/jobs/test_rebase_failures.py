@@ -11,11 +11,12 @@ from pathlib import Path
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import handoff_log, stream_progress
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import list_archive
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
@@ -184,7 +185,8 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     logged; the next `rebase` finishes it at the recorded cut, reconciling against the state the pause recorded
     (not the replaced one, which would fold the records past the drained stream twice), and the paused version
     outlives vacuums until the new handoff has switched."""
-    from switchyard.state_handoff import faults, kept_versions
+    from switchyard.state_handoff import faults
+    from switchyard.state_handoff.control import kept_versions
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=1.0)
     stream_until_caught_up(spark, tables, bootstrap)  # reads nothing: everything past the drained state is [K, C)

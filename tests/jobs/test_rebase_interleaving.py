@@ -10,7 +10,7 @@ import pytest
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.rebase_requests import request_rebase
-from switchyard.state_handoff import lease
+from switchyard.state_handoff.control import lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import produce
@@ -67,7 +67,7 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     request replays the batch and merges what was sent, and rebases with no key different; then this rebase, with
     none different either; every table equals the oracle."""
     from switchyard.jobs import stream as product_stream
-    from switchyard.state_handoff import handoff_log
+    from switchyard.state_handoff.control import handoff_log
     from tests.jobs.test_crash_points import crash
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)

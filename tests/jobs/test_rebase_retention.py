@@ -11,10 +11,11 @@ from kafka import TopicPartition
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.rebase_requests import open_request
-from switchyard.state_handoff import faults, handoff_log, kept_versions, lease
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import handoff_log, kept_versions, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.status import format_status, pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs

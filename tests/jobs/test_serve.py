@@ -19,12 +19,12 @@ from switchyard.deploy.local_server import free_port
 from switchyard.jobs.serve import Restarts, wanted
 from switchyard.orchestration.factory import switchyard_definitions
 from switchyard.orchestration.scope import PipelineDeployment
-from switchyard.state_handoff import handoff_log, lease
-from switchyard.state_handoff.lifecycle import Phase, Status
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Phase, Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
-from switchyard.state_handoff.view import PipelineView
 from tests.jobs.test_rebase import assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.cli import cli_here

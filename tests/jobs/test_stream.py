@@ -18,12 +18,13 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff import handoff_log, lease, stream_progress
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.io.kafka_io import admin_client, produce, topic_config
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.stream_layout import stream_dir

@@ -21,9 +21,9 @@ from switchyard.orchestration.expectations import run_suite
 from switchyard.orchestration.factory import switchyard_definitions
 from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration.scope import PipelineDeployment, SwitchyardTranslator
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle

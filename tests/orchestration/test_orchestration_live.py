@@ -12,10 +12,10 @@ import pytest
 
 from switchyard.jobs.backfill import run_backfill
 from switchyard.orchestration.stream_launch import process_log
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import asset, checks_def, definitions, op_name

@@ -6,10 +6,10 @@ import time
 import dagster as dg
 import pytest
 
-from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration import sensors
-from switchyard.state_handoff import handoff_log, lease
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.stream_layout import stream_dir, write_json_atomically
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import scope

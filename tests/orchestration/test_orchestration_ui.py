@@ -20,11 +20,11 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.backfill import commit_state
-from switchyard.state_handoff import handoff_log
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import list_archive
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 from tests.support.live_stream import PIPELINE, archived_topic, live_events, read_past, tick
 from tests.support.streams import start_stream, wait_until

@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 
 from switchyard.jobs.rebase_requests import open_request
 from switchyard.jobs.stop import stop_requested
-from switchyard.state_handoff.handoff_log import LogEntry
-from switchyard.state_handoff.kept_versions import paused_state_versions
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.kept_versions import paused_state_versions
+from switchyard.state_handoff.control.lifecycle import Status
 
 T0 = datetime(2026, 1, 1)
 
@@ -107,7 +107,7 @@ def test_every_request_is_written_and_read_one_way(tmp_path):
     import os
     import socket
 
-    from switchyard.state_handoff import handoff_log, requests
+    from switchyard.state_handoff.control import handoff_log, requests
     from switchyard.state_handoff.tables import Tables
 
     tables = Tables(str(tmp_path), "demo")

@@ -13,11 +13,11 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from switchyard.jobs.delta_txn import merge_once
-from switchyard.state_handoff import handoff_log, kept_versions
+from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.delta_cas import read
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.settings import BY_NAME
 from switchyard.state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
 from switchyard.state_handoff.tables import Tables

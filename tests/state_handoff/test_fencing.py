@@ -17,9 +17,9 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from switchyard.jobs.delta_txn import append_arrow_once
-from switchyard.state_handoff import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import fencing
-from switchyard.state_handoff.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ import sys
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from switchyard.jobs.delta_txn import append_arrow_once
-from switchyard.state_handoff import lease
+from switchyard.state_handoff.control import lease
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.tables import Tables
 lease.FRESH_PART = 100.0  # its own clock never stops it (on a loaded machine it would, at any step): the fence must

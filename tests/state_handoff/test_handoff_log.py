@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql.types import LongType, TimestampType
 
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 FROZEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.state_handoff import lease, processes
 from switchyard.state_handoff.clock import utc_now
+from switchyard.state_handoff.control import lease, processes
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
 
@@ -36,7 +36,7 @@ def _since(held: lease.Lease) -> str:
 
 def _owner_process(tables: Tables, script: str, env: dict | None = None) -> subprocess.Popen:
     """A separate Python process that takes the lease as a `switchyard stream` and runs `script` after it."""
-    code = ("import os, sys, time\nfrom switchyard.state_handoff import lease\nfrom switchyard.state_handoff.tables import Tables\n"
+    code = ("import os, sys, time\nfrom switchyard.state_handoff.control import lease\nfrom switchyard.state_handoff.tables import Tables\n"
             f"tables = Tables({tables.warehouse!r}, {tables.pipeline!r})\n{script}")
     return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})

@@ -7,9 +7,9 @@ from datetime import datetime
 
 import pytest
 
-from switchyard.state_handoff import handoff_log, lifecycle
-from switchyard.state_handoff.handoff_log import LogEntry
-from switchyard.state_handoff.lifecycle import LifecycleError, Phase, Status
+from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.lifecycle import LifecycleError, Phase, Status
 from switchyard.state_handoff.tables import Tables
 
 

@@ -138,7 +138,7 @@ def test_a_number_out_of_range_is_one_line_naming_the_range(name, text, says):
 
 
 def test_the_longest_lease_is_held_and_renewed(tmp_path, monkeypatch):
-    from switchyard.state_handoff import lease
+    from switchyard.state_handoff.control import lease
     from switchyard.state_handoff.tables import Tables
 
     monkeypatch.setenv(lease.ENV, "86400")

@@ -11,8 +11,8 @@ import dagster as dg
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.inputs.generate import DEFAULT_START, run_generate
-from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration import sensors
+from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration.stream_health import read_progress
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables

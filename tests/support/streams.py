@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.state_handoff import handoff_log, stream_progress
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle

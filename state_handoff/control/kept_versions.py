@@ -16,8 +16,8 @@ the recomputed state replaced it), so that version stays until the new handoff's
 
 from __future__ import annotations
 
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from switchyard.state_handoff import handoff_log, lease, lifecycle
-from switchyard.state_handoff.handoff_log import LogEntry
-from switchyard.state_handoff.lifecycle import Phase, Status
+from switchyard.state_handoff.control import handoff_log, lease, lifecycle
+from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.lifecycle import Phase, Status
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 

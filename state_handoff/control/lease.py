@@ -37,8 +37,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
-from switchyard.state_handoff import processes, settings
+from switchyard.state_handoff import settings
 from switchyard.state_handoff.clock import as_utc, utc_now
+from switchyard.state_handoff.control import processes
 from switchyard.state_handoff.errors import Failed, UserError
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io.archive_files import record_uri

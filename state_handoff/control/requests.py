@@ -15,9 +15,9 @@ import socket
 import uuid
 from dataclasses import dataclass, field
 
-from switchyard.state_handoff import handoff_log
-from switchyard.state_handoff.handoff_log import LogEntry
-from switchyard.state_handoff.lifecycle import REQUESTS, Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.lifecycle import REQUESTS, Status
 from switchyard.state_handoff.tables import Tables
 
 _COMMON = ("request_id", "requested_by", "host", "pid")

@@ -25,11 +25,11 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.clock import as_utc, naive_utc, utc_now
+from switchyard.state_handoff.control.lifecycle import Status, check_transition
+from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io import delta_cas, delta_upkeep
 from switchyard.state_handoff.io.storage import delta_options
-from switchyard.state_handoff.lifecycle import Status, check_transition
 from switchyard.state_handoff.tables import Tables
 
 # Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
