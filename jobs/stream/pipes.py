@@ -80,12 +80,16 @@ class PipesReporter:
         self.transition_pending = False
         self.figures_due: tuple[str, str, dict, str] | None = None  # topic, updates topic, figures, phase
         self.next_figures_at = 0.0
-        self.lock = threading.Lock()  # one writer of messages at a time: the thread, or close()
+        # one writer of messages at a time (the thread, close(), a log line); re-entrant: a line logged while the
+        # thread writes goes out from inside that write
+        self.lock = threading.RLock()
         self.due_lock = threading.Lock()  # held only to hand the figures from the monitor to the thread
         self.wake = threading.Event()
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="dagster-pipes-reporter", daemon=True)
         self.thread.start()
+        self.lines = _LinesToDagster(self)
+        logging.getLogger("switchyard").addHandler(self.lines)
         out("reporting to Dagster through Pipes" + (" until live (detached)" if self.detached else ""))
 
     # ------------------------------------------------------------ called by the stream: no I/O, no waiting
@@ -175,6 +179,7 @@ class PipesReporter:
         self.out("Pipes: live and detached; the stream_health sensor observes the stream from here")
 
     def _close_pipes(self) -> None:
+        logging.getLogger("switchyard").removeHandler(self.lines)
         try:
             if self.pipes is not None:
                 self.pipes.close()
@@ -192,3 +197,20 @@ class PipesReporter:
         with self.lock:
             self._relay()
             self._close_pipes()
+
+
+class _LinesToDagster(logging.Handler):
+    """The stream's log lines (INFO and up) into the launching run's log, through the Pipes session while it is
+    open; a line that cannot go out stays in the process's own log only."""
+
+    def __init__(self, reporter: PipesReporter):
+        super().__init__(logging.INFO)
+        self.reporter = reporter
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            with self.reporter.lock:
+                if self.reporter.pipes is not None:
+                    self.reporter.pipes.log.log(record.levelno, record.getMessage())
+        except Exception:  # noqa: BLE001 - reporting never fails the stream
+            pass

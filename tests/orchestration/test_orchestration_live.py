@@ -74,7 +74,9 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     stream, stream_checks = asset(defs, "stream"), checks_def(defs, "stream_checks")
     assert op_name(defs, "stream") == STREAM_OP
     # detached: the run returns once the stream is SWITCHED; the stream outlives it, and the sensor observes it
-    launched = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=DETACHED)
+    instance = dg.DagsterInstance.ephemeral()
+    launched = dg.materialize([stream], resources=resources(tables, bootstrap), run_config=DETACHED,
+                              instance=instance)
     assert launched.success
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
     assert launched.asset_materializations_for_node(STREAM_OP)[0].metadata["still_running"].value is True
@@ -83,6 +85,8 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     log = process_log(tables, started.handoff_id)
     try:
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
+        lines = [e.user_message for e in instance.all_logs(launched.run_id)]
+        assert any("SWITCHED after" in line for line in lines), "the stream's own log lines reach the run's log"
         wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, live_events(200, "live"))
