@@ -1,4 +1,5 @@
-"""The one place that builds a SparkSession: Delta, the local jars, UTC, quiet logs, profiles."""
+"""The one place that builds a SparkSession: Delta, the local jars, UTC, quiet logs, profiles; or a Spark Connect
+session where SPARK_REMOTE names a server."""
 
 from __future__ import annotations
 
@@ -180,6 +181,26 @@ def _submit_args(text: str) -> dict[str, str]:
     return given
 
 
+# The runtime SQL settings switchyard gives its session: a new classic one takes them with the rest, a Spark
+# Connect one (whose server owns the master, jars and JVM) takes those its server lets a session set.
+SESSION_SQL_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    # Delta 4.4 refuses to read a version older than the table's deletedFileRetentionDuration. The live
+    # handoff's state version is such a read (a seed rewritten, a rebase's streamed state), and its files are
+    # kept past vacuums until its stream has switched (state_handoff/control/kept_versions.py), so the age
+    # alone says nothing here.
+    "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
+    # Cached DataFrames (a backfill's parsed records, read by its tiles and its dead letters) stay uncompressed:
+    # they live on local disk for one job, and compressing them costs more than reading them back.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # Parquet timestamps as microseconds, Spark's own unit: delta-rs (Arrow) reads Spark's default INT96 as
+    # nanoseconds, which hold only 1677-2262, so a MERGE through delta-rs rewrote an event time of year 2 in a
+    # file it copied as one of 1755.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+}
+
+
 def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | None = None) -> dict[str, str]:
     """A new session's settings: `extra_conf` (a command's --conf, a Dagster resource's spark_config) over what the
     platform gives (`platform_conf`), over switchyard's own (the master, Delta and its jars, UTC, the profile)."""
@@ -194,7 +215,6 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
         "spark.jars": ",".join(str(j) for j in spark_extra_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-        "spark.sql.session.timeZone": "UTC",
         "spark.driver.host": driver_host,
         "spark.driver.bindAddress": bind_address,
         # the driver maps its classes from the archive setup made (deploy/spark_cds.py); executors elsewhere have
@@ -206,12 +226,6 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
         "spark.pyspark.driver.python": sys.executable,
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        "spark.databricks.delta.schema.autoMerge.enabled": "false",
-        # Delta 4.4 refuses to read a version older than the table's deletedFileRetentionDuration. The live
-        # handoff's state version is such a read (a seed rewritten, a rebase's streamed state), and its files are
-        # kept past vacuums until its stream has switched (state_handoff/control/kept_versions.py), so the age
-        # alone says nothing here.
-        "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration": "false",
         # The stream's queries run in pools of their own, so the keyed (update) jobs never queue behind a
         # Delta write of the other query; one job at a time, as in batch, behaves as under FIFO.
         "spark.scheduler.mode": "FAIR",
@@ -219,13 +233,7 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
         # through more, so the same source would be compiled again every few batches, each a Janino compile, a
         # class load and its JIT work.
         "spark.sql.codegen.cache.maxEntries": "2000",
-        # Cached DataFrames (a backfill's parsed records, read by its tiles and its dead letters) stay uncompressed:
-        # they live on local disk for one job, and compressing them costs more than reading them back.
-        "spark.sql.inMemoryColumnarStorage.compressed": "false",
-        # Parquet timestamps as microseconds, Spark's own unit: delta-rs (Arrow) reads Spark's default INT96 as
-        # nanoseconds, which hold only 1677-2262, so a MERGE through delta-rs rewrote an event time of year 2 in a
-        # file it copied as one of 1755.
-        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+        **SESSION_SQL_CONF,
         **object_store_conf(),
         **PROFILES[profile],
         **_shuffle_partitions(),
@@ -236,13 +244,56 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
     return conf
 
 
-def check_classic() -> None:
-    """switchyard's jobs need a classic session: refused in one line, before any work, where Spark Connect is asked
-    for (PySpark would fail on the master switchyard sets)."""
-    if os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"):
-        raise UserError("SPARK_REMOTE is set, and switchyard's jobs need a classic Spark session (they use its "
-                        "SparkContext: job groups, scheduler pools, listeners): Spark Connect is not supported; "
-                        "unset SPARK_REMOTE and give a master (spark-submit --master, SWITCHYARD_SPARK_MASTER)")
+def connect_asked() -> bool:
+    """The environment asks for Spark Connect (PySpark's own variables)."""
+    return bool(os.environ.get("SPARK_REMOTE") or os.environ.get("SPARK_CONNECT_MODE_ENABLED"))
+
+
+def is_connect(spark) -> bool:
+    """`spark` is a Spark Connect session: a client of a server's driver, with no SparkContext in this process."""
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError:  # Spark Connect's client dependencies (grpcio) are not installed: no session can be one
+        return False
+    return isinstance(spark, ConnectSession)
+
+
+def check_classic(spark=None) -> None:
+    """The stream needs a classic session: refused in one line, before any work, where Spark Connect is asked for
+    (no `spark` yet) or given."""
+    connect = is_connect(spark) if spark is not None else connect_asked()
+    if connect:
+        raise UserError("the stream needs a classic Spark session (its queries keep state in foreachBatch, listen to "
+                        "their progress and run in scheduler pools), and Spark Connect (SPARK_REMOTE) gives none: "
+                        "run the stream where a classic session is, on a cluster's driver or under spark-submit, "
+                        "with SPARK_REMOTE unset; archive, backfill, handoff and status run over Spark Connect")
+
+
+def _connect_session(extra_conf: dict | None):
+    """A new Spark Connect session on SPARK_REMOTE's server. The server owns the master, the jars, the JVM and
+    Delta's extension; the session takes the runtime SQL settings switchyard needs where the server lets it (some
+    platforms allow only a few), then the command's own, each refused in one line when the server does not allow
+    it."""
+    from pyspark.sql import SparkSession
+
+    url = os.environ.get("SPARK_REMOTE")
+    try:
+        spark = (SparkSession.builder.remote(url) if url else SparkSession.builder).getOrCreate()
+    except ImportError as err:  # PySpark's check of the client's dependencies (grpcio, protobuf)
+        raise UserError(f"SPARK_REMOTE is set and the Spark Connect client cannot load ({str(err).splitlines()[0]}): "
+                        "install pyspark's connect extra (pip install 'pyspark[connect]')") from None
+    for key, value in {**SESSION_SQL_CONF, **_shuffle_partitions()}.items():
+        try:
+            spark.conf.set(key, value)
+        except Exception:  # noqa: BLE001 - the server's to refuse (CANNOT_MODIFY_CONFIG, CONFIG_NOT_AVAILABLE)
+            continue
+    for key, value in (extra_conf or {}).items():
+        try:
+            spark.conf.set(key, value)
+        except Exception as err:  # noqa: BLE001 - any refusal from the server is the user's to fix
+            raise UserError(f"--conf {key}: the Spark Connect server does not let a session set it "
+                            f"({str(err).splitlines()[0][:200]}): set it on the server instead") from None
+    return spark
 
 
 @contextmanager
@@ -264,8 +315,8 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     """Return the process's SparkSession: the one it already has, untouched (its settings are its owner's), or a new
     one. A new one takes, in this order of precedence, `extra_conf` (a command's --conf, a Dagster resource's
     spark_config), what the platform gives (`platform_conf`: spark-submit's master, jars and confs), then
-    switchyard's settings (the master, Delta and its jars, UTC, the profile)."""
-    check_classic()
+    switchyard's settings (the master, Delta and its jars, UTC, the profile). With SPARK_REMOTE set, a new one is a
+    Spark Connect session on that server (`_connect_session`)."""
     # The one change to the process that outlives the call: PySpark turns collected timestamps into naive local
     # datetimes, so local time must be UTC, as the session's is, for every timestamp switchyard reads back.
     if os.environ.get("TZ") != "UTC":
@@ -274,6 +325,10 @@ def build_spark(app_name: str = "switchyard", profile: str | None = None, extra_
     session = existing_session()
     if session is not None:
         _check_utc(session.conf.get("spark.sql.session.timeZone", None), "the session's")
+        return session
+    if connect_asked():
+        session = _connect_session(extra_conf)
+        _check_utc(session.conf.get("spark.sql.session.timeZone", None), "the Spark Connect session's")
         return session
     check_java()
     from pyspark.sql import SparkSession

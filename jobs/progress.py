@@ -44,9 +44,14 @@ def stop_reporting() -> None:
 
 def report_progress(spark, out: Callable[[str], None], what: str, every: float = EVERY_SECONDS) -> threading.Event:
     """Report progress lines through `out` (the command line's: its log) from a daemon thread until the returned
-    event is set, `stop_reporting` runs, or the process ends."""
-    tracker = spark.sparkContext.statusTracker()
+    event is set, `stop_reporting` runs, or the process ends. A Spark Connect session has no SparkContext in this
+    process to ask: none are reported (the server's UI shows its stages)."""
+    from switchyard.deploy.spark import is_connect
+
     stop = threading.Event()
+    if is_connect(spark):
+        return stop
+    tracker = spark.sparkContext.statusTracker()
     _reporting.append(stop)
     first_seen: dict[int, float] = {}
 

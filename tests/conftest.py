@@ -15,6 +15,7 @@ from tests.support.kafka_cluster import kafka_cluster3, sasl_env, sasl_kafka_clu
 from tests.support.objectstore import objectstore, s3a_spark  # noqa: F401 (fixtures)
 from tests.support.ports import free_port_pair
 from tests.support.spark_cluster import spark_cluster  # noqa: F401 (fixture)
+from tests.support.spark_connect import spark_connect  # noqa: F401 (fixture)
 
 # Streams in tests (in process or in a `switchyard stream` subprocess) keep two state-store partitions, as the test
 # profile keeps two shuffle partitions: small batches on a busy 2-core machine. The shipped default is 4.

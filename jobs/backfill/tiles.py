@@ -156,9 +156,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
 def _not_dead_lettered_by_a_stream(spark: SparkSession, tables: Tables, dead: DataFrame) -> DataFrame:
     """Archived records a stream dead-lettered already (before the archive grew over them) stay its own:
     a record is in `dead_letter` once."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(spark, tables.dead_letter):
+    if not storage.exists(storage.join(tables.dead_letter, "_delta_log")):
         return dead
     streamed = (spark.read.format("delta").load(tables.dead_letter).where(F.col("phase") != "backfill")
                 .select("kafka_partition", "kafka_offset"))

@@ -117,6 +117,10 @@ def run_reporting_errors(name: str, handler: Callable[[], int]) -> int:
         return 0
 
 
+# The commands that run the stream, which needs a classic session: refused before any work under Spark Connect.
+CLASSIC_ONLY = ("stream", "serve")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     name = command_name(args)
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.command != "config":  # config shows the settings as given, bad ones too
                     in_effect = settings.Settings.from_env()  # a bad setting stops the command here, before any work
                     logger.debug(f"{name}: {in_effect!r}")
-                if hasattr(args, "spark_conf"):  # a command that runs Spark
+                if args.command in CLASSIC_ONLY:
                     from switchyard.deploy.spark import check_classic
 
                     check_classic()

@@ -68,15 +68,17 @@ def test_a_spark_setting_not_named_spark_is_refused_before_any_work(tmp_path):
     assert not (tmp_path / "demo").exists(), "nothing written"
 
 
-def test_a_spark_connect_session_is_refused_in_one_line_before_any_work(tmp_path):
-    """With SPARK_REMOTE set, PySpark would fail on the master switchyard sets (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER),
-    and the jobs use a classic session's SparkContext: refused in one line saying so."""
-    done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "backfill", "--pipeline", "demo",
+def test_a_stream_under_spark_connect_is_refused_in_one_line_before_any_work(tmp_path):
+    """The stream needs a classic session (foreachBatch state, listeners, scheduler pools): with SPARK_REMOTE set,
+    `switchyard stream` is refused in one line saying where to run it, before it reaches any server. The batch
+    commands run over Spark Connect: tests/deploy/test_spark_connect.py."""
+    done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", "demo",
                            "--warehouse", str(tmp_path / "wh")], capture_output=True, text=True, cwd=ROOT,
                           timeout=120, env={**os.environ, "SPARK_REMOTE": "sc://127.0.0.1:15002"})
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     error = done.stderr.strip().splitlines()[-1]
-    assert error.startswith("switchyard backfill: error: SPARK_REMOTE is set") and "unset SPARK_REMOTE" in error
+    assert error.startswith("switchyard stream: error: the stream needs a classic Spark session"), error
+    assert "SPARK_REMOTE" in error and "spark-submit" in error
     assert not (tmp_path / "wh").exists(), "refused before any work"
 
 
