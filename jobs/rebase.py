@@ -46,6 +46,7 @@ from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_un
 from switchyard.jobs.rebase_requests import open_request, request_rebase, wait_for_rebase
 from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import handoff_log, lease, lifecycle
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
@@ -230,7 +231,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
         details={"topic": handoff.topic, "boundary_mode": CUT, "boundary": {str(p): o - 1 for p, o in cut.offsets.items()},
                  "request_id": request["request_id"], "previous_handoff": handoff.handoff_id,
-                 "reconciliation": reconciliation,
+                 "reconciliation": reconciliation, **definition.as_details(pipeline),
                  "rebase_s": round(time.monotonic() - started, 3)})  # the tiles run and the commit included
     return from_entry(entry)
 

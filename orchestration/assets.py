@@ -71,7 +71,7 @@ def _tiles(context: dg.AssetExecutionContext, scope: Scope, config: TilesConfig,
     if current_handoff(tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         return _rebased(context, scope, spark, kafka, tables, str(first), str(last), config.accept_differences)
     with user_errors_as_failures(), lease.hold(tables, TILES_OWNER):
-        pipeline_settings.settle(tables, TILES_OWNER, record=True, adopt=False)
+        pipeline_settings.settle(tables, TILES_OWNER, record=True, adopt=False, pipeline=scope.spec)
         run = backfill_tiles(spark.session(), scope.spec, tables, str(first), str(last), out=context.log.info)
     if run.handoff_id is None:
         context.log.info(run.message)
@@ -96,7 +96,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
     from switchyard.jobs.stream import stream_until_caught_up
 
     with user_errors_as_failures():
-        pipeline_settings.settle(tables, "dagster backfill", adopt=False)
+        pipeline_settings.settle(tables, "dagster backfill", adopt=False, pipeline=scope.spec)
         new = rebase_pipeline(scope.spec, tables, scope.bootstrap(kafka), "backfill", "dagster backfill",
                               spark.session, days=(first, last), accept_differences=accept_differences,
                               finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),
@@ -138,7 +138,7 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
                                        metadata={"rebased": True, "path": dg.MetadataValue.path(tables.path(name))})
         return
     with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
-        pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False)
+        pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False, pipeline=pipeline)
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
     committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
@@ -166,6 +166,7 @@ def _handoff(context: dg.AssetExecutionContext, scope: Scope, spark: SparkResour
              warehouse: WarehouseResource) -> dg.MaterializeResult:
     tables = scope.tables(warehouse)
     with user_errors_as_failures(), lease.hold(tables, HANDOFF_OWNER):
+        pipeline_settings.settle(tables, HANDOFF_OWNER, adopt=False, pipeline=scope.spec)
         switch = run_handoff(spark.session(), scope.spec, tables, scope.bootstrap(kafka))
     context.log.info(switch.summary(tables.pipeline))
     return dg.MaterializeResult(metadata={

@@ -45,7 +45,7 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
     with user_errors_as_failures():
-        pipeline_settings.settle(tables, "dagster rebase_stream", adopt=False)
+        pipeline_settings.settle(tables, "dagster rebase_stream", adopt=False, pipeline=scope.spec)
         new = rebase_pipeline(scope.spec, tables, scope.bootstrap(kafka), "rebase", "dagster rebase_stream",
                               spark.session, accept_differences=config.accept_differences,
                               finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),

@@ -14,7 +14,7 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from switchyard.state_handoff import faults
+from switchyard.state_handoff import definition, faults
 from switchyard.state_handoff.clock import as_utc, naive_utc
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.handoff_log import LogEntry
@@ -251,5 +251,6 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,
-        details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()}})
+        details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()},
+                 **definition.as_details(pipeline)})
     return from_entry(entry)

@@ -35,6 +35,7 @@ from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read
 from switchyard.state_handoff.io.storage import delta_options
 from switchyard.state_handoff.record_limits import MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 PIPELINE_WIDE = (MAX_RECORD_BYTES_ENV,)
@@ -92,12 +93,18 @@ def _refusal(tables: Tables, name: str, mine: Any, theirs: str, adopt: bool) -> 
 
 
 def settle(tables: Tables, command: str, record: bool = False, adopt: bool = True,
-           env: MutableMapping[str, str] | None = None) -> dict[str, Any]:
+           env: MutableMapping[str, str] | None = None, pipeline: Pipeline | None = None) -> dict[str, Any]:
     """Each pipeline-wide setting's value for this pipeline, typed; UserError when this process gives another
     value than the one recorded. With `adopt`, a setting this process leaves unset takes the recorded text into
     `env` (this process's environment by default): for a command's own process. Without it (a process serving
     several pipelines, such as Dagster's), the value in effect, the default when unset, must be the recorded one.
-    With `record`, the process's values in effect are recorded where none is."""
+    With `record`, the process's values in effect are recorded where none is. With `pipeline`, its definition must
+    be the one the pipeline's tables were made with (state_handoff/definition.py)."""
+    if pipeline is not None:
+        from switchyard.state_handoff import definition
+        from switchyard.state_handoff.control import handoff_log
+
+        definition.refuse_changed(pipeline, handoff_log.entries(tables))
     env = os.environ if env is None else env
     current = recorded(tables)
     if record and any(name not in current for name in PIPELINE_WIDE):

@@ -13,8 +13,10 @@ from switchyard.state_handoff.lost_offsets import lost_ranges
 from switchyard.state_handoff.tables import Tables
 
 
-def pipeline_status(tables: Tables, bootstrap: str | None = None, view: PipelineView | None = None) -> dict:
-    """Where the pipeline stands, as `switchyard status --json` prints it; `view`: one already read."""
+def pipeline_status(tables: Tables, bootstrap: str | None = None, view: PipelineView | None = None,
+                    pipeline=None) -> dict:
+    """Where the pipeline stands, as `switchyard status --json` prints it; `view`: one already read; `pipeline`:
+    the definition this process holds, shown beside the one the tables were made with."""
     view = view or PipelineView.read(tables)
     owner, entries, last, running = view.owner, list(view.entries), view.last, view.streaming
     handoff, backfill = view.handoff, view.backfill
@@ -44,6 +46,8 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
         last_rebase = rebased[-1]
         status["last_reconciliation_keys_different"] = last_rebase["reconciliation"]["keys_different"]
         status["last_rebase_s"] = last_rebase.get("rebase_s")
+    if pipeline is not None:
+        _add_definition(status, pipeline, entries)
     lost = lost_ranges(entries)
     if lost:
         status["lost_offsets"] = lost
@@ -52,6 +56,18 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
     if handoff is not None:
         _add_stream_figures(status, tables, handoff.handoff_id, bootstrap, view.progress)
     return status
+
+
+def _add_definition(status: dict, pipeline, entries: list) -> None:
+    """The definition's version now and as the tables were made with it, and the parts that differ."""
+    from switchyard.state_handoff import definition
+
+    found = definition.recorded(entries)
+    now = definition.parts(pipeline)
+    recorded = found[1] if found else None
+    status["definition"] = {"version": definition.version(pipeline),
+                            "recorded": recorded["version"] if recorded else None,
+                            "changed": [k for k in now if recorded and recorded["parts"].get(k) != now[k]]}
 
 
 def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:
@@ -160,6 +176,10 @@ def format_status(status: dict) -> str:
         lines.append(f"  RETENTION PAST THE ARCHIVE: partition {m['partition']} offsets {m['archive_cut']}.."
                      f"{m['earliest_retained'] - 1} are neither archived nor retained by Kafka: no rebase can "
                      "recompute them (the streamed state stands)")
+    shape = status.get("definition") or {}
+    if shape.get("recorded") and shape["recorded"] != shape["version"]:
+        lines.append(f"  DEFINITION CHANGED: version {shape['version']} now, {shape['recorded']} in the tables "
+                     f"({', '.join(shape['changed'])}): backfill, handoff, rebase and stream refuse until they agree")
     for r in status.get("lost_offsets", []):
         lines.append(f"  lost to Kafka's retention: partition {r['partition']} offsets {r['from']}..{r['to'] - 1} "
                      f"({r['records']} records, handoff {r['handoff_id']})")

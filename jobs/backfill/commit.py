@@ -24,6 +24,7 @@ from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_t
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.seed import UPDATE_VERSION, prepare_stream
 from switchyard.state_handoff import faults
+from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import handoff_log, kept_versions
 from switchyard.state_handoff.control.lifecycle import Status
@@ -208,7 +209,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                                 "tiled_files": [] if missing else sorted(
                                     storage.relative(f.path, tables.archive) for f in readable),
                                 "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
-                                "commit_s": times.parts, **merge_record,
+                                "commit_s": times.parts, **merge_record, **definition.as_details(pipeline),
                                 **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
                                 **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
                                                "reconciliation": at_cut.reconciliation}} if at_cut else {})})

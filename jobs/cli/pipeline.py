@@ -60,13 +60,13 @@ def check_warehouse(warehouse: str) -> None:
                         "or an s3a:// URI")
 
 
-def _settle(tables: Tables, command: str, record: bool = False) -> None:
+def _settle(tables: Tables, command: str, record: bool = False, pipeline=None) -> None:
     """The pipeline-wide settings (state_handoff/pipeline_settings.py): a value other than the pipeline's recorded
-    one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet. Called
-    before a JVM starts or Kafka is contacted."""
+    one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet; with
+    `pipeline`, a definition other than the recorded one refused. Called before a JVM starts or Kafka is contacted."""
     from switchyard.state_handoff.pipeline_settings import settle
 
-    settle(tables, command, record=record)
+    settle(tables, command, record=record, pipeline=pipeline)
 
 
 def run_archive_command(args) -> int:
@@ -118,7 +118,7 @@ def run_rebase_command(args) -> int:
 
     pipeline, tables = pipeline_and_tables(args)
     if not args.abandon:
-        _settle(tables, f"switchyard {args.command}")
+        _settle(tables, f"switchyard {args.command}", pipeline=pipeline)
     if current_handoff(tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
@@ -138,7 +138,7 @@ def run_backfill_command(args) -> int:
     from switchyard.state_handoff.handoff import current_handoff
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.BACKFILL)
+    _settle(tables, lease.BACKFILL, pipeline=pipeline)
     if current_handoff(tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         if args.kafka_tail:
             raise UserError(f"pipeline {pipeline.name} already streams: a backfill now rebases it at a cut and reads "
@@ -158,7 +158,7 @@ def run_handoff_command(args) -> int:
     from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.HANDOFF)
+    _settle(tables, lease.HANDOFF, pipeline=pipeline)
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
@@ -187,7 +187,7 @@ def run_stream_command(args) -> int:
     from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.STREAM)
+    _settle(tables, lease.STREAM, pipeline=pipeline)
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -217,7 +217,7 @@ def run_status_command(args) -> int:
                                                  storage.join(tables.leases, "_delta_log"), tables.archive)):
         raise UserError(f"pipeline {pipeline.name} has nothing in warehouse {tables.warehouse} (no {tables.root}): "
                         "check --warehouse and --pipeline, or start it with `switchyard archive`")
-    status = pipeline_status(tables, args.bootstrap)
+    status = pipeline_status(tables, args.bootstrap, pipeline=pipeline)
     print(json.dumps(status, indent=2, default=str) if args.json else format_status(status))
     return 0
 

@@ -1,0 +1,94 @@
+"""A pipeline definition's version: a fingerprint of what shapes its state and outputs (its input format, fields,
+key, event time, aggregations and windows; not its description), recorded with every backfill and handoff it
+commits. A backfill, handoff, rebase or stream under a definition other than the one the pipeline's tables were made
+with is refused in one line before any JVM, naming what changed: Spark would otherwise fail the stream on its state
+store's schema, or a backfill would write tiles of another shape beside the recorded ones."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, fields, is_dataclass
+
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.spec import Pipeline
+
+KEY = "definition"
+RECORDED_BY = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED)
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _declared(value):
+    """A declaration as plain values, leaving out every attribute at its default: an attribute a later switchyard
+    adds with a default leaves the versions of the pipelines that do not use it as they were."""
+    if is_dataclass(value):
+        kept = {}
+        for f in fields(value):
+            held = getattr(value, f.name)
+            default = f.default if f.default is not MISSING else (
+                f.default_factory() if f.default_factory is not MISSING else MISSING)
+            if default is MISSING or held != default:
+                kept[f.name] = _declared(held)
+        return kept
+    if isinstance(value, (list, tuple)):
+        return [_declared(v) for v in value]
+    return value
+
+
+def parts(pipeline: Pipeline) -> dict[str, str]:
+    """Each part of the definition that shapes the state or the outputs, as a digest of its declaration."""
+    avro = pipeline.avro
+    return {
+        "input": _digest({"avro": None} if avro is None else {"schema": avro.schema_json, "id": avro.schema_id}),
+        "fields": _digest(_declared(pipeline.fields)),
+        "key": _digest(list(pipeline.keys)),
+        "event_time": _digest({"field": pipeline.event_time, "id": pipeline.event_id,
+                               "accepted": [t.isoformat() for t in pipeline.accepted_times]}),
+        "aggregations": _digest(_declared(pipeline.aggregations)),
+        "windows": _digest(None if pipeline.windows is None else
+                           {"kind": type(pipeline.windows).__name__, **_declared(pipeline.windows)}),
+    }
+
+
+def version(pipeline: Pipeline) -> str:
+    """The definition's version: one digest over its parts."""
+    return _digest(parts(pipeline))
+
+
+def as_details(pipeline: Pipeline) -> dict:
+    """What a backfill's or handoff's log entry records of the definition it was made with."""
+    return {KEY: {"version": version(pipeline), "parts": parts(pipeline)}}
+
+
+def recorded(entries) -> tuple[handoff_log.LogEntry, dict] | None:
+    """The newest backfill or handoff that recorded its definition, and that record (None: none did, as in logs
+    written before definitions were recorded)."""
+    for entry in reversed(list(entries)):
+        if entry.status in RECORDED_BY:
+            record = handoff_log.details(entry).get(KEY)
+            if record is not None:
+                return entry, record
+    return None
+
+
+def refuse_changed(pipeline: Pipeline, entries) -> None:
+    """A UserError of one line when the pipeline's tables were made with another definition than `pipeline`."""
+    found = recorded(entries)
+    if found is None:
+        return
+    entry, record = found
+    if record["version"] == version(pipeline):
+        return
+    now = parts(pipeline)
+    changed = [name for name in now if record["parts"].get(name) != now[name]] or ["its parts"]
+    what = "backfill" if entry.status == Status.BACKFILL_COMMITTED else "handoff"
+    raise UserError(f"pipeline {pipeline.name}'s definition changed since its {what} {entry.handoff_id} (its "
+                    f"{', '.join(changed)}: version {record['version']} then, {version(pipeline)} now): its state, "
+                    "windows and checkpoints keep the recorded shape and are not rebuilt in place; restore the "
+                    "recorded definition, or declare the changed one as a pipeline of another name and archive, "
+                    "backfill, hand off and stream that")

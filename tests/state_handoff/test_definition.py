@@ -1,0 +1,81 @@
+"""A pipeline definition's version: what changes it (and what does not), recorded by the log's commits, and a
+changed definition refused in one line by every command that would build on the tables, before any JVM, with
+`switchyard status` showing both versions."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+
+from switchyard.state_handoff import definition, pipeline_settings
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.spec import Field, count
+from switchyard.state_handoff.tables import Tables
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
+
+
+def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
+    assert definition.version(DEMO) == definition.version(dataclasses.replace(DEMO, description="reworded"))
+    assert definition.version(DEMO) == definition.version(dataclasses.replace(DEMO))
+    changed = {
+        "aggregations": DEMO_PLUS_ONE,
+        "fields": dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),)),
+        "windows": dataclasses.replace(DEMO, windows=dataclasses.replace(
+            DEMO.windows, allowed_lateness=DEMO.windows.allowed_lateness + timedelta(minutes=1))),
+    }
+    for part, pipeline in changed.items():
+        now, then = definition.parts(pipeline), definition.parts(DEMO)
+        assert [k for k in now if now[k] != then[k]] == [part], part
+        assert definition.version(pipeline) != definition.version(DEMO)
+    windowed_count = dataclasses.replace(DEMO, windows=dataclasses.replace(DEMO.windows, aggregations=(count("n"),)))
+    assert definition.version(windowed_count) != definition.version(DEMO)
+
+
+def _made_with(tmp_path, pipeline) -> Tables:
+    tables = Tables(str(tmp_path / "wh"), pipeline.name)
+    handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
+    handoff_log.append(tables, "h1", Status.BACKFILL_COMMITTED, details=definition.as_details(pipeline))
+    return tables
+
+
+def test_a_changed_definition_is_refused_by_settling_and_the_same_one_is_not(tmp_path):
+    tables = _made_with(tmp_path, DEMO)
+    pipeline_settings.settle(tables, "switchyard stream", pipeline=DEMO)
+    with pytest.raises(UserError, match=r"^pipeline demo's definition changed since its backfill h1 \(its "
+                                        r"aggregations: version \w+ then, \w+ now\)") as refused:
+        pipeline_settings.settle(tables, "switchyard stream", pipeline=DEMO_PLUS_ONE)
+    assert "\n" not in str(refused.value)
+    unrecorded = Tables(str(tmp_path / "old"), "demo")  # a log from before definitions were recorded
+    handoff_log.append(unrecorded, "h1", Status.BACKFILL_STARTED)
+    handoff_log.append(unrecorded, "h1", Status.BACKFILL_COMMITTED)
+    pipeline_settings.settle(unrecorded, "switchyard stream", pipeline=DEMO_PLUS_ONE)
+
+
+def test_the_commands_refuse_before_any_jvm_and_status_shows_both_versions(tmp_path):
+    tables = _made_with(tmp_path, DEMO)
+    handoff_log.append(tables, "h1", Status.HANDOFF_COMMITTED, start_offsets={0: 0},
+                       details={"topic": "t", **definition.as_details(DEMO)})
+    changed = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for command in (["stream"], ["backfill"], ["rebase"], ["handoff"]):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", *command, "--pipeline", changed,
+                               "--warehouse", tables.warehouse, "--bootstrap", "127.0.0.1:9"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        error = done.stderr.strip().splitlines()
+        assert len(error) == 1 and "definition changed since its handoff h1 (its aggregations" in error[0], error
+        assert time.monotonic() - started < 30, "refused before a JVM started"
+    shown = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "status", "--pipeline", changed,
+                            "--warehouse", tables.warehouse], capture_output=True, text=True, env=env, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert (f"DEFINITION CHANGED: version {definition.version(DEMO_PLUS_ONE)} now, {definition.version(DEMO)} in "
+            "the tables (aggregations)") in shown.stdout, shown.stdout
