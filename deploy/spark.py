@@ -281,7 +281,7 @@ def _connect_session(extra_conf: dict | None):
         spark = (SparkSession.builder.remote(url) if url else SparkSession.builder).getOrCreate()
     except ImportError as err:  # PySpark's check of the client's dependencies (grpcio, protobuf)
         raise UserError(f"SPARK_REMOTE is set and the Spark Connect client cannot load ({str(err).splitlines()[0]}): "
-                        "install pyspark's connect extra (pip install 'pyspark[connect]')") from None
+                        "install the Spark Connect client (pip install 'switchyard[connect]')") from None
     for key, value in {**SESSION_SQL_CONF, **_shuffle_partitions()}.items():
         try:
             spark.conf.set(key, value)
