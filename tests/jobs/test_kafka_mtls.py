@@ -6,18 +6,13 @@ from __future__ import annotations
 
 import os
 import time
-from datetime import datetime
 
 from switchyard.deploy import kafka_broker
 from switchyard.deploy.local_server import free_ports
-from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.handoff import run_handoff
-from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
-from tests.support.streams import assert_matches_oracle, stream_until_caught_up, tail_events
+from tests.support.streams import switch_half_archived
 from tests.support.tls import make_certificates
 
 PIPELINE = get_pipeline("demo")
@@ -44,13 +39,6 @@ def test_a_pipeline_over_mutual_tls_from_client_properties_matches_the_oracle(sp
 
         run_generate(bootstrap, topic, events=400, keys=12, partitions=2, days=2, seed=91, malformed_rate=0.03,
                      out=open(os.devnull, "w"))
-        tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
-        run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
-                    out=lambda *_: None)
-        run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
-        run_handoff(spark, PIPELINE, tables, bootstrap)
-        produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=92))
-        assert stream_until_caught_up(spark, tables, bootstrap).reason == "caught up"
-        assert_matches_oracle(spark, bootstrap, topic, tables)
+        switch_half_archived(spark, PIPELINE, Tables(str(tmp_path / "wh"), PIPELINE.name), bootstrap, topic, 92)
     finally:
         kafka_broker.stop(broker)

@@ -8,24 +8,19 @@ equal the oracle's."""
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
 import pytest
 
 from switchyard.deploy import kafka_broker
 from switchyard.deploy.local_server import free_ports
-from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import kafka_security
-from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.kafka_cluster import SASL_ENV, kafka_environment
 from tests.support.oidc import AUDIENCE, IdentityProvider
-from tests.support.streams import assert_matches_oracle, stream_until_caught_up, tail_events
+from tests.support.streams import switch_half_archived
 
 PIPELINE = get_pipeline("demo")
 CLIENT, SECRET = "switchyard-app", "oidc-only.s3cret"
@@ -76,15 +71,7 @@ def test_a_stream_whose_clients_log_in_with_oidc_tokens_runs_to_caught_up(spark,
     properties.write_text(_properties(provider.token_url))
     monkeypatch.setenv("SWITCHYARD_KAFKA_PROPERTIES", str(properties))  # the application from here on
     assert kafka_security.from_env().describe() == f"SASL_PLAINTEXT/OAUTHBEARER (user {CLIENT}), from {properties}"
-    tables = Tables(str(tmp_path / "wh"), PIPELINE.name)
-    run_archive(spark, PIPELINE, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
-                out=lambda *_: None)
-    run_backfill(spark, PIPELINE, tables, out=lambda *_: None)
-    run_handoff(spark, PIPELINE, tables, bootstrap)
-    produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=92))
-    result = stream_until_caught_up(spark, tables, bootstrap)
-    assert result.reason == "caught up", result
-    assert_matches_oracle(spark, bootstrap, topic, tables)
+    switch_half_archived(spark, PIPELINE, Tables(str(tmp_path / "wh"), PIPELINE.name), bootstrap, topic, 92)
 
     asked = {agent.split("/")[0] for (client, agent), n in provider.issued.items() if client == CLIENT and n}
     assert {"Java", "switchyard kafka-python"} <= asked, provider.issued

@@ -165,3 +165,20 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
         assert b["read"] + s["read"] == b["well_formed"] + s["well_formed"] + b["dead_lettered"] + s["dead_lettered"]
     assert sum(r.event_count for r in rows(spark, tables.state)) == sum(expected.well_formed.values())
     return expected
+
+
+def switch_half_archived(spark, pipeline, tables: Tables, bootstrap: str, topic: str, tail_seed: int) -> None:
+    """The whole switch over a generated topic: half of it archived, backfilled and handed off, 40 more records
+    produced, streamed to caught up, and every table checked against the oracle."""
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.io.kafka_io import produce
+
+    run_archive(spark, pipeline, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
+                out=lambda *_: None)
+    run_backfill(spark, pipeline, tables, out=lambda *_: None)
+    run_handoff(spark, pipeline, tables, bootstrap)
+    produce(bootstrap, topic, tail_events(2, datetime(2026, 1, 2, 20), 40, seed=tail_seed))
+    assert stream_until_caught_up(spark, tables, bootstrap).reason == "caught up"
+    assert_matches_oracle(spark, bootstrap, topic, tables)
