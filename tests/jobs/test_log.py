@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from switchyard.jobs import log
+from switchyard.state_handoff.pipeline_settings import PIPELINE_WIDE
 
 ROOT = Path(__file__).resolve().parents[2]
 SWITCHYARD = Path(sys.executable).parent / "switchyard"  # the installed command, beside this interpreter
@@ -24,7 +25,10 @@ RECORDED = "pipeline demo: SWITCHYARD_MAX_RECORD_BYTES=2048 recorded"
 
 
 def _switchyard(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environment = {k: v for k, v in os.environ.items() if k not in ("SWITCHYARD_PIPELINE", "SWITCHYARD_LOG_FORMAT")}
+    # a pipeline-wide setting an earlier test's command adopted into this process's environment would override
+    # what these commands record and read back
+    left_out = ("SWITCHYARD_PIPELINE", "SWITCHYARD_LOG_FORMAT", *PIPELINE_WIDE)
+    environment = {k: v for k, v in os.environ.items() if k not in left_out}
     return subprocess.run([str(SWITCHYARD), *args], capture_output=True, text=True, cwd=ROOT,
                           env={**environment, **(env or {})}, timeout=120)
 

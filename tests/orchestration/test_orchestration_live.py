@@ -86,7 +86,8 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     try:
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
         lines = [e.user_message for e in instance.all_logs(launched.run_id)]
-        assert any("SWITCHED after" in line for line in lines), "the stream's own log lines reach the run's log"
+        assert any("reporting to Dagster through Pipes until live" in line for line in lines), \
+            "the stream's own log lines reach the run's log"
         wait_until(lambda: handoff_log.latest(tables, Status.CAUGHT_UP) is not None, process, log,
                    "CAUGHT_UP", timeout=900)
         produce(bootstrap, TOPIC, live_events(200, "live"))

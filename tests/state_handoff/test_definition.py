@@ -48,15 +48,15 @@ def _made_with(tmp_path, pipeline) -> Tables:
 
 def test_a_changed_definition_is_refused_by_settling_and_the_same_one_is_not(tmp_path):
     tables = _made_with(tmp_path, DEMO)
-    pipeline_settings.settle(tables, "switchyard stream", pipeline=DEMO)
+    pipeline_settings.settle(tables, "switchyard stream", env={}, pipeline=DEMO)
     with pytest.raises(UserError, match=r"^pipeline demo's definition changed since its backfill h1 \(its "
                                         r"aggregations: version \w+ then, \w+ now\)") as refused:
-        pipeline_settings.settle(tables, "switchyard stream", pipeline=DEMO_PLUS_ONE)
+        pipeline_settings.settle(tables, "switchyard stream", env={}, pipeline=DEMO_PLUS_ONE)
     assert "\n" not in str(refused.value)
     unrecorded = Tables(str(tmp_path / "old"), "demo")  # a log from before definitions were recorded
     handoff_log.append(unrecorded, "h1", Status.BACKFILL_STARTED)
     handoff_log.append(unrecorded, "h1", Status.BACKFILL_COMMITTED)
-    pipeline_settings.settle(unrecorded, "switchyard stream", pipeline=DEMO_PLUS_ONE)
+    pipeline_settings.settle(unrecorded, "switchyard stream", env={}, pipeline=DEMO_PLUS_ONE)
 
 
 def test_the_commands_refuse_before_any_jvm_and_status_shows_both_versions(tmp_path):
