@@ -41,8 +41,9 @@ def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0,
     while time.monotonic() < deadline:
         since = [e for e in handoff_log.entries(tables) if e.seq > asked.seq]
         started = [e for e in since if e.status == Status.STREAM_STARTED]
-        if started and _streaming(tables) is not None:
-            out(f"start {tables.pipeline}: the stream runs ({_streaming(tables).describe(utc_now())})")
+        running = _streaming(tables) if started else None
+        if running is not None:
+            out(f"start {tables.pipeline}: the stream runs ({running.describe(utc_now())})")
             return started[-1]
         stopped = [e for e in since if e.status == Status.STOP_REQUESTED]
         if stopped:

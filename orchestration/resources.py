@@ -4,7 +4,7 @@ Each resource takes the same fields as the SWITCHYARD_* settings it stands for (
 keys); give a secret as `dg.EnvVar("NAME")`, so that only its name is in the run's configuration. A field that is
 set is handed to switchyard for the run's work (`settings.given_to_process`), over the process's environment and
 without a write to it: the Kafka clients and Spark read it from there, and the stream process the run starts is
-handed it in its environment. Nothing else in the process, and no other code location, sees it.
+handed it in its environment. No other library in the process, and no other code location, sees it.
 """
 
 from contextlib import contextmanager
