@@ -9,41 +9,37 @@ import time
 
 from switchyard.jobs.serve import request_start
 from switchyard.state_handoff.clock import utc_now
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import Failed, UserError
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
 
 
-def _streaming(tables: Tables) -> lease.Owner | None:
-    owner = lease.owner(tables)
-    return owner if owner is not None and owner.command == lease.STREAM else None
-
-
 def start_served(tables: Tables, requested_by: str, timeout_s: float = 300.0,
                  out=logger.info) -> handoff_log.LogEntry | None:
     """Ask the service that serves the pipeline to run its stream, and wait until a stream runs: returns the
     STREAM_STARTED entry of the stream it started, or None when one was running already."""
-    running = _streaming(tables)
-    if running is not None:
-        out(f"start {tables.pipeline}: already streaming ({running.describe(utc_now())})")
+    view = PipelineView.read(tables)
+    if view.streaming:
+        out(f"start {tables.pipeline}: already streaming ({view.owner.describe(utc_now())})")
         return None
     try:
         asked = request_start(tables, requested_by)
     except UserError:
-        if _streaming(tables) is not None:  # the service started it in the meantime
+        if PipelineView.read(tables).streaming:  # the service started it in the meantime
             return None
         raise
     out(f"start {tables.pipeline}: START_REQUESTED (seq {asked.seq}); waiting for `switchyard serve` to start it")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        since = [e for e in handoff_log.entries(tables) if e.seq > asked.seq]
+        view = PipelineView.read(tables)  # the lease, then the log: one look
+        since = [e for e in view.entries if e.seq > asked.seq]
         started = [e for e in since if e.status == Status.STREAM_STARTED]
-        running = _streaming(tables) if started else None
-        if running is not None:
-            out(f"start {tables.pipeline}: the stream runs ({running.describe(utc_now())})")
+        if started and view.streaming:
+            out(f"start {tables.pipeline}: the stream runs ({view.owner.describe(utc_now())})")
             return started[-1]
         stopped = [e for e in since if e.status == Status.STOP_REQUESTED]
         if stopped:

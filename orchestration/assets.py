@@ -18,6 +18,7 @@ from switchyard.state_handoff import pipeline_settings
 from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control import handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
 
@@ -220,7 +221,7 @@ def _served_stream(context: dg.AssetExecutionContext, scope: Scope, tables) -> d
 
     with user_errors_as_failures():
         started = start_served(tables, f"dagster {scope.name('stream')}", out=context.log.info)
-    latest = handoff_log.entries(tables)[-1]
+    latest = PipelineView.read(tables).last
     return dg.MaterializeResult(metadata={
         "handoff_id": latest.handoff_id,
         "phase": str(latest.status),
