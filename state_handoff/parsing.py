@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
-from functools import reduce
+from functools import partial, reduce
 
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from switchyard.state_handoff.avro_writers import UNSEEN, UNSEEN_IDS, writer_schemas
 from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, TOO_LARGE, max_record_bytes
 from switchyard.state_handoff.spec import AVRO_TIMESTAMPS, Pipeline
 
@@ -79,18 +80,19 @@ def _at(column: str | Column, path: tuple[str, ...]) -> Column:
     return found
 
 
-def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
+def parse_events(pipeline: Pipeline, records: DataFrame, live: bool = False) -> DataFrame:
     """Add the pipeline's typed fields and `error` (null when well-formed) to records with a binary `value`.
 
     JSON values (the default): strings keep their JSON text; a number must be a finite JSON number (a quoted "12.5"
     is not); a timestamp must match ISO_TIMESTAMP and be a real instant, inside the pipeline's accepted event times
     (out_of_range_<field> when not; an optional field outside them is null). Avro values (`Pipeline.avro`): see
     `_avro_fields`. A field is read at its path (`Field.path`); an object on the way that is missing or not an
-    object leaves it missing. A value above `max_record_bytes()` is TOO_LARGE, and not parsed.
+    object leaves it missing. A value above `max_record_bytes()` is TOO_LARGE, and not parsed. `live`: the plan
+    of a stream, which outlives the Avro writer schemas it was built with (state_handoff/avro_writers.py).
     """
     oversized = too_large()
-    parsed, texts, numbers, times, checks = (_avro_fields if pipeline.avro else _json_fields)(pipeline, records,
-                                                                                            oversized)
+    fields = partial(_avro_fields, live=live) if pipeline.avro else _json_fields
+    parsed, texts, numbers, times, checks = fields(pipeline, records, oversized)
     checks = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE), *checks]
     typed: dict[str, Column] = {}
     for f in pipeline.fields:
@@ -115,7 +117,7 @@ def parse_events(pipeline: Pipeline, records: DataFrame) -> DataFrame:
             checks.append((bad, reason))
     error = F.lit(None).cast("string")
     for condition, reason in reversed(checks):
-        error = F.when(condition, F.lit(reason)).otherwise(error)
+        error = F.when(condition, reason if isinstance(reason, Column) else F.lit(reason)).otherwise(error)
     kept = [c for c in records.columns if c not in typed]
     names = [f.name for f in pipeline.fields] + ["error"]
     typed_rows = parsed.select(*kept, *[typed[f.name].alias(f.name) for f in pipeline.fields], error.alias("error"))
@@ -157,23 +159,34 @@ def _json_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
 
 
 NOT_CONFLUENT_AVRO = "not_confluent_avro"
-UNKNOWN_SCHEMA_ID = "unknown_schema_id"
+UNKNOWN_SCHEMA_ID = "unknown_schema_id"  # each is followed by _<the id>
+INCOMPATIBLE_SCHEMA_ID = "incompatible_schema_id"
 BAD_AVRO = "bad_avro"
 
 
-def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
-    """Avro values in Confluent's wire format: a value shorter than its 5-byte header or without the zero magic byte
-    is NOT_CONFLUENT_AVRO, one of another schema id UNKNOWN_SCHEMA_ID, one whose body does not decode as a record
-    of the declared writer schema BAD_AVRO. A string field takes any Avro value as its text; a number is a finite
-    int, long, float or double; a timestamp an Avro timestamp, or a string that is an ISO-8601 instant."""
+def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column, live: bool = False):
+    """Avro values in Confluent's wire format, each decoded with the writer schema its id names
+    (state_handoff/avro_writers.py) into the pipeline's schema: a value shorter than its 5-byte header or without
+    the zero magic byte is NOT_CONFLUENT_AVRO; one of an id that is no writer schema of the pipeline is
+    `unknown_schema_id_<id>`, one of a schema the pipeline's cannot read `incompatible_schema_id_<id>`; one whose
+    body does not decode BAD_AVRO. A string field takes any Avro value as its text; a number is a finite int, long,
+    float or double; a timestamp an Avro timestamp, or a string that is an ISO-8601 instant. `live`: a record of an
+    id just above every id known now fails the plan, naming it (avro_writers.UNSEEN)."""
     from pyspark.sql.avro.functions import from_avro
 
     avro = pipeline.avro
+    writers = writer_schemas(avro)
     value = F.col("value")
     framed = (F.octet_length(value) > 5) & (F.hex(F.substring(value, 1, 1)) == "00")
     schema_id = F.conv(F.hex(F.substring(value, 2, 4)), 16, 10).cast("long")
-    body = F.when(~oversized & framed & (schema_id == avro.schema_id), F.expr("substring(value, 6)"))
-    parsed = records.withColumn("__avro", from_avro(body, avro.schema_json, {"mode": "PERMISSIVE"}))
+    body = F.when(~oversized & framed, F.expr("substring(value, 6)"))
+    # Each id's writer schema, read into the pipeline's (the registry's case): one branch per id, evaluated only for
+    # its own records; with no id to read, a null of the pipeline's record type.
+    options = {"mode": "PERMISSIVE", **({"avroSchema": avro.schema_json} if avro.subject else {})}
+    decoded = from_avro(F.lit(None).cast("binary"), avro.schema_json, {"mode": "PERMISSIVE"})
+    for known, text in sorted(writers.readable.items(), reverse=True):
+        decoded = F.when(schema_id == known, from_avro(body, text, options)).otherwise(decoded)
+    parsed = records.withColumn("__avro", decoded)
     texts, numbers, times = {}, {}, {}
     for f in pipeline.fields:
         found = _at("__avro", f.json_path)
@@ -188,7 +201,18 @@ def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column):
     # PERMISSIVE decoding leaves a body that is not a record of the schema null, or a record of nothing but nulls
     undecoded = F.col("__avro").isNull() | reduce(lambda a, b: a & b,
                                                   [F.col("__avro").getField(name).isNull() for name in avro.top_level])
-    checks = [(~framed, NOT_CONFLUENT_AVRO), (schema_id != avro.schema_id, UNKNOWN_SCHEMA_ID), (undecoded, BAD_AVRO)]
+    named = schema_id.cast("string")
+    unknown = ~schema_id.isin([*writers.readable, *writers.incompatible])
+    checks = [(~framed, NOT_CONFLUENT_AVRO),
+              (schema_id.isin(list(writers.incompatible)), F.concat(F.lit(INCOMPATIBLE_SCHEMA_ID + "_"), named)),
+              (unknown, F.concat(F.lit(UNKNOWN_SCHEMA_ID + "_"), named)), (undecoded, BAD_AVRO)]
+    if live and avro.subject:
+        unseen = F.concat(F.lit(f"{UNSEEN} "), named, F.lit(f": not a version of subject {avro.subject} when the "
+                                                             "stream's queries started"))
+        ahead = (schema_id > writers.newest) & (schema_id <= writers.newest + UNSEEN_IDS)
+        if writers.absent:
+            ahead = ahead & ~schema_id.isin(sorted(writers.absent))
+        checks.insert(1, (unknown & ahead, F.raise_error(unseen).cast("string")))
     return parsed, texts, numbers, times, checks
 
 

@@ -183,6 +183,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_UPDATES_TOPIC", None, "the compacted topic a new handoff's stream sends its updates to: "
             "one created ahead with the stream's Read and Write rights (unset: `<pipeline>.updates.<warehouse>`, "
             "created by the stream)"),
+    Setting("SWITCHYARD_SCHEMA_REGISTRY_URL", None, "a Confluent-compatible schema registry's URL, where an Avro "
+            "pipeline that names a `subject` finds its records' writer schemas by id", URL),
+    Setting("SWITCHYARD_SCHEMA_REGISTRY_USER_INFO", None, "`user:password` for the schema registry's basic "
+            "authentication (Confluent's `basic.auth.user.info`)", secret=True),
     Setting("SWITCHYARD_S3_ENDPOINT", None, "an S3-compatible store's endpoint (unset: AWS); keys from "
             "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, else the AWS default chain (AWS_PROFILE, web identity, "
             "roles)", URL),
@@ -306,6 +310,8 @@ class Settings:
     kafka_properties: Path | None
     consumer_group: str | None
     updates_topic: str | None
+    schema_registry_url: str | None
+    schema_registry_user_info: str | None
     s3_endpoint: str | None
     spark_master: str
     spark_profile: str

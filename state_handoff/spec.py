@@ -156,27 +156,40 @@ AVRO_TIMESTAMPS = ("timestamp-millis", "timestamp-micros")
 @dataclass(frozen=True)
 class AvroFormat:
     """Record values in Confluent's wire format: a zero magic byte, the writer schema's registry id (4 bytes,
-    big-endian), then the Avro binary encoding of one record of that schema. `schema` is the writer schema's `.avsc`
-    file, declared beside the pipeline; `schema_id` the id its records carry. A field's `path` names record fields
-    (a union with null reads as its other branch); a `timestamp` field is an Avro `timestamp-millis` or
+    big-endian), then the Avro binary encoding of one record of that schema.
+
+    Either one fixed writer schema: `schema` is its `.avsc` file, declared beside the pipeline, and `schema_id` the
+    id its records carry. Or writer schemas by id from a schema registry (SWITCHYARD_SCHEMA_REGISTRY_URL): `subject`
+    names the registry's subject whose versions the records are written with (Confluent's default for a topic's
+    values: `<topic>-value`), and `schema` is the reader schema every version is read into (Avro's schema
+    resolution: a field the writer lacks takes its default). A field's `path` names record fields of `schema` (a
+    union with null reads as its other branch); a `timestamp` field is an Avro `timestamp-millis` or
     `timestamp-micros` long, or a string read as an ISO-8601 instant."""
 
     schema: str | Path
-    schema_id: int
-    # read once, as the pipeline is declared: the writer schema's text (for from_avro) and its parse
+    schema_id: int | None = None
+    subject: str | None = None
+    # read once, as the pipeline is declared: the schema's text (for from_avro) and its parse
     schema_json: str = field(init=False, repr=False, compare=False)
     parsed: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        if not 0 <= self.schema_id < 2 ** 31:
+        if (self.schema_id is None) == (self.subject is None):
+            raise ValueError(f"Avro schema {self.schema}: give either schema_id (one fixed writer schema) or subject "
+                             "(writer schemas by id from the schema registry), not both or neither")
+        if self.schema_id is not None and not 0 <= self.schema_id < 2 ** 31:
             raise ValueError(f"Avro schema id {self.schema_id} must be between 0 and 2^31 - 1")
+        if self.subject is not None and not self.subject.strip():
+            raise ValueError(f"Avro schema {self.schema}: subject must name the registry's subject, e.g. "
+                             "'<topic>-value'")
         try:
             text = Path(self.schema).read_text()
             parsed = json.loads(text)
         except (OSError, ValueError) as err:
             raise ValueError(f"Avro schema {self.schema}: cannot read it as JSON ({err})") from None
         if not isinstance(parsed, dict) or parsed.get("type") != "record":
-            raise ValueError(f"Avro schema {self.schema}: the writer schema must be a record")
+            raise ValueError(f"Avro schema {self.schema}: the {'reader' if self.subject else 'writer'} schema must "
+                             "be a record")
         object.__setattr__(self, "schema_json", text)
         object.__setattr__(self, "parsed", parsed)
 

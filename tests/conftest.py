@@ -14,6 +14,7 @@ from switchyard.deploy.spark import build_spark
 from tests.support.kafka_cluster import kafka_cluster3, sasl_env, sasl_kafka_cluster3  # noqa: F401 (fixtures)
 from tests.support.objectstore import objectstore, s3a_spark  # noqa: F401 (fixtures)
 from tests.support.ports import free_port_pair
+from tests.support.registry import registry  # noqa: F401 (fixture)
 from tests.support.spark_cluster import spark_cluster  # noqa: F401 (fixture)
 from tests.support.spark_connect import spark_connect  # noqa: F401 (fixture)
 

@@ -57,7 +57,8 @@ def parsed_input(spark: SparkSession, pipeline: Pipeline, bootstrap: str, handof
     partition of the topic when it starts without a checkpoint."""
     start = {**handoff.start_offsets, **(added or {})}
     parsed = parse_events(pipeline, kafka_records(spark, bootstrap, handoff.topic, start,
-                                                  max_offsets_per_trigger, with_key=handoff.overlap is not None))
+                                                  max_offsets_per_trigger, with_key=handoff.overlap is not None),
+                          live=True)
     keyed_source = parsed
     if handoff.overlap is not None:
         parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)

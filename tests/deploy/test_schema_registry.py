@@ -6,70 +6,45 @@ from __future__ import annotations
 
 import json
 import os
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import pytest
-
-from switchyard.deploy import local_server, schema_registry
+from tests.support.registry import call, register
 
 SUBJECT = "orders-value"
 V1 = {"type": "record", "name": "Order", "namespace": "switchyard",
       "fields": [{"name": "id", "type": "string"}, {"name": "amount", "type": "double"}]}
 V2 = {**V1, "fields": [*V1["fields"], {"name": "currency", "type": "string", "default": "EUR"}]}
 INCOMPATIBLE = {**V1, "fields": [{"name": "id", "type": "int"}]}
-CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-
-
-@pytest.fixture(scope="module")
-def registry():
-    home = schema_registry.default_home()
-    schema_registry.build(home)
-    port = schema_registry.free_port()
-    proc = schema_registry.start(home, port)
-    yield proc, schema_registry.url(port)
-    schema_registry.stop(proc)
-    assert proc.poll() is not None and local_server.port_free(port)
-
-
-def _call(method: str, url: str, body: dict | None = None) -> tuple[int, dict | list]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": CONTENT_TYPE})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"{}")
 
 
 def _register(base: str, schema: dict) -> tuple[int, dict]:
-    return _call("POST", f"{base}/subjects/{SUBJECT}/versions", {"schema": json.dumps(schema)})
+    return register(base, SUBJECT, schema)
 
 
 def test_two_versions_of_a_subject_are_registered_and_read_back_by_id(registry):
     _, base = registry
-    assert _call("PUT", f"{base}/config/{SUBJECT}", {"compatibility": "BACKWARD"}) == (200, {"compatibility": "BACKWARD"})
+    assert call("PUT", f"{base}/config/{SUBJECT}", {"compatibility": "BACKWARD"}) == (200, {"compatibility": "BACKWARD"})
     status, first = _register(base, V1)
     assert status == 200 and isinstance(first["id"], int)
-    assert _call("POST", f"{base}/compatibility/subjects/{SUBJECT}/versions/latest", {"schema": json.dumps(V2)})[1][
+    assert call("POST", f"{base}/compatibility/subjects/{SUBJECT}/versions/latest", {"schema": json.dumps(V2)})[1][
         "is_compatible"] is True
     status, second = _register(base, V2)
     assert status == 200 and second["id"] != first["id"]
     assert _register(base, V1) == (200, first)  # the same schema again: its id, no new version
-    assert _call("GET", f"{base}/subjects/{SUBJECT}/versions") == (200, [1, 2])
+    assert call("GET", f"{base}/subjects/{SUBJECT}/versions") == (200, [1, 2])
     for schema, registered in ((V1, first), (V2, second)):
-        status, found = _call("GET", f"{base}/schemas/ids/{registered['id']}")
+        status, found = call("GET", f"{base}/schemas/ids/{registered['id']}")
         assert status == 200 and json.loads(found["schema"]) == schema
-    status, latest = _call("GET", f"{base}/subjects/{SUBJECT}/versions/latest")
+    status, latest = call("GET", f"{base}/subjects/{SUBJECT}/versions/latest")
     assert (latest["id"], latest["version"], json.loads(latest["schema"])) == (second["id"], 2, V2)
-    assert _call("GET", f"{base}/subjects") == (200, [SUBJECT])
+    status, subjects = call("GET", f"{base}/subjects")  # the session's registry: other tests' subjects beside
+    assert status == 200 and SUBJECT in subjects
 
 
 def test_an_incompatible_version_is_refused_and_an_unknown_id_is_not_found(registry):
     _, base = registry
     assert _register(base, INCOMPATIBLE)[0] == 409
-    assert _call("GET", f"{base}/schemas/ids/99999")[0] == 404
+    assert call("GET", f"{base}/schemas/ids/99999")[0] == 404
 
 
 def _listening_addresses(pid: int) -> set[str]:

@@ -189,7 +189,7 @@ def test_avro_records_through_backfill_a_killed_stream_and_rebase(spark, bootstr
             reasons[reason] += 1
         else:
             groups[(event["region"], event["customer"])].append(event)
-    assert set(reasons) == {"not_confluent_avro", "unknown_schema_id", "bad_avro", "tombstone", "bad_total"}
+    assert set(reasons) == {"not_confluent_avro", "unknown_schema_id_8", "bad_avro", "tombstone", "bad_total"}
 
     def order(e):
         return e["placed_at"], (0, "") if e["order_id"] is None else (1, e["order_id"]), e["total"]

@@ -369,9 +369,12 @@ def classify_fields(value: bytes | None, fields) -> tuple[str | None, dict | Non
     return typed_fields(obj, fields, lambda v: v if isinstance(v, str) else json.dumps(v))
 
 
-def classify_avro(value: bytes | None, fields, avro) -> tuple[str | None, dict | None]:
+def classify_avro(value: bytes | None, fields, avro, writers: dict | None = None,
+                  incompatible: frozenset = frozenset()) -> tuple[str | None, dict | None]:
     """Any Avro pipeline's parse of one value in Confluent's wire format, decoded by fastavro (not Spark): (reason,
-    None) for a malformed value, (None, {field: typed value}) for a well-formed one."""
+    None) for a malformed value, (None, {field: typed value}) for a well-formed one. `writers`: the writer schema
+    of each id the pipeline reads (parsed JSON), read into the pipeline's schema (its fixed id's alone when None);
+    `incompatible`: ids of writer schemas the pipeline's cannot read."""
     import io as _io
 
     import fastavro
@@ -382,10 +385,15 @@ def classify_avro(value: bytes | None, fields, avro) -> tuple[str | None, dict |
         return "too_large", None
     if len(value) <= 5 or value[0] != 0:
         return "not_confluent_avro", None
-    if int.from_bytes(value[1:5], "big") != avro.schema_id:
-        return "unknown_schema_id", None
+    schema_id = int.from_bytes(value[1:5], "big")
+    writers = {avro.schema_id: avro.parsed} if writers is None else writers
+    if schema_id in incompatible:
+        return f"incompatible_schema_id_{schema_id}", None
+    if schema_id not in writers:
+        return f"unknown_schema_id_{schema_id}", None
     try:
-        record = fastavro.schemaless_reader(_io.BytesIO(value[5:]), fastavro.parse_schema(avro.parsed))
+        record = fastavro.schemaless_reader(_io.BytesIO(value[5:]), fastavro.parse_schema(writers[schema_id]),
+                                           fastavro.parse_schema(avro.parsed))
     except Exception:  # noqa: BLE001 - any decoding failure is the record's
         return "bad_avro", None
     if all(v is None for v in record.values()):  # nothing decoded: a body that only looks like a record

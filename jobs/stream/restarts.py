@@ -1,0 +1,41 @@
+"""When a stream whose query failed starts its queries again, in the same process and from their checkpoints,
+instead of failing: each case names what made the failure one that a fresh start of the queries gets past."""
+
+from __future__ import annotations
+
+from switchyard.jobs.stream.settings import StreamFailed
+from switchyard.state_handoff import avro_writers
+from switchyard.state_handoff.control import lease as leases
+from switchyard.state_handoff.handoff import Handoff
+
+CHECKPOINT_RACE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error when two drivers write one checkpoint's log
+CHECKPOINT_RACES = 3
+
+
+def may_start_again(sup, handoff: Handoff, err: StreamFailed) -> bool:
+    """Whether the supervisor `sup` starts the queries of `handoff` again after `err`: a record of an Avro schema
+    version registered after the queries started (state_handoff/avro_writers.py), or a checkpoint another driver
+    wrote (see `_raced_for_the_checkpoint`)."""
+    if avro_writers.learned(sup.pipeline.avro, err):
+        sup.out(f"stream {sup.pipeline.name}: {err}; the queries start again from their checkpoints with the "
+                f"subject's versions read again")
+        return True
+    return _raced_for_the_checkpoint(sup, handoff, err)
+
+
+def _raced_for_the_checkpoint(sup, handoff: Handoff, err: StreamFailed) -> bool:
+    """Whether a query failed because another driver wrote its checkpoint's log while this stream holds the
+    lease: a stream that lost the pipeline to this one, frozen and then woken, plans its next batch before it
+    learns it lost (its Delta writes are fenced, so it dies without writing). Its batch is the checkpoint's
+    now, and the same batch this stream would have planned from the same state: the queries start again from
+    the checkpoint and run it (a few times at most)."""
+    if CHECKPOINT_RACE not in str(err) or sup.checkpoint_races >= CHECKPOINT_RACES:
+        return False
+    try:
+        sup.lease.check_fresh()
+    except leases.LeaseLost:
+        return False
+    sup.checkpoint_races += 1
+    sup.warn(f"stream {sup.pipeline.name}: another driver wrote the checkpoint of handoff {handoff.handoff_id} "
+             "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
+    return True
