@@ -44,6 +44,7 @@ LONGEST_FIRST = (
     "tests/campaign/test_campaign.py",
     "tests/orchestration/test_orchestration_live.py",
     "tests/jobs/test_avro_input.py",
+    "tests/jobs/test_avro_registry.py",
     "tests/jobs/test_rebase_interleaving.py",
     "tests/jobs/test_kafka_input.py",
     "tests/jobs/test_bad_records_once.py",

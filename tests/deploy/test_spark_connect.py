@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from switchyard.jobs.inputs.generate import run_generate
+from switchyard.jobs.stream import run_stream
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
@@ -49,4 +53,15 @@ def test_archive_backfill_handoff_and_status_run_on_a_spark_connect_server(spark
         assert len(error) == 1 and error[0].startswith(f"switchyard {command}: error: the stream needs a "
                                                        "classic Spark session"), error
         assert "SPARK_REMOTE" in error[0] and "spark-submit" in error[0]
+    assert len(handoff_log.entries(tables)) == len(logged), "refused before any work"
+
+    # a library caller handing the stream a Spark Connect session of its own: refused the same way
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    remote = ConnectSession.builder.remote(spark_connect.server.url).create()
+    try:
+        with pytest.raises(UserError, match="^the stream needs a classic Spark session"):
+            run_stream(remote, PIPELINE, tables, bootstrap)
+    finally:
+        remote.stop()
     assert len(handoff_log.entries(tables)) == len(logged), "refused before any work"
