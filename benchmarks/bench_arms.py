@@ -16,6 +16,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
     from switchyard.jobs.aggregation import state_from_partials, tiles_from_events, window_partials_from_tiles
     from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control.details import BackfillCommitted
     from switchyard.state_handoff.io.archive_files import write_archive_meta
     from switchyard.state_handoff.parsing import parse_events
 
@@ -30,7 +31,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
     write_archive_meta(tables.archive, {"topic": topic, "cut": {}, "first": {}, "records": 0})
     handoff_id = handoff_log.new_handoff_id()
     handoff_log.append(tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=0,
-                       details={"boundary": {}, "complete": True, "records_read": 0, "mode": "streaming-only"})
+                       details=BackfillCommitted(boundary={}, complete=True, records_read=0, mode="streaming-only"))
 
 
 def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
@@ -92,19 +93,18 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 def _stream_laps(tables, handoff_id: str, stages: dict) -> None:
     """The tiles run's, the commit's and the stream stage's parts, from the BACKFILL_COMMITTED, SWITCHED and
     CAUGHT_UP entries: `tiles.<lap>`, `commit.<lap>` and `stream.<lap>` seconds."""
-    from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control import details, handoff_log
 
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED, handoff_id)
     if committed is not None:
-        details = handoff_log.details(committed)
-        stages.update({f"tiles.{k}": v for k, v in details.get("tiles_s", {}).items()})
-        stages.update({f"commit.{k}": v for k, v in details.get("commit_s", {}).items()})
+        backfilled = details.of(committed)
+        stages.update({f"tiles.{k}": v for k, v in (backfilled.tiles_s or {}).items()})
+        stages.update({f"commit.{k}": v for k, v in (backfilled.commit_s or {}).items()})
     switched = handoff_log.latest(tables, Status.SWITCHED, handoff_id)
     caught_up = handoff_log.latest(tables, Status.CAUGHT_UP, handoff_id)
     if switched is None:
         return
-    details = handoff_log.details(switched)
-    stages.update({f"stream.{k}": v for k, v in details.get("startup_s", {}).items()})
+    stages.update({f"stream.{k}": v for k, v in (details.of(switched).startup_s or {}).items()})
     if caught_up is not None:
         stages["stream.switched_to_caught_up"] = round((caught_up.at - switched.at).total_seconds(), 3)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from benchmarks.burst_inputs import Trickle, backlog_record, burst_records
 from benchmarks.harness import MemorySampler, run_fresh, start_service, switchyard_command, terminate, worker_command
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log, requests
+from switchyard.state_handoff.control.details import Lag
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_cas
 from switchyard.state_handoff.tables import Tables
@@ -98,15 +99,19 @@ def progress_of(tables: Tables, handoff_id: str | None) -> dict | None:
     return read_json(stream_dir(tables, handoff_id) / "progress.json") if handoff_id else None
 
 
-def offsets_behind(figures: dict | None) -> int | None:
-    """Offsets behind latest over every partition, from a progress snapshot or a log entry's figures."""
-    lag = (figures or {}).get("offsets_behind")
+def offsets_behind(figures: dict | Lag | None) -> int | None:
+    """Offsets behind latest over every partition, from a progress snapshot or a CAUGHT_UP or FALLING_BEHIND
+    entry's figures."""
+    lag = figures.offsets_behind if isinstance(figures, Lag) else (figures or {}).get("offsets_behind")
     return sum(int(v) for v in lag.values()) if isinstance(lag, dict) else None
 
 
-def position_passed(figures: dict, end: dict[int, int]) -> bool:
+def position_passed(figures: dict | Lag, end: dict[int, int]) -> bool:
     """Whether latest - behind (the slower reader's position) has reached `end` in every partition."""
-    latest, lag = figures.get("latest_offsets") or {}, figures.get("offsets_behind") or {}
+    if isinstance(figures, Lag):
+        latest, lag = figures.latest_offsets or {}, figures.offsets_behind or {}
+    else:
+        latest, lag = figures.get("latest_offsets") or {}, figures.get("offsets_behind") or {}
     try:
         return all(int(latest[str(p)]) - int(lag[str(p)]) >= o for p, o in end.items())
     except (KeyError, TypeError, ValueError):
@@ -140,7 +145,7 @@ class ArmRun:
             raise RuntimeError(f"arm {self.arm.arm}: the stream exited with {self.proc.returncode}; see {self.log}")
         for e in entries or []:
             if e.status == Status.FAILED:
-                raise RuntimeError(f"arm {self.arm.arm}: FAILED in the log: {handoff_log.details(e).get('reason')}; "
+                raise RuntimeError(f"arm {self.arm.arm}: FAILED in the log: {details.of(e).reason}; "
                                    f"see {self.log}")
 
     def _sample(self) -> None:
@@ -260,25 +265,25 @@ class ArmRun:
             current = current_handoff_id(entries)
             for e in after:
                 s = round(_wall(e.at) - t0, 2)
-                details = handoff_log.details(e)
                 if e.status == Status.FALLING_BEHIND and arm.falling_behind_s is None:
                     arm.falling_behind_s = s
-                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, offsets_behind(details) or 0)
+                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, offsets_behind(details.of(e)) or 0)
                 elif e.status == Status.REBASE_REQUESTED and arm.switch_back_s is None:
-                    arm.switch_back_s, arm.switch_back_behind = s, details.get("behind")
-                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, details.get("behind") or 0)
+                    behind = requests.read(e).fields.get("behind")  # a switch back's lag (jobs/stream/monitor.py)
+                    arm.switch_back_s, arm.switch_back_behind = s, behind
+                    arm.peak_offsets_behind = max(arm.peak_offsets_behind, behind or 0)
                 elif e.status == Status.PAUSED and arm.paused_s is None:
                     arm.paused_s = s
                 elif e.status == Status.HANDOFF_COMMITTED and arm.handoff_committed_s is None:
-                    arm.handoff_committed_s, arm.rebase_s = s, details.get("rebase_s")
+                    arm.handoff_committed_s, arm.rebase_s = s, details.of(e).rebase_s
                 elif e.status == Status.SWITCHED and arm.switched_again_s is None:
                     arm.switched_again_s = s
             caught = next((e for e in after if e.status == Status.CAUGHT_UP and e.handoff_id == current
-                           and position_passed(handoff_log.details(e), end)), None)
+                           and position_passed(details.of(e), end)), None)
             if caught is not None:
                 arm.caught_up_s, arm.caught_up_from = round(_wall(caught.at) - t0, 2), "log"
-                arm.caught_up_offsets_behind = offsets_behind(handoff_log.details(caught))
-                arm.caught_up_state_updates_behind = handoff_log.details(caught).get("state_updates_behind")
+                arm.caught_up_offsets_behind = offsets_behind(details.of(caught))
+                arm.caught_up_state_updates_behind = details.of(caught).state_updates_behind
                 break
             # Under live input the events query's batches set how far behind a caught-up stream hovers (after a
             # burst its window tables are larger, its batches longer): both readers past the burst's end is

@@ -17,7 +17,7 @@ from benchmarks.harness import add_connection, start_service, switchyard_command
 from switchyard.jobs.inputs.encoding import event_time_text, event_value
 from switchyard.jobs.stream.settings import StreamSettings
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
@@ -170,7 +170,7 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
     try:
         report.seconds_to_switched = _wait_for(tables, Status.SWITCHED, handoff.handoff_id, proc, started)
         switched = handoff_log.latest(tables, Status.SWITCHED, handoff.handoff_id)
-        report.switched_in_process_s = handoff_log.details(switched).get("seconds_since_start")
+        report.switched_in_process_s = details.of(switched).seconds_since_start
         report.seconds_to_caught_up = _wait_for(tables, Status.CAUGHT_UP, handoff.handoff_id, proc, started)
         for rate in rates:
             report.results.append(_measure(bootstrap, topic, last_started_with(tables), rate, seconds, warmup_seconds))

@@ -26,18 +26,18 @@ def timed(label: str, step, marks: list[str]):
     return result, seconds
 
 
-def _commits(tables) -> list[dict]:
+def _commits(tables) -> list:
     """BACKFILL_COMMITTED's details, in order: where each run's seconds went."""
-    from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control import details, handoff_log
     from switchyard.state_handoff.control.lifecycle import Status
 
-    return [handoff_log.details(e) for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED]
+    return [details.of(e) for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED]
 
 
 def steps(tables) -> list[dict]:
     """Each committed backfill of a warehouse: its days, seconds, and the tiles run's and the commit's steps."""
-    return [{"days": f"{d['from']}..{d['to']}", "seconds": d["duration_s"], "tiles_s": d["tiles_s"],
-             "commit_s": d["commit_s"]} for d in _commits(tables)]
+    return [{"days": f"{d.from_}..{d.to}", "seconds": d.duration_s, "tiles_s": d.tiles_s, "commit_s": d.commit_s}
+            for d in _commits(tables)]
 
 
 def figures_of(params: dict, argv: list[str]) -> dict:

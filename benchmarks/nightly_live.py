@@ -40,7 +40,7 @@ from benchmarks.burst_arm import current_handoff_id, offsets_behind, position_pa
 from benchmarks.harness import (ROOT, delete_topics, run_fresh, start_service, switchyard_command, terminate,
                                 worker_command)
 from benchmarks.nightly_figures import PIPELINE, figures_of, report, steps, timed
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
@@ -158,26 +158,26 @@ def _rebase(tables: Tables, bootstrap: str, day: str, stream_log: Path, timeout:
                           days=(day, day), timeout_s=timeout, accept_differences=True,
                           out=lambda line: print(f"    {line}", flush=True))
     committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id)
-    request_id = handoff_log.details(committed)["request_id"]
+    request_id = details.of(committed).request_id
     entry = {}
     for e in handoff_log.entries(tables):
-        d = handoff_log.details(e)
-        if request_id in (d.get("request_id"), d.get("at_cut", {}).get("request_id")):
+        at_cut = details.of(e).at_cut if e.status == Status.BACKFILL_COMMITTED else None
+        if request_id in (details.request_id(e), (at_cut or {}).get("request_id")):
             entry.setdefault(e.status, e)
-    backfill = handoff_log.details(entry[Status.BACKFILL_COMMITTED])
-    reconciliation = handoff_log.details(committed)["reconciliation"]
-    at_cut = backfill["at_cut"]
+    backfill = details.of(entry[Status.BACKFILL_COMMITTED])
+    reconciliation = details.of(committed).reconciliation
+    at_cut = backfill.at_cut
     with open(stream_log) as fh:
         fh.seek(logged)
         merge = [line.strip() for line in fh if line.lstrip().startswith("merging")]
     return {"seconds": round((entry[Status.SWITCHED].at - entry[Status.REBASE_REQUESTED].at).total_seconds(), 2),
             "steps_s": {f"{a}->{b}": round((entry[b].at - entry[a].at).total_seconds(), 2)
                         for a, b in zip(REBASE_STEPS, REBASE_STEPS[1:])},
-            "switched_startup_s": handoff_log.details(entry[Status.SWITCHED]).get("startup_s"),
+            "switched_startup_s": details.of(entry[Status.SWITCHED]).startup_s,
             "reconciliation": reconciliation,
             "reconciliation_examples_within_rounding": sum(map(_within_rounding, reconciliation["examples"])),
             "kafka_range_records": sum(int(o) - int(at_cut["archive_cut"].get(p, 0)) for p, o in at_cut["cut"].items()),
-            "records_read": backfill["records_read"], "state_version": entry[Status.BACKFILL_COMMITTED].state_version,
+            "records_read": backfill.records_read, "state_version": entry[Status.BACKFILL_COMMITTED].state_version,
             "merge": merge}
 
 

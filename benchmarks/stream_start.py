@@ -26,7 +26,7 @@ from pathlib import Path
 from benchmarks.harness import ROOT, switchyard_command, write_json
 from benchmarks.latency import latency_event, small_switched_pipeline
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths, read_json
@@ -63,12 +63,12 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
         raise RuntimeError(f"the stream exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
     tables = Tables(str(warehouse), PIPELINE.name)
     switched = handoff_log.latest(tables, Status.SWITCHED)
-    details = handoff_log.details(switched)
+    figures = details.of(switched)
     progress = read_json(StreamPaths.of(tables, switched.handoff_id).root / "recent_progress.json")
     first = progress[f"{PIPELINE.name}-keyed"][0]
     shutil.rmtree(warehouse, ignore_errors=True)
-    return {"jvm_options": jvm_options or "", "since_process_start_s": details["seconds_since_process_start"],
-            "in_process_s": details["seconds_since_start"], "startup_s": details["startup_s"],
+    return {"jvm_options": jvm_options or "", "since_process_start_s": figures.seconds_since_process_start,
+            "in_process_s": figures.seconds_since_start, "startup_s": figures.startup_s,
             "first_keyed_batch_ms": first["duration_ms"]}
 
 

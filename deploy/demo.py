@@ -35,7 +35,7 @@ from switchyard.deploy.dagster_home import default_home as default_dagster_home
 from switchyard.deploy.dagster_home import prepare as prepare_dagster_home
 from switchyard.deploy.paths import PROJECT_ROOT, runtime_home
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
@@ -120,7 +120,7 @@ class Demo:
             entries = [e for e in handoff_log.entries(self.tables) if e.seq > after_seq]
             failed = next((e for e in entries if e.status == Status.FAILED), None)
             if failed is not None:
-                raise UserError(f"the stream FAILED: {handoff_log.details(failed).get('reason')}")
+                raise UserError(f"the stream FAILED: {details.of(failed).reason}")
             if any(e.status == status for e in entries):
                 return
             if not lease.stream_running(self.tables) and any(e.status == Status.SWITCHED for e in entries):

@@ -48,7 +48,7 @@ from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
-from switchyard.state_handoff.control import handoff_log, lease, lifecycle
+from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle
 from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
                                                   last_committed_batch, last_planned_batch, planned_end_offsets)
 from switchyard.state_handoff.control.lifecycle import Status
@@ -82,9 +82,9 @@ class Cut:
                    for name in ("offsets", "keyed", "events")}, "state_version": self.state_version}
 
     @staticmethod
-    def from_details(details: dict) -> "Cut":
-        return Cut(*({int(p): int(o) for p, o in details[name].items()} for name in ("offsets", "keyed", "events")),
-                   state_version=details.get("state_version"))
+    def from_details(recorded: dict) -> "Cut":
+        return Cut(*({int(p): int(o) for p, o in recorded[name].items()} for name in ("offsets", "keyed", "events")),
+                   state_version=recorded.get("state_version"))
 
 
 class ReconciliationFailed(UserError):
@@ -210,14 +210,14 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
                      at_cut=at_cut)
         reconciliation = at_cut.reconciliation
-        committed = handoff_log.details(_committed_backfill_for(tables, request["request_id"]))
-        if not committed["complete"]:
+        committed = details.of(_committed_backfill_for(tables, request["request_id"]))
+        if not committed.complete:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
-                            f"{committed['records_not_backfilled']}, skipped files: {committed['skipped_files']}): "
+                            f"{committed.records_not_backfilled}, skipped files: {committed.skipped_files}): "
                             "repair the archive")
         faults.reach("rebase.after_backfill")
     else:
-        reconciliation = handoff_log.details(backfill)["at_cut"]["reconciliation"]
+        reconciliation = details.of(backfill).at_cut["reconciliation"]
     backfill = _committed_backfill_for(tables, request["request_id"])
     if reconciliation["keys_different"]:
         warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
@@ -229,10 +229,10 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
-        details={"topic": handoff.topic, "boundary_mode": CUT, "boundary": {str(p): o - 1 for p, o in cut.offsets.items()},
-                 "request_id": request["request_id"], "previous_handoff": handoff.handoff_id,
-                 "reconciliation": reconciliation, **definition.as_details(pipeline),
-                 "rebase_s": round(time.monotonic() - started, 3)})  # the tiles run and the commit included
+        details=details.HandoffCommitted(
+            topic=handoff.topic, boundary_mode=CUT, boundary={str(p): o - 1 for p, o in cut.offsets.items()},
+            request_id=request["request_id"], previous_handoff=handoff.handoff_id, reconciliation=reconciliation,
+            **definition.as_details(pipeline), rebase_s=round(time.monotonic() - started, 3)))
     return from_entry(entry)
 
 
@@ -241,7 +241,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
     must hold every archived record."""
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
-    tiled = set(handoff_log.details(committed).get("tiled_files") or []) if committed else set()
+    tiled = set(details.of(committed).tiled_files or []) if committed else set()
     days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
     days |= {d for d in (first, last) if d}
     if not days:
@@ -253,7 +253,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
 def _committed_backfill_for(tables: Tables, request_id: str):
     for entry in reversed(handoff_log.entries(tables)):
         if entry.status == Status.BACKFILL_COMMITTED and \
-                handoff_log.details(entry).get("at_cut", {}).get("request_id") == request_id:
+                (details.of(entry).at_cut or {}).get("request_id") == request_id:
             return entry
     return None
 
@@ -272,14 +272,13 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                                 handoff: Handoff, request: dict, out, checked: bool) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
     if "paused" in request:
-        cut = Cut.from_details(request["paused"]["cut"])
+        cut = Cut.from_details(request["paused"].cut)
     else:
         if not checked:
             refuse_unless_ready(tables, bootstrap, handoff, request)
         cut = pause_cut(bootstrap, tables, handoff, paths)
-        handoff_log.append(tables, handoff.handoff_id, Status.PAUSED,
-                           details={"request_id": request["request_id"], "reason": request.get("reason"),
-                                    "cut": cut.as_details()})
+        handoff_log.append(tables, handoff.handoff_id, Status.PAUSED, details=details.Paused(
+            request_id=request["request_id"], reason=request.get("reason"), cut=cut.as_details()))
         out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
             + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
     faults.reach("rebase.after_pause")
@@ -287,8 +286,9 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
     except ReconciliationFailed as err:
         handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
-                           details={"request_id": request["request_id"], "reason": str(err),
-                                    "resumable": err.resumable, "reconciliation": err.reconciliation})
+                           details=details.ReconciliationFailed(request_id=request["request_id"], reason=str(err),
+                                                                resumable=err.resumable,
+                                                                reconciliation=err.reconciliation))
         raise
     except UserError as err:
         reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
@@ -297,7 +297,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                      if resumable(tables, handoff, paths) and _committed_backfill_for(tables, request["request_id"])
                      is None else ""))
         handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
-                           details={"phase": "rebase", "request_id": request["request_id"], "reason": reason})
+                           details=details.Failed(phase="rebase", request_id=request["request_id"], reason=reason))
         raise UserError(reason) from None
 
 
@@ -380,7 +380,7 @@ def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
         reason = f"abandoned by {requested_by}"
         if "paused" not in request:
             handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                               details={"request_id": request["request_id"], "reason": reason})
+                               details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
             out(f"rebase {tables.pipeline}: request {request['request_id']} abandoned before its pause; handoff "
                 f"{handoff.handoff_id} goes on as it was")
             return
@@ -393,8 +393,7 @@ def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
             raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
                             f"written the events path past the paused stream's checkpoint, so handoff "
                             f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
-        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED,
-                           details={"request_id": request["request_id"], "reason": reason,
-                                    "cut": request["paused"]["cut"]})
+        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED, details=details.RebaseAbandoned(
+            request_id=request["request_id"], reason=reason, cut=request["paused"].cut))
     out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "
         f"`switchyard stream` resumes handoff {handoff.handoff_id} from its checkpoint with its streamed state")

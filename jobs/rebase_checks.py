@@ -11,7 +11,7 @@ from contextlib import ExitStack
 from switchyard.jobs.backfill import verify_archive
 from switchyard.state_handoff import kafka_retention
 from switchyard.state_handoff.checkpoints import committed_end_offsets, planned_end_offsets
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff
@@ -67,7 +67,7 @@ def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, reques
 def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> None:
     reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
     handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                       details={"request_id": request["request_id"], "reason": reason})
+                       details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
     raise RebaseRefused(reason) from None
 
 

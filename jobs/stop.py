@@ -8,7 +8,7 @@ import time
 
 from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff.clock import utc_now
-from switchyard.state_handoff.control import handoff_log, lease, requests
+from switchyard.state_handoff.control import details, handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
@@ -41,7 +41,7 @@ def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, reque
             failed = [e for e in since if e.status == Status.FAILED]
             if failed:
                 warnings_to(out)(f"stop {tables.pipeline}: the stream failed on the way out: "
-                                 f"{handoff_log.details(failed[-1]).get('reason')}")
+                                 f"{details.of(failed[-1]).reason}")
             return None
         time.sleep(1.0)
     raise UserError(f"the stream of pipeline {tables.pipeline} ({owner.describe(utc_now())}) did not stop within "

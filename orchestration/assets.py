@@ -13,10 +13,11 @@ from switchyard.orchestration.errors import user_errors_as_failures
 from switchyard.orchestration.partitions import days_of
 from switchyard.orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from switchyard.orchestration.scope import Scope
+from switchyard.orchestration.stream_health import recorded_figures
 from switchyard.orchestration.stream_launch import StreamConfig, launch_and_watch
-from switchyard.state_handoff import pipeline_settings
+from switchyard.state_handoff import definition, pipeline_settings
 from switchyard.state_handoff.clock import as_utc
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
@@ -103,9 +104,8 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
                               finish_stream=stream_until_caught_up(scope.spec, tables, scope.bootstrap(kafka),
                                                                    out=context.log.info),
                               out=context.log.info)
-    committed = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
-                                                       handoff_id=new.handoff_id))
-    reconciliation = committed.get("reconciliation", {})
+    committed = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id))
+    reconciliation = committed.reconciliation or {}
     return dg.MaterializeResult(metadata={
         "days": f"{first}..{last}",
         "handoff_id": new.handoff_id,
@@ -113,7 +113,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
         "cut": dg.MetadataValue.json({str(p): o for p, o in sorted(new.start_offsets.items())}),
         "reconciliation_keys_different": reconciliation.get("keys_different", 0),
         "reconciliation_keys": reconciliation.get("keys_recomputed", 0),
-        "rebase_seconds": committed.get("rebase_s", 0.0),
+        "rebase_seconds": committed.rebase_s or 0.0,
     })
 
 
@@ -132,7 +132,7 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
         context.log.info(f"state committed by the rebase of backfill {latest.handoff_id}; nothing to merge")
         yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
             "handoff_id": latest.handoff_id, "state_version": latest.state_version,
-            "keys": handoff_log.details(latest).get("keys", 0), "rebased": True,
+            "keys": details.of(latest).keys or 0, "rebased": True,
             "path": dg.MetadataValue.path(tables.state)})
         for name in windows:
             yield dg.MaterializeResult(asset_key=scope.key(name),
@@ -142,15 +142,15 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
         pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False, pipeline=pipeline)
         run = commit_state(session, pipeline, tables, out=context.log.info,
                            kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
-    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
+    committed = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
         "handoff_id": run.handoff_id,
         "state_version": run.state_version,
         "keys": run.keys,
         "dagster/row_count": run.keys,
         "backlog_watermark": _timestamp(run.backlog_watermark),
-        "complete": bool(committed.get("complete")),
-        "records_not_backfilled": dg.MetadataValue.json(committed.get("records_not_backfilled", {})),
+        "complete": bool(committed.complete),
+        "records_not_backfilled": dg.MetadataValue.json(committed.records_not_backfilled or {}),
         "boundary_offsets": dg.MetadataValue.json({str(p): o for p, o in run.boundary.items()}),
         "path": dg.MetadataValue.path(tables.state),
     })
@@ -199,8 +199,7 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
     seen = yield from launch_and_watch(context, config, tables, scope.bootstrap(kafka), switch, env,
                                       scope.key("stream"), scope.reference)
     statuses = [str(e.status) for e in seen]
-    final = handoff_log.details(seen[-1]) if seen else {}
-    behind = final.get("offsets_behind") or {}
+    behind = (recorded_figures(seen[-1]).get("offsets_behind") if seen else None) or {}
     yield dg.MaterializeResult(metadata={
         "handoff_id": switch.handoff_id,
         "phase": statuses[-1] if statuses else "",
@@ -209,7 +208,7 @@ def _stream(context: dg.AssetExecutionContext, scope: Scope, config: StreamConfi
         "caught_up": Status.CAUGHT_UP in statuses,
         "rebases": sum(1 for s in statuses if s == Status.PAUSED),
         "still_running": config.detached,
-        "stopped_because": final.get("reason", ""),
+        "stopped_because": (details.reason(seen[-1]) if seen else None) or "",
         "offsets_behind": sum(int(v) for v in behind.values()),
         "offsets_behind_per_partition": dg.MetadataValue.json(behind),
     })
@@ -232,8 +231,10 @@ def _served_stream(context: dg.AssetExecutionContext, scope: Scope, tables) -> d
 
 
 def build(scope: Scope) -> dg.Definitions:
-    """The pipeline's assets under its keys, group and tags."""
+    """The pipeline's assets under its keys, group and tags. Each asset the definition shapes carries the definition's
+    version as its code version (state_handoff/definition.py), so Dagster marks what was made under another one."""
     group, key, windows = scope.group, scope.key, ["windows", "window_state"] if scope.windowed else []
+    shaped = definition.version(scope.spec)
 
     @dg.observable_source_asset(key=key("archive"), group_name=group, tags=scope.tags("archive"))
     def archive(switchyard_warehouse: WarehouseResource) -> dg.ObserveResult:
@@ -241,7 +242,7 @@ def build(scope: Scope) -> dg.Definitions:
         return _archive(scope.tables(switchyard_warehouse))
 
     @dg.asset(key=key("tiles"), partitions_def=scope.daily, backfill_policy=dg.BackfillPolicy.single_run(),
-              deps=[archive], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("tiles"))
+              deps=[archive], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("tiles"), code_version=shaped)
     def tiles(context: dg.AssetExecutionContext, config: TilesConfig, switchyard_spark: SparkResource,
               switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> dg.MaterializeResult:
         """Per-key partial aggregates of each archived day, sorted by key (isBacklog = true); a rerun replaces its
@@ -256,9 +257,10 @@ def build(scope: Scope) -> dg.Definitions:
     @dg.multi_asset(name=scope.name("keyed_state"), specs=[
         dg.AssetSpec(key("state"), deps=[tiles], group_name=group, kinds={"spark", "delta"}, tags=scope.tags("state"),
                      description="One row per key: the merged aggregates of every tile (the state handed to the "
-                                 "stream).", freshness_policy=STATE_FRESHNESS),
+                                 "stream).", freshness_policy=STATE_FRESHNESS, code_version=shaped),
         *[dg.AssetSpec(key(name), deps=[tiles], group_name=group, kinds={"delta"}, skippable=True,
-                       tags=scope.tags(name), description=window_specs[name]) for name in windows],
+                       tags=scope.tags(name), description=window_specs[name], code_version=shaped)
+          for name in windows],
     ])
     def keyed_state(context: dg.AssetExecutionContext, config: KeyedStateConfig, switchyard_spark: SparkResource,
                     switchyard_warehouse: WarehouseResource, switchyard_kafka: KafkaResource):
@@ -266,14 +268,14 @@ def build(scope: Scope) -> dg.Definitions:
         yield from _keyed_state(context, scope, config, switchyard_spark, switchyard_warehouse, switchyard_kafka)
 
     @dg.asset(key=key("handoff"), deps=[key(name) for name in ["state", *windows]], group_name=group,
-              kinds={"delta", "kafka"}, tags=scope.tags("handoff"))
+              kinds={"delta", "kafka"}, tags=scope.tags("handoff"), code_version=shaped)
     def handoff(context: dg.AssetExecutionContext, switchyard_spark: SparkResource, switchyard_kafka: KafkaResource,
                 switchyard_warehouse: WarehouseResource) -> dg.MaterializeResult:
         """The switch: per-partition start offsets, backlog watermark and state version, committed once."""
         return _handoff(context, scope, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.asset(key=key("stream"), deps=[handoff], group_name=group, kinds={"spark", "kafka"},
-              tags=scope.tags("stream"))
+              tags=scope.tags("stream"), code_version=shaped)
     def stream(context: dg.AssetExecutionContext, config: StreamConfig, switchyard_spark: SparkResource,
                switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource):
         """The stream (isBacklog = false) in its own process, from the handoff's offsets; it reports each transition

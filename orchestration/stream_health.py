@@ -8,7 +8,7 @@ from datetime import datetime
 import dagster as dg
 
 from switchyard.state_handoff.clock import as_utc
-from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control import details, handoff_log, lifecycle, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
@@ -102,9 +102,9 @@ def progress_from(view: PipelineView) -> Progress | None:
     return Progress(handoff.handoff_id, str(latest.status), view.streaming, progress.get("updated"),
                     progress.get("batch_id"), _behind(progress.get("offsets_behind")),
                     progress.get("input_rows_per_s"), progress.get("processed_rows_per_s"),
-                    progress.get("stream_watermark"), topic=handoff_log.details(handoff).get("topic"),
-                    reason=str(handoff_log.details(latest).get("reason") or ""), rebases=len(rebased),
-                    reconciliation_keys_different=rebased[-1]["reconciliation"]["keys_different"] if rebased else None)
+                    progress.get("stream_watermark"), topic=details.of(handoff).topic,
+                    reason=str(details.reason(latest) or ""), rebases=len(rebased),
+                    reconciliation_keys_different=rebased[-1].reconciliation["keys_different"] if rebased else None)
 
 
 def reported_progress(phase: str, progress: dict, update_latency: dict | None) -> Progress:
@@ -252,38 +252,53 @@ def health_evaluation(progress: Progress, verdict: str | None, now: float,
 OBSERVED = frozenset(Status) - {Status.BACKFILL_STARTED, Status.BACKFILL_COMMITTED}
 
 
-def _rebase_figures(entry, details: dict) -> dict:
+def _rebase_figures(logged: details.Details | None, asked: requests.Request | None) -> dict:
     """A rebase's decision (REBASE_REQUESTED: why, and for a switch back the lag that decided it) and its outcome
     (PAUSED: the cut; HANDOFF_COMMITTED at a cut: time taken and the reconciliation)."""
-    if entry.status == Status.REBASE_REQUESTED:
-        return {"rebase_reason": details.get("reason") or "", "requested_by": details.get("requested_by") or "",
-                "switch_back_offsets_behind": _number(details.get("behind")),
-                "switch_back_threshold": _number(details.get("threshold")),
-                "behind_for_s": _number(details.get("behind_for_s"))}
-    if entry.status == Status.PAUSED:
-        cut = details.get("cut", {}).get("offsets", {})
-        return {"rebase_reason": details.get("reason") or "", "cut": dg.MetadataValue.json(cut)}
-    if entry.status == Status.HANDOFF_COMMITTED and "reconciliation" in details:
-        reconciliation = details["reconciliation"]
-        return {"rebase_s": _number(details.get("rebase_s")),
+    if asked is not None and asked.kind == Status.REBASE_REQUESTED:
+        decided = asked.fields  # a switch back's figures (jobs/stream/monitor.py)
+        return {"rebase_reason": decided.get("reason") or "", "requested_by": asked.requested_by or "",
+                "switch_back_offsets_behind": _number(decided.get("behind")),
+                "switch_back_threshold": _number(decided.get("threshold")),
+                "behind_for_s": _number(decided.get("behind_for_s"))}
+    if isinstance(logged, details.Paused):
+        cut = (logged.cut or {}).get("offsets", {})
+        return {"rebase_reason": logged.reason or "", "cut": dg.MetadataValue.json(cut)}
+    if isinstance(logged, details.HandoffCommitted) and logged.reconciliation is not None:
+        reconciliation = logged.reconciliation
+        return {"rebase_s": _number(logged.rebase_s),
                 "reconciliation_keys_different": _number(reconciliation.get("keys_different")),
                 "reconciliation_keys": _number(reconciliation.get("keys_recomputed")),
-                "previous_handoff": details.get("previous_handoff") or ""}
+                "previous_handoff": logged.previous_handoff or ""}
     return {}
+
+
+def recorded_figures(entry) -> dict:
+    """The stream's figures an entry recorded, under the progress cache's names: CAUGHT_UP's and FALLING_BEHIND's
+    lag and rates, STOPPED's lag, a switch back request's lag and rate."""
+    logged, asked = details.of(entry), requests.read(entry)
+    if isinstance(logged, details.Lag):
+        return {"offsets_behind": logged.offsets_behind, "stream_watermark": logged.stream_watermark,
+                "input_rows_per_s": logged.input_rows_per_s, "processed_rows_per_s": logged.processed_rows_per_s}
+    if isinstance(logged, details.Stopped):
+        return {"offsets_behind": logged.offsets_behind}
+    return asked.fields if asked is not None else {}
 
 
 def is_observed(entry) -> bool:
     """Transitions of a stream and every step of a rebase; a first handoff is the handoff asset's own."""
     if entry.status not in OBSERVED:
         return False
-    return entry.status != Status.HANDOFF_COMMITTED or "request_id" in handoff_log.details(entry)
+    return entry.status != Status.HANDOFF_COMMITTED or details.of(entry).request_id is not None
 
 
 def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | None = None) -> dict:
     """An observation of `stream` for one handoff log entry (SWITCHED, CAUGHT_UP, REBASE_REQUESTED, ...)."""
-    details = handoff_log.details(entry)
+    logged, asked = details.of(entry), requests.read(entry)
     progress = read_json(stream_dir(tables, entry.handoff_id) / "progress.json") or {}
-    behind = details.get("offsets_behind", progress.get("offsets_behind"))
+    recorded = {key: value for key, value in recorded_figures(entry).items() if value is not None}
+    figures = {**progress, **recorded}  # what the entry did not record, as the stream last saw it
+    behind = figures.get("offsets_behind")
     start = start_offsets if start_offsets is not None else handoff_log.offsets(entry)
     return {
         "phase": str(entry.status),
@@ -292,10 +307,10 @@ def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | N
         "start_offsets": dg.MetadataValue.json({str(p): o for p, o in sorted(start.items())}),
         "backlog_watermark": (dg.MetadataValue.timestamp(_utc(entry.backlog_watermark))
                               if entry.backlog_watermark else dg.MetadataValue.null()),
-        "stream_watermark": details.get("stream_watermark", progress.get("stream_watermark")) or "",
+        "stream_watermark": figures.get("stream_watermark") or "",
         "offsets_behind": _number(_behind(behind) if isinstance(behind, dict) else behind),
-        "input_rate": _number(details.get("input_rows_per_s", progress.get("input_rows_per_s"))),
-        "processed_rate": _number(details.get("processed_rows_per_s", progress.get("processed_rows_per_s"))),
-        **_rebase_figures(entry, details),
-        "details": dg.MetadataValue.json(details),
+        "input_rate": _number(figures.get("input_rows_per_s")),
+        "processed_rate": _number(figures.get("processed_rows_per_s")),
+        **_rebase_figures(logged, asked),
+        "details": dg.MetadataValue.json(asked.as_details() if asked else logged.as_details() if logged else {}),
     }

@@ -10,7 +10,7 @@ import hashlib
 import json
 from dataclasses import MISSING, fields, is_dataclass
 
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.spec import Pipeline
@@ -44,7 +44,8 @@ def parts(pipeline: Pipeline) -> dict[str, str]:
     """Each part of the definition that shapes the state or the outputs, as a digest of its declaration."""
     avro = pipeline.avro
     return {
-        "input": _digest({"avro": None} if avro is None else {"schema": avro.schema_json, "id": avro.schema_id}),
+        "input": _digest({"avro": None} if avro is None else {"schema": avro.schema_json, "id": avro.schema_id,
+                                                              **({"subject": avro.subject} if avro.subject else {})}),
         "fields": _digest(_declared(pipeline.fields)),
         "key": _digest(list(pipeline.keys)),
         "event_time": _digest({"field": pipeline.event_time, "id": pipeline.event_id,
@@ -70,7 +71,7 @@ def recorded(entries) -> tuple[handoff_log.LogEntry, dict] | None:
     written before definitions were recorded)."""
     for entry in reversed(list(entries)):
         if entry.status in RECORDED_BY:
-            record = handoff_log.details(entry).get(KEY)
+            record = details.of(entry).definition
             if record is not None:
                 return entry, record
     return None

@@ -8,7 +8,7 @@ hands the stream the identities of the archived records it will read again (the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -16,7 +16,8 @@ from pyspark.sql import functions as F
 
 from switchyard.state_handoff import definition, faults
 from switchyard.state_handoff.clock import as_utc, naive_utc
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
+from switchyard.state_handoff.control.details import HandoffCommitted
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
@@ -69,12 +70,12 @@ class Handoff:
 
 
 def from_entry(entry: LogEntry, reused: bool = False) -> Handoff:
-    details = handoff_log.details(entry)
+    committed = details.of(entry)
     overlap = None
-    if details.get("boundary_mode") == TIME:
-        overlap = Overlap(*(datetime.fromisoformat(details[k]) for k in ("at", "overlap_since", "overlap_until")),
-                          details["overlap"])
-    return Handoff(entry.handoff_id, details["topic"], handoff_log.offsets(entry),
+    if committed.boundary_mode == TIME:
+        overlap = Overlap(*(datetime.fromisoformat(t) for t in (committed.at, committed.overlap_since,
+                                                                committed.overlap_until)), committed.overlap)
+    return Handoff(entry.handoff_id, committed.topic, handoff_log.offsets(entry),
                    entry.backlog_watermark, entry.state_version, entry.at, reused, overlap)
 
 
@@ -171,8 +172,10 @@ def _archived_records(spark: SparkSession, tables: Tables) -> DataFrame:
 
 
 def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, at: datetime | None,
-                   bootstrap: str, topic: str, bounds: dict[int, tuple[int, int]]) -> tuple[dict[int, int], dict]:
-    """Start offsets for T and the overlap's identities, written under the handoff's stream folder."""
+                   bootstrap: str, topic: str,
+                   bounds: dict[int, tuple[int, int]]) -> tuple[dict[int, int], HandoffCommitted]:
+    """Start offsets for T and the overlap's identities, written under the handoff's stream folder; the handoff's
+    details of its boundary."""
     archived = _archived_records(spark, tables)
     # a producer may set any timestamp: one outside the accepted event times names no boundary (nor converts)
     newest = archived.where(within(pipeline, F.col("kafka_timestamp"))).agg(F.max("kafka_timestamp")).first()[0]
@@ -189,10 +192,10 @@ def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, hand
     identities = (parse_events(pipeline, archived).where(F.col("kafka_timestamp") >= F.lit(since))
                   .select(record_identity(pipeline).alias("identity")).distinct())
     identities.write.mode("overwrite").parquet(path)
-    return start, {"boundary_mode": TIME, "at": at.isoformat(), "overlap_since": since.isoformat(),
-                   "overlap_until": newest.isoformat(), "overlap": path,
-                   "overlap_identities": spark.read.parquet(path).count(),
-                   "identity": "event_id if well-formed with one, else sha-256 of the Kafka key and raw value"}
+    return start, HandoffCommitted(
+        boundary_mode=TIME, at=at.isoformat(), overlap_since=since.isoformat(), overlap_until=newest.isoformat(),
+        overlap=path, overlap_identities=spark.read.parquet(path).count(),
+        identity="event_id if well-formed with one, else sha-256 of the Kafka key and raw value")
 
 
 def current_handoff(tables: Tables) -> Handoff | None:
@@ -226,31 +229,30 @@ def run_handoff(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstr
     if existing and existing.handoff_id == backfill.handoff_id:
         _check_same_boundary(existing, boundary, at)
         return existing
-    details = handoff_log.details(backfill)
-    gaps = details.get("gaps", [])
-    if not details.get("complete", True) and (details.get("records_not_backfilled") or not gaps):
+    backfilled = details.of(backfill)
+    gaps = backfilled.gaps or []
+    if backfilled.complete is False and (backfilled.records_not_backfilled or not gaps):
         raise UserError(f"the backfill {backfill.handoff_id} does not cover the whole archive "
-                        f"(records not yet tiled per partition: {details['records_not_backfilled']}): "
+                        f"(records not yet tiled per partition: {backfilled.records_not_backfilled}): "
                         "backfill the remaining days (`switchyard backfill` without --from and --to covers every "
                         "archived day), then hand off")
     topic = archive_meta(tables.archive)["topic"]
-    if boundary == TIME and details.get("kafka_tail"):
+    if boundary == TIME and backfilled.kafka_tail:
         raise UserError(f"the backfill {backfill.handoff_id} read the Kafka tail up to its end, so its boundary is "
                         "those offsets: hand off with --boundary offsets, or rerun the backfill without --kafka-tail")
     bounds = offset_bounds(bootstrap, topic)
     if boundary == TIME:
-        start, boundary_details = _time_boundary(spark, pipeline, tables, backfill.handoff_id, at, bootstrap,
-                                                 topic, bounds)
+        start, committed = _time_boundary(spark, pipeline, tables, backfill.handoff_id, at, bootstrap, topic, bounds)
     else:
-        archived_to = {int(p): int(o) for p, o in details.get("boundary", {}).items()}
+        archived_to = {int(p): int(o) for p, o in (backfilled.boundary or {}).items()}
         start = start_offsets(archived_to, bounds)
         check_retained(start, bounds, topic)
-        boundary_details = {"boundary_mode": OFFSETS, "boundary": archived_to}
+        committed = HandoffCommitted(boundary_mode=OFFSETS, boundary=archived_to)
     check_no_gaps(gaps, start)
     faults.reach("handoff.before_log")
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=start, backlog_watermark=backfill.backlog_watermark,
-        details={"topic": topic, **boundary_details, "retained": {str(p): list(b) for p, b in bounds.items()},
-                 **definition.as_details(pipeline)})
+        details=replace(committed, topic=topic, retained={str(p): list(b) for p, b in bounds.items()},
+                        **definition.as_details(pipeline)))
     return from_entry(entry)

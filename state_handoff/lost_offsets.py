@@ -15,10 +15,11 @@ rebased instead: the rebase reads what Kafka deleted from the archive (`behind_r
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status, has_switched
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import offset_bounds
@@ -28,7 +29,6 @@ if TYPE_CHECKING:  # the handoff module brings Spark's API; `status` reads lost 
     from switchyard.state_handoff.handoff import Handoff
 
 COMMAND = "switchyard handoff --pipeline {pipeline} --restart-from-retained"
-LOST = "lost"  # the details key: per partition, the offsets [from, to) no phase read
 
 
 def expired(handoff: Handoff, bounds: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
@@ -105,16 +105,15 @@ def restart_from_retained(tables: Tables, bootstrap: str) -> Handoff:
     start = {p: max(o, bounds[p][0]) if p in bounds else o for p, o in current.start_offsets.items()}
     backfill = handoff_log.latest(tables, Status.BACKFILL_COMMITTED, handoff_id=current.handoff_id)
     committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=current.handoff_id)
-    restarted = {"restarted_from": current.handoff_id, LOST: lost}
     handoff_id = handoff_log.new_handoff_id()
     handoff_log.append(tables, handoff_id, Status.BACKFILL_COMMITTED, state_version=backfill.state_version,
                        backlog_watermark=backfill.backlog_watermark,
-                       details={**handoff_log.details(backfill), **restarted})
+                       details=replace(details.of(backfill), restarted_from=current.handoff_id, lost=lost))
     entry = handoff_log.append(
         tables, handoff_id, Status.HANDOFF_COMMITTED, state_version=current.state_version, start_offsets=start,
         backlog_watermark=current.backlog_watermark,
-        details={**handoff_log.details(committed), **restarted,
-                 "retained": {str(p): list(b) for p, b in bounds.items()}})
+        details=replace(details.of(committed), restarted_from=current.handoff_id, lost=lost,
+                        retained={str(p): list(b) for p, b in bounds.items()}))
     return from_entry(entry)
 
 
@@ -122,4 +121,4 @@ def lost_ranges(entries: list) -> list[dict]:
     """Every range the log records as lost, oldest first: handoff, partition, from, to (exclusive), records."""
     return [{"handoff_id": e.handoff_id, "partition": int(p), **r}
             for e in entries if e.status == Status.HANDOFF_COMMITTED
-            for p, r in sorted(handoff_log.details(e).get(LOST, {}).items(), key=lambda item: int(item[0]))]
+            for p, r in sorted((details.of(e).lost or {}).items(), key=lambda item: int(item[0]))]

@@ -44,8 +44,8 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
     status["rebases"] = len(rebased)
     if rebased:
         last_rebase = rebased[-1]
-        status["last_reconciliation_keys_different"] = last_rebase["reconciliation"]["keys_different"]
-        status["last_rebase_s"] = last_rebase.get("rebase_s")
+        status["last_reconciliation_keys_different"] = last_rebase.reconciliation["keys_different"]
+        status["last_rebase_s"] = last_rebase.rebase_s
     if pipeline is not None:
         _add_definition(status, pipeline, entries)
     lost = lost_ranges(entries)

@@ -30,15 +30,13 @@ from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import state_from_partials
 from switchyard.state_handoff.aggregates import partial_columns
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
-
-RECORD = "backlog"  # BACKFILL_COMMITTED's details key: {"table", "version", "tiles_version"}
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,7 @@ def _readable(path: str, version: int) -> bool:
 def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, str]:
     """The merge the latest committed backfill recorded, when the tiles only grew since; else None and why."""
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
-    record = handoff_log.details(committed).get(RECORD) if committed is not None else None
+    record = details.of(committed).backlog if committed is not None else None
     if not record:
         return None, "no earlier commit recorded its merge of the tiles"
     if record.get("columns") != _columns(pipeline):
@@ -140,12 +138,12 @@ def _columns(pipeline: Pipeline) -> list[str]:
 
 
 def record(pipeline: Pipeline, table: str, version: int, tiles_version: int | None,
-           windows: dict | None = None) -> dict:
-    """What BACKFILL_COMMITTED records of this commit's merge, for the next one (none without tiles)."""
-    return {} if tiles_version is None else {RECORD: {"table": table, "version": version,
-                                                      "tiles_version": tiles_version,
-                                                      "columns": _columns(pipeline),
-                                                      **({"windows": windows} if windows else {})}}
+           windows: dict | None = None) -> dict | None:
+    """What BACKFILL_COMMITTED records of this commit's merge (its `backlog`), for the next one (None without
+    tiles)."""
+    return None if tiles_version is None else {"table": table, "version": version, "tiles_version": tiles_version,
+                                               "columns": _columns(pipeline),
+                                               **({"windows": windows} if windows else {})}
 
 
 def window_versions(tables: Tables) -> dict[str, int | None]:

@@ -27,6 +27,7 @@ from switchyard.state_handoff import faults
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control.details import BackfillCommitted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.spec import Pipeline
@@ -139,7 +140,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
         merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out, also=tail_tiles,
                                                by_key=by_key)
-        merge_record = {}
+        merge_record = None
         columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
             (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
@@ -198,21 +199,22 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
     faults.reach("backfill.after_state")
     handoff_log.append(tables, run.handoff_id, Status.BACKFILL_COMMITTED,
                        state_version=state_version, backlog_watermark=watermark,
-                       details={"from": str(run.first_day), "to": str(run.last_day), "boundary": boundary,
-                                "records_read": run.records_read, "well_formed": run.well_formed,
-                                "dead_lettered": run.dead_lettered, "keys": keys, "accounting": run.accounting,
-                                "archive_accounting": whole,
-                                "complete": not missing and not any(g["below_boundary"] for g in gaps),
-                                "records_not_backfilled": missing,
-                                "unreadable_files": [f.path for f in files if f not in readable],
-                                "skipped_files": run.skipped_files, "gaps": gaps,
-                                "tiled_files": [] if missing else sorted(
-                                    storage.relative(f.path, tables.archive) for f in readable),
-                                "duration_s": round(result.seconds, 3), "tiles_s": run.tiles_s,
-                                "commit_s": times.parts, **merge_record, **definition.as_details(pipeline),
-                                **({"kafka_tail": run.kafka_tail} if tail is not None else {}),
-                                **({"at_cut": {**at_cut.details, "cut": at_cut.cut,
-                                               "reconciliation": at_cut.reconciliation}} if at_cut else {})})
+                       details=BackfillCommitted(
+                           from_=str(run.first_day), to=str(run.last_day), boundary=boundary,
+                           records_read=run.records_read, well_formed=run.well_formed,
+                           dead_lettered=run.dead_lettered, keys=keys, accounting=run.accounting,
+                           archive_accounting=whole,
+                           complete=not missing and not any(g["below_boundary"] for g in gaps),
+                           records_not_backfilled=missing,
+                           unreadable_files=[f.path for f in files if f not in readable],
+                           skipped_files=run.skipped_files, gaps=gaps,
+                           tiled_files=[] if missing else sorted(
+                               storage.relative(f.path, tables.archive) for f in readable),
+                           duration_s=round(result.seconds, 3), tiles_s=run.tiles_s, commit_s=times.parts,
+                           backlog=merge_record, **definition.as_details(pipeline),
+                           kafka_tail=run.kafka_tail if tail is not None else None,
+                           at_cut={**at_cut.details, "cut": at_cut.cut, "reconciliation": at_cut.reconciliation}
+                           if at_cut else None))
     for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
         delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
     delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state

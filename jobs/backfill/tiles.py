@@ -20,6 +20,7 @@ from switchyard.jobs.backfill.read import check_files, read_archive, resolve_ran
 from switchyard.jobs.sinks import dead_letter_rows
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.details import BackfillStarted, Failed
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import fencing, storage
 from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
@@ -91,7 +92,7 @@ def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
         yield
     except Exception as err:
         handoff_log.append(tables, handoff_id, Status.FAILED,
-                           details={"phase": "backfill", "reason": str(err).strip().splitlines()[0][:500]})
+                           details=Failed(phase="backfill", reason=str(err).strip().splitlines()[0][:500]))
         raise
 
 
@@ -118,7 +119,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             f"(it holds {days[0]}..{days[-1]}); nothing changed"))
     handoff_id = handoff_log.new_handoff_id()
     handoff_log.append(tables, handoff_id, Status.BACKFILL_STARTED,
-                       details={"from": str(first), "to": str(last), "strategy": strategy})
+                       details=BackfillStarted(from_=str(first), to=str(last), strategy=strategy))
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
     with failure_logged(spark, tables, handoff_id):

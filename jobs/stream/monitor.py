@@ -14,7 +14,9 @@ from switchyard.jobs.stream.group_offsets import ProcessedOffsets
 from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
+from switchyard.state_handoff.avro_writers import UNSEEN, unseen_id
 from switchyard.state_handoff.control import handoff_log, lease as leases, lifecycle
+from switchyard.state_handoff.control.details import Failed, Lag
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
@@ -89,10 +91,10 @@ class Monitor:
                          if known and switched else None)
                 if phase == Status.CAUGHT_UP:
                     result.caught_up_after_s = result.caught_up_after_s or now - sup.started
-                    self.log(Status.CAUGHT_UP, details={"offsets_behind": lag, **snapshot})
+                    self.log(Status.CAUGHT_UP, details=Lag(offsets_behind=lag, **snapshot))
                     sup.out(f"CAUGHT_UP after {now - sup.started:.1f}s: {behind} offsets behind latest")
                 elif phase == Status.FALLING_BEHIND:
-                    self.log(Status.FALLING_BEHIND, details={"offsets_behind": lag, **snapshot})
+                    self.log(Status.FALLING_BEHIND, details=Lag(offsets_behind=lag, **snapshot))
                     sup.warn(f"FALLING_BEHIND: {behind} offsets behind latest")
                 self._write_progress(lag if known else None, snapshot)
                 if sup.stop_signal:
@@ -118,7 +120,8 @@ class Monitor:
             stop_all(self.queries)
             reason = query_error(err)
             try:
-                self.log(Status.FAILED, details={"phase": "stream", "reason": reason})
+                if unseen_id(err) is None:  # an id to look for (state_handoff/avro_writers.py) is no failure yet
+                    self.log(Status.FAILED, details=Failed(phase="stream", reason=reason))
             except Exception:  # the log is out of reach too; the exit code still says it
                 pass
             if isinstance(err, (StreamFailed, leases.LeaseLost)):
@@ -169,6 +172,10 @@ class Monitor:
     def _raise_if_a_query_failed(self) -> None:
         for query in self.queries:
             if query.exception() is not None:
+                unseen = unseen_id(query.exception())
+                if unseen is not None:
+                    raise StreamFailed(f"query {query.name} read a record of Avro schema id {unseen}, unknown when "
+                                       f"it started ({UNSEEN} {unseen})")
                 if KAFKA_DATA_LOSS in str(query.exception()):
                     raise StreamFailed(f"query {query.name} failed: "
                                        + behind_retention(self.sup.tables, self.handoff.topic, self.sup.bootstrap))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
@@ -21,7 +21,7 @@ def check_resumable(tables: Tables, handoff: Handoff, paths: StreamPaths, entrie
     recorded = stream_progress.incarnations(tables, handoff.handoff_id)
     switched = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.SWITCHED]
     if switched:  # the keyed query writes no Delta table; its first committed batch is in the log
-        recorded[KEYED] = {handoff_log.details(e).get("keyed_incarnation") for e in switched}
+        recorded[KEYED] = {details.of(e).keyed_incarnation for e in switched}
     for query, incarnations in recorded.items():
         current = checkpoint_incarnation(paths.checkpoints[query])
         if current not in incarnations:
@@ -49,7 +49,7 @@ def check_spark_line(pipeline: str, handoff: Handoff, paths: StreamPaths, entrie
     started = [e for e in entries if e.handoff_id == handoff.handoff_id and e.status == Status.STREAM_STARTED]
     if not started or not storage.exists(paths.keyed_checkpoint):
         return
-    written = handoff_log.details(started[-1]).get("spark_version") or UNRECORDED_SPARK
+    written = details.of(started[-1]).spark_version or UNRECORDED_SPARK
     if spark_line(written) != spark_line(running):
         raise UserError(f"the stream checkpoints of handoff {handoff.handoff_id} were written by Spark {written}, "
                         f"and this is Spark {running}: they are not resumed across Spark lines; rebase the pipeline "

@@ -19,7 +19,7 @@ from switchyard.jobs.seed import UPDATE_VERSION
 from switchyard.jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
 from switchyard.jobs.stream.updates_topic import check_input_topic
 from switchyard.state_handoff import faults, stream_progress
-from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control import details, kept_versions
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff
@@ -121,7 +121,7 @@ def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, updates_
     check_input_topic(bootstrap, pipeline, handoff.topic)
     for entry in entries:
         if entry.handoff_id == handoff.handoff_id and entry.status == Status.STREAM_STARTED:
-            recorded = handoff_log.details(entry).get("updates_from")
+            recorded = details.of(entry).updates_from
             if recorded is not None:
                 return recorded
     if storage.exists(paths.keyed_checkpoint):

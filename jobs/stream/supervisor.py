@@ -22,6 +22,7 @@ import time
 
 from pyspark.sql import SparkSession
 
+from switchyard.deploy.spark import check_classic
 from switchyard.jobs import rebase, rebase_checks, rebase_requests
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
@@ -33,13 +34,14 @@ from switchyard.jobs.stream.monitor import Monitor
 from switchyard.jobs.stream.pipes import Silent, reporting
 from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
                                             query_error, stop_all)
+from switchyard.jobs.stream.restarts import may_start_again
 from switchyard.jobs.stream.resume_checks import check_resumable, check_spark_line
 from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
 from switchyard.jobs.stream.updates_topic import updates_topic
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
-from switchyard.state_handoff.control import handoff_log, lease as leases, lifecycle, processes
+from switchyard.state_handoff.control import details, handoff_log, lease as leases, lifecycle, processes
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
@@ -60,6 +62,7 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
                lease: leases.Lease | None = None) -> StreamResult:
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
     unless the caller passes the one it holds)."""
+    check_classic(spark)  # a Spark Connect session a library caller handed in: refused before the lease
     settings = settings or StreamSettings()
     delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
     if current_handoff(tables) is None:
@@ -99,23 +102,6 @@ class Supervisor:
         self.checkpoint_races = 0  # queries started again after another driver wrote their checkpoint
         self.conf_before: dict[str, str | None] = {}  # the session's settings before the stream set its own
 
-    def _raced_for_the_checkpoint(self, handoff: Handoff, err: StreamFailed) -> bool:
-        """Whether a query failed because another driver wrote its checkpoint's log while this stream holds the
-        lease: a stream that lost the pipeline to this one, frozen and then woken, plans its next batch before it
-        learns it lost (its Delta writes are fenced, so it dies without writing). Its batch is the checkpoint's
-        now, and the same batch this stream would have planned from the same state: the queries start again from
-        the checkpoint and run it (a few times at most)."""
-        if CHECKPOINT_RACE not in str(err) or self.checkpoint_races >= CHECKPOINT_RACES:
-            return False
-        try:
-            self.lease.check_fresh()
-        except leases.LeaseLost:
-            return False
-        self.checkpoint_races += 1
-        self.warn(f"stream {self.pipeline.name}: another driver wrote the checkpoint of handoff {handoff.handoff_id} "
-                  "(a stream that lost this pipeline's lease, woken); starting the queries again from the checkpoint")
-        return True
-
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.tables, handoff_id, status, **fields)
         self.report.logged(handoff_id, status)
@@ -140,7 +126,7 @@ class Supervisor:
                     monitor = Monitor(self, handoff, queries, events_sink)
                     outcome = monitor.run()
                 except StreamFailed as err:
-                    if not self._raced_for_the_checkpoint(handoff, err):
+                    if not may_start_again(self, handoff, err):
                         raise
                     continue
                 if result is not None:
@@ -203,11 +189,10 @@ class Supervisor:
         step_done("tables_and_topic")
         self.log(handoff.handoff_id, Status.STREAM_STARTED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
-                 details={"pid": os.getpid(), "restart": restart, "topic": handoff.topic,
-                          "spark_version": spark.version, "updates_topic": self.updates_topic,
-                          "updates_from": updates_from,
-                          **({"added_partitions": {str(p): o for p, o in self.added_partitions.items()}}
-                             if self.added_partitions else {})})
+                 details=details.StreamStarted(
+                     pid=os.getpid(), restart=restart, topic=handoff.topic, spark_version=spark.version,
+                     updates_topic=self.updates_topic, updates_from=updates_from,
+                     added_partitions={str(p): o for p, o in self.added_partitions.items()} or None))
         self.out(f"stream {pipeline.name}: handoff {handoff.handoff_id}, "
                  f"{'resuming from checkpoint' if restart else 'seeding'} from state version {handoff.state_version}")
         step_done("stream_started_logged")
@@ -245,14 +230,14 @@ class Supervisor:
         self.switched_after_s = seen_at - self.started
         self.startup.end("first_batch")
         committed = handoff_log.latest(self.tables, Status.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
-        request_id = handoff_log.details(committed).get("request_id") if committed else None
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         self.log(handoff.handoff_id, Status.SWITCHED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
-                 details={"seconds_since_start": round(self.switched_after_s, 3), "startup_s": self.startup.parts,
-                          "seconds_since_process_start": processes.since_start(seen_at),
-                          "keyed_incarnation": checkpoint_incarnation(paths.keyed_checkpoint),
-                          **({"request_id": request_id} if request_id else {})})
+                 details=details.Switched(
+                     seconds_since_start=round(self.switched_after_s, 3), startup_s=self.startup.parts,
+                     seconds_since_process_start=processes.since_start(seen_at),
+                     keyed_incarnation=checkpoint_incarnation(paths.keyed_checkpoint),
+                     request_id=details.of(committed).request_id if committed else None))
         self.out(f"SWITCHED after {self.switched_after_s:.1f}s: the first batch with the seed has committed "
                  f"({self.startup.describe()})")
         return self.switched_after_s
@@ -317,8 +302,8 @@ class Supervisor:
         keep_recent_progress(queries, paths)
         self.drain(handoff, queries)
         result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
-        self.log(handoff.handoff_id, Status.STOPPED, details={"reason": result.reason,
-                                                                   "offsets_behind": result.lag})
+        self.log(handoff.handoff_id, Status.STOPPED, details=details.Stopped(reason=result.reason,
+                                                                             offsets_behind=result.lag))
         return result
 
     def drain(self, handoff: Handoff, queries) -> None:
@@ -333,7 +318,7 @@ class Supervisor:
             state.stop()
         except Exception as err:
             reason = f"applying the last updates to state: {query_error(err)}"
-            self.log(handoff.handoff_id, Status.FAILED, details={"phase": "stream", "reason": reason})
+            self.log(handoff.handoff_id, Status.FAILED, details=details.Failed(phase="stream", reason=reason))
             raise StreamFailed(reason) from None
 
     def _applied_every_update(self, state) -> bool:
@@ -395,6 +380,3 @@ class Supervisor:
                  f"{time.monotonic() - started:.1f}s; resuming")
         return new
 
-
-CHECKPOINT_RACE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error when two drivers write one checkpoint's log
-CHECKPOINT_RACES = 3

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from switchyard.jobs.stream.keyed import HANDOFF_HEADER
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import newest_records
@@ -36,7 +36,7 @@ def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: 
 def _started_with(started) -> str:
     """The topic a STREAM_STARTED entry records; one written before names were per warehouse has none, and its
     stream used `<pipeline>.updates`."""
-    return handoff_log.details(started).get("updates_topic") or f"{started.pipeline}.updates"
+    return details.of(started).updates_topic or f"{started.pipeline}.updates"
 
 
 def last_started_with(tables: Tables) -> str | None:

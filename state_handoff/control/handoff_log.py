@@ -11,7 +11,8 @@ a commit that changes no data) and vacuums the files compacted away longer than 
 (Delta's default, 7 days), so a long log is read from one file, not from one per entry.
 
 An append is checked against the lifecycle (state_handoff/lifecycle.py) on the snapshot its compare-and-swap
-commits after: a status that may not follow its handoff's earlier entries is refused, in one line.
+commits after: a status that may not follow its handoff's earlier entries is refused, in one line. Its details are
+the class of its status (control/details.py, which reads them back too), or a request's (control/requests.py).
 """
 
 from __future__ import annotations
@@ -20,17 +21,21 @@ import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from switchyard.state_handoff.clock import as_utc, naive_utc, utc_now
-from switchyard.state_handoff.control.lifecycle import Status, check_transition
+from switchyard.state_handoff.control.lifecycle import REQUESTS, Status, check_transition
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io import delta_cas, delta_upkeep
 from switchyard.state_handoff.io.storage import delta_options
 from switchyard.state_handoff.tables import Tables
+
+if TYPE_CHECKING:  # not at run time: details.py imports requests.py, which imports this module
+    from switchyard.state_handoff.control.details import Details
 
 # Timestamps carry the UTC zone: that is Delta's (and Spark's) TIMESTAMP; a naive one would be TIMESTAMP_NTZ.
 UTC_TIMESTAMP = pa.timestamp("us", tz="UTC")
@@ -53,7 +58,7 @@ _TIMES = ("at", "backlog_watermark")
 @dataclass(frozen=True)
 class LogEntry:
     """One entry as callers read it: times naive UTC; `start_offsets` and `details` their JSON text, read with
-    `offsets(entry)` and `details(entry)`."""
+    `offsets(entry)` and `details.of(entry)` (control/details.py; a request's with `requests.read(entry)`)."""
 
     seq: int
     handoff_id: str
@@ -108,7 +113,7 @@ def _history(table: DeltaTable, handoff_id: str) -> list[str]:
 
 def append(tables: Tables, handoff_id: str, status: str, *, state_version: int | None = None,
            start_offsets: dict | None = None, backlog_watermark: datetime | None = None,
-           details: dict | None = None) -> LogEntry:
+           details: Details | dict | None = None) -> LogEntry:
     """Append one entry as one Delta commit, so it is there entirely or not at all (no JVM: delta-rs).
 
     Refused with lifecycle.LifecycleError when `status` may not follow the handoff's earlier entries, as read
@@ -116,17 +121,36 @@ def append(tables: Tables, handoff_id: str, status: str, *, state_version: int |
     commit is attempted at exactly the version after the one read, with no retries inside delta-rs (which would
     move it to a later version than `seq` says), and a lost race re-reads the log, checks again and tries the
     next version.
+
+    `details`: the class of `status` (control/details.py), or a request's dict (control/requests.py); anything
+    else is refused with TypeError before the log is read.
     """
-    return _commit(tables, handoff_id, Status(status), state_version, start_offsets, backlog_watermark, details)
+    status = Status(status)
+    return _commit(tables, handoff_id, status, state_version, start_offsets, backlog_watermark,
+                   _written(status, details))
+
+
+def _written(status: Status, details: Details | dict | None) -> dict:
+    """The JSON-ready details of an entry of `status`."""
+    if details is None:
+        return {}
+    if isinstance(details, dict):
+        if status not in REQUESTS:
+            raise TypeError(f"{status}'s details are written as its class in control/details.py, not as a dict")
+        return details
+    if status not in details.STATUSES:
+        raise TypeError(f"{type(details).__name__} details are not {status}'s: they are "
+                        f"{', '.join(sorted(details.STATUSES))}'s")
+    return details.as_details()
 
 
 def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int | None, start_offsets: dict | None,
-            backlog_watermark: datetime | None, details: dict | None) -> LogEntry:
+            backlog_watermark: datetime | None, details: dict) -> LogEntry:
     row = {"handoff_id": handoff_id, "pipeline": tables.pipeline, "status": str(status), "at": utc_now(),
            "state_version": state_version,
            "start_offsets": (json.dumps({str(k): v for k, v in start_offsets.items()})
                              if start_offsets is not None else None),
-           "backlog_watermark": as_utc(backlog_watermark), "details": json.dumps(details or {}, default=str)}
+           "backlog_watermark": as_utc(backlog_watermark), "details": json.dumps(details, default=str)}
     for _ in range(COMMIT_ATTEMPTS):
         table = _open_or_create(tables.handoffs)
         check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
@@ -156,6 +180,8 @@ def latest(tables: Tables, status: str | None = None, handoff_id: str | None = N
 
 
 def details(entry) -> dict:
+    """An entry's details as the JSON dict it holds: for requests.py; every other reader reads them typed, with
+    control/details.py's `of`."""
     return json.loads(entry.details or "{}")
 
 

@@ -16,7 +16,7 @@ the recomputed state replaced it), so that version stays until the new handoff's
 
 from __future__ import annotations
 
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
@@ -40,17 +40,16 @@ def paused_state_versions(entries: list) -> dict[str, int]:
     (refused by its reconciliation, or abandoned)."""
     paused, answered, ended = {}, set(), set()
     for e in entries:
-        details = handoff_log.details(e)
-        request_id = details.get("request_id")
+        logged, request_id = details.of(e), details.request_id(e)
         if e.status == Status.PAUSED and request_id is not None:
-            version = (details.get("cut") or {}).get("state_version")
+            version = (logged.cut or {}).get("state_version")
             if version is not None:
                 paused[request_id] = int(version)
         elif e.status == Status.HANDOFF_COMMITTED and request_id is not None:
             answered.add(request_id)
         elif e.status == Status.SWITCHED:
             ended |= answered  # a stream serves a state at or past every cut answered so far
-        elif e.status == Status.RECONCILIATION_FAILED and details.get("resumable") and request_id is not None:
+        elif e.status == Status.RECONCILIATION_FAILED and logged.resumable and request_id is not None:
             ended.add(request_id)  # nothing was replaced: the stream goes on from its own state
         elif e.status == Status.REBASE_ABANDONED and request_id is not None:
             ended.add(request_id)  # given up: the paused stream resumes from its checkpoint

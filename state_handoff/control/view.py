@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from switchyard.state_handoff.control import handoff_log, lease, lifecycle
+from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle
+from switchyard.state_handoff.control.details import HandoffCommitted
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Phase, Status
 from switchyard.state_handoff.stream_layout import read_json, stream_dir
@@ -62,10 +63,10 @@ class PipelineView:
         return lifecycle.phase(self.last.status if self.last else None, self.streaming)
 
     @property
-    def rebases(self) -> list[dict]:
+    def rebases(self) -> list[HandoffCommitted]:
         """The details of each handoff a rebase committed (those carry its reconciliation), oldest first."""
-        return [d for d in (handoff_log.details(e) for e in self.entries if e.status == Status.HANDOFF_COMMITTED)
-                if "reconciliation" in d]
+        return [d for d in (details.of(e) for e in self.entries if e.status == Status.HANDOFF_COMMITTED)
+                if d.reconciliation is not None]
 
     @property
     def current(self) -> LogEntry | None:

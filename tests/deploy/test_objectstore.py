@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.details import BackfillStarted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_cas, storage
 from switchyard.state_handoff.io.kafka_io import produce
@@ -74,7 +75,7 @@ def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):
     """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
     monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
     tables = Tables(objectstore.warehouse(), "demo")
-    written = [handoff_log.append(tables, f"h{i}", Status.BACKFILL_STARTED, details={"i": i})
+    written = [handoff_log.append(tables, f"h{i}", Status.BACKFILL_STARTED, details=BackfillStarted(more={"i": i}))
                for i in range(12)]
     table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
     assert len(table.file_uris()) < 5, table.file_uris()

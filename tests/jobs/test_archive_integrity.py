@@ -19,7 +19,7 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.rebase_requests import open_request
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
@@ -116,8 +116,8 @@ def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap,
     # --skip-bad-files: a recorded gap, which the handoff refuses, as for an unreadable file
     result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     assert result.skipped_files == [gone]
-    details = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
-    assert details["complete"] is False and {g["file"] for g in details["gaps"]} == {gone}
+    committed = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
+    assert committed.complete is False and {g["file"] for g in committed.gaps} == {gone}
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} was skipped")):
         run_handoff(spark, PIPELINE, tables, bootstrap)
     assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None

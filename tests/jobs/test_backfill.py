@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import TAIL_PHASE, commit_state, run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
@@ -120,7 +120,7 @@ def test_backfill_matches_the_oracle(spark, backlog, tables):
     committed = log[-1]
     assert committed.state_version == result.state_version
     assert committed.backlog_watermark == expected.backlog_watermark
-    assert handoff_log.details(committed)["boundary"] == {str(p): hi - 1 for p, (_, hi) in backlog["cut"].items()}
+    assert details.of(committed).boundary == {str(p): hi - 1 for p, (_, hi) in backlog["cut"].items()}
 
 
 def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spark, bootstrap, backlog, tables):
@@ -147,12 +147,12 @@ def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spar
     assert any(v[1] == TAIL_PHASE for v in dead.values())
 
     # the accounting identity per partition, archive and tail together, against the oracle's counts
-    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
-    tail = committed["kafka_tail"]
+    committed = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
+    tail = committed.kafka_tail
     assert tail["to"] == {str(p): o for p, o in ends.items()} and tail["records"] == len(everything) - len(
         backlog["records"])
     for p in expected.read:
-        archived, kafka = committed["archive_accounting"][str(p)], tail["accounting"][str(p)]
+        archived, kafka = committed.archive_accounting[str(p)], tail["accounting"][str(p)]
         assert archived["read"] + kafka["read"] == expected.read[p]
         assert archived["well_formed"] + kafka["well_formed"] == expected.well_formed[p]
         assert kafka["read"] == kafka["well_formed"] + kafka["dead_lettered"]
@@ -223,7 +223,7 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
     assert_state_matches(spark, tables_fresh, expected)
     assert_windows_match(spark, tables_fresh.windows, expected.final_windows())
     assert_windows_match(spark, tables_fresh.window_state, expected.open_windows())
-    record = handoff_log.details(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED))["backlog"]
+    record = details.of(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED)).backlog
     assert record["table"] == "state"
 
     lines.clear()  # a day merged before, tiled again: its old tiles are in the earlier merge, so every tile
@@ -236,7 +236,7 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
     commit_state(spark, PIPELINE, tables_fresh, out=lines.append, kafka_tail_from=bootstrap)  # of the tiles alone
     assert any(line.startswith("  merging 0 newly tiled day(s)") for line in lines), lines
     assert_state_matches(spark, tables_fresh, oracle.backlog(oracle.read_topic(bootstrap, backlog["topic"])))
-    assert "backlog" not in handoff_log.details(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED))
+    assert details.of(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED)).backlog is None
 
     lines.clear()  # so the next commit merges every tile, and does not fold the tail in again
     commit_state(spark, PIPELINE, tables_fresh, out=lines.append)
@@ -264,9 +264,9 @@ def test_corrupt_file_stops_the_run_and_changes_nothing(spark, tables):
 
     result = run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
     assert result.skipped_files == [bad.path]
-    details = handoff_log.details(handoff_log.latest(tables))
-    assert details["skipped_files"] == [bad.path]
-    assert {g["file"] for g in details["gaps"]} == {bad.path}
+    committed = details.of(handoff_log.latest(tables))
+    assert committed.skipped_files == [bad.path]
+    assert {g["file"] for g in committed.gaps} == {bad.path}
 
 
 def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
@@ -308,10 +308,10 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
         fh.truncate(40)
 
     run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
-    committed = handoff_log.details(handoff_log.latest(tables))
-    assert committed["complete"] is False
+    committed = details.of(handoff_log.latest(tables))
+    assert committed.complete is False
     assert {"file": victim, "partition": partition, "from": lo, "to": hi, "records": n,
-            "below_boundary": True} in committed["gaps"]
+            "below_boundary": True} in committed.gaps
     named = re.escape(f"archive file {victim} was skipped by --skip-bad-files and holds partition {partition} "
                       f"offsets {lo}..{hi} ({n} records) below the boundary")
     with pytest.raises(UserError, match=named):

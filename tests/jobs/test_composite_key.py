@@ -20,7 +20,7 @@ from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.rebase import rebase_pipeline
 from switchyard.jobs.stream import StreamSettings, run_stream
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
@@ -114,8 +114,7 @@ def test_a_composite_key_through_backfill_stream_and_rebase(spark, bootstrap, tm
 
     # an offline rebase recomputes the state at a cut and reconciles it key by key: no difference
     new = rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "test", lambda: spark, out=_quiet)
-    committed = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
-                                                       handoff_id=new.handoff_id))
-    assert committed["reconciliation"]["keys_different"] == 0, committed["reconciliation"]
+    committed = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id))
+    assert committed.reconciliation["keys_different"] == 0, committed.reconciliation
     assert committed["reconciliation"]["keys_recomputed"] == len(expected)
     _matches(tables, expected)

@@ -14,7 +14,7 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import storage
@@ -41,12 +41,11 @@ def hostile(tag: str, partitions: int, *times: str) -> list[tuple]:
 def _assert_accounting_identity(tables: Tables, expected) -> None:
     """Per partition, the first backfill (its archive and its Kafka tail) and every handoff's events batches read
     each record once, and well-formed + dead-lettered = read."""
-    first = handoff_log.details(next(e for e in handoff_log.entries(tables)
-                                     if e.status == Status.BACKFILL_COMMITTED))
+    first = details.of(next(e for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED))
     streamed = stream_progress.accounting([b for h in _handoffs(tables)
                                            for b in stream_progress.batches(tables, h.handoff_id)])
     for p in expected.read:
-        parts = [first["accounting"], first["kafka_tail"]["accounting"], streamed]
+        parts = [first.accounting, first.kafka_tail["accounting"], streamed]
         total = {name: sum(part.get(str(p), {}).get(name, 0) for part in parts)
                  for name in ("read", "well_formed", "dead_lettered")}
         assert total["read"] == expected.read[p] and total["well_formed"] == expected.well_formed[p], (p, total)

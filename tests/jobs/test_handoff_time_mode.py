@@ -13,7 +13,7 @@ import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
@@ -114,10 +114,10 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     want_start = {p: next(o for o, ts in enumerate(stamps) if ts >= _ms(at)) for p, stamps in timestamps.items()}
     assert handoff.start_offsets == want_start
     assert all(handoff.start_offsets[p] < archive_end[p] for p in range(PARTITIONS)), "no real overlap"
-    details = handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
-    assert details["boundary_mode"] == "time" and datetime.fromisoformat(details["at"]) == at
-    assert datetime.fromisoformat(details["overlap_until"]) == newest_archived
-    assert Path(details["overlap"]).is_dir()
+    committed = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
+    assert committed.boundary_mode == "time" and datetime.fromisoformat(committed.at) == at
+    assert datetime.fromisoformat(committed.overlap_until) == newest_archived
+    assert Path(committed.overlap).is_dir()
     assert run_handoff(spark, PIPELINE, tables, bootstrap, boundary="time", at=at).reused
     with pytest.raises(UserError, match="already committed with boundary time"):
         run_handoff(spark, PIPELINE, tables, bootstrap, boundary="offsets")
@@ -142,7 +142,7 @@ def test_time_boundary_skips_the_archived_overlap(spark, bootstrap, topic_name, 
     assert sum(r.event_count for r in rows(spark, tables.state)) == sum(everything.well_formed.values())
 
     stream = _stream_accounting(tables)
-    backfill = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))["accounting"]
+    backfill = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED)).accounting
     for p in range(PARTITIONS):
         s, b = stream[p], backfill[str(p)]
         assert s["skipped_overlap"] == archive_end[p] - handoff.start_offsets[p]  # the re-read archived records

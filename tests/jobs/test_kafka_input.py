@@ -10,7 +10,7 @@ from datetime import datetime
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
@@ -133,6 +133,6 @@ def test_partitions_added_after_the_handoff_are_streamed_from_their_start(spark,
     finally:
         stop_stream(proc, log)
     started = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
-    assert handoff_log.details(started[0])["added_partitions"] == {"2": 0}
+    assert details.of(started[0]).added_partitions == {"2": 0}
     expected = assert_matches_oracle(spark, bootstrap, topic_name, tables)
     assert expected.read[2] > 0 and expected.read[3] > 0

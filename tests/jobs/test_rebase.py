@@ -15,7 +15,7 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff import faults, stream_progress
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
@@ -155,10 +155,10 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     for paused, committed in zip([e for e in entries if e.status == Status.PAUSED],
                                  [e for e in entries if e.status == Status.HANDOFF_COMMITTED][1:]):
         # the rebase's own seconds run after the pause: each step counted once
-        assert 0 < handoff_log.details(committed)["rebase_s"] <= (committed.at - paused.at).total_seconds() + 1
-    requests = [handoff_log.details(e) for e in entries if e.status == Status.REBASE_REQUESTED]
-    assert [r["reason"] for r in requests] == ["backfill", "switch back"], requests
-    assert requests[1]["behind"] > 1200 and requests[1]["behind_for_s"] >= 2
+        assert 0 < details.of(committed).rebase_s <= (committed.at - paused.at).total_seconds() + 1
+    asked = [requests.read(e).fields for e in entries if e.status == Status.REBASE_REQUESTED]
+    assert [r["reason"] for r in asked] == ["backfill", "switch back"], asked
+    assert asked[1]["behind"] > 1200 and asked[1]["behind_for_s"] >= 2
     assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"
     status = pipeline_status(tables)
     assert status["rebases"] == 2 and status["last_reconciliation_keys_different"] == 0

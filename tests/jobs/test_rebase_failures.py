@@ -12,7 +12,7 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import list_archive
@@ -41,7 +41,7 @@ def assert_accounting_identity(bootstrap, topic, tables: Tables, expected) -> No
     """Per partition, the first backfill's accounting plus every handoff's events batches: each record read once,
     and well-formed + dead-lettered = read."""
     first_backfill = next(e for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED)
-    backfill = handoff_log.details(first_backfill)["accounting"]
+    backfill = details.of(first_backfill).accounting
     streamed = stream_progress.accounting([b for h in _handoffs(tables)
                                            for b in stream_progress.batches(tables, h.handoff_id)])
     for p in expected.read:
@@ -162,8 +162,8 @@ def test_a_reconciliation_difference_stops_the_rebase_until_accepted(spark, boot
     assert refused == 2 and "Traceback" not in out, out
     assert "1 of" in error and "--accept-differences" in error and key in error, out
     failed = [e for e in handoff_log.entries(tables) if e.status == Status.RECONCILIATION_FAILED]
-    assert len(failed) == 1 and handoff_log.details(failed[0])["resumable"], failed
-    examples = handoff_log.details(failed[0])["reconciliation"]["examples"]
+    assert len(failed) == 1 and details.of(failed[0]).resumable, failed
+    examples = details.of(failed[0]).reconciliation["examples"]
     assert [x["key"] for x in examples] == [key]
     assert len(_handoffs(tables)) == 1, "nothing handed off"
     assert {r[PIPELINE.key]: r.event_count for r in rows(spark, tables.state)} == tampered, "nothing replaced"
@@ -200,7 +200,7 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     again, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
     assert again == 0 and "Traceback" not in out, out
     committed = _handoffs(tables)[-1]
-    assert handoff_log.details(committed)["reconciliation"]["keys_different"] == 0, out
+    assert details.of(committed).reconciliation["keys_different"] == 0, out
     stream_until_caught_up(spark, tables, bootstrap)
     assert kept_versions.paused_state_versions(handoff_log.entries(tables)) == {}  # switched: released
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

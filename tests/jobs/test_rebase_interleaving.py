@@ -67,7 +67,7 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     request replays the batch and merges what was sent, and rebases with no key different; then this rebase, with
     none different either; every table equals the oracle."""
     from switchyard.jobs import stream as product_stream
-    from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control import details
     from tests.jobs.test_crash_points import crash
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
@@ -87,6 +87,6 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     handoffs = _handoffs(tables)
     assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's
     for handoff in handoffs[1:]:
-        assert handoff_log.details(handoff)["reconciliation"]["keys_different"] == 0, lines
+        assert details.of(handoff).reconciliation["keys_different"] == 0, lines
     stream_until_caught_up(spark, tables, bootstrap)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

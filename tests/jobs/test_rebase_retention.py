@@ -12,7 +12,7 @@ from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.rebase_requests import open_request
 from switchyard.state_handoff import faults
-from switchyard.state_handoff.control import handoff_log, kept_versions, lease
+from switchyard.state_handoff.control import details, handoff_log, kept_versions, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
@@ -195,4 +195,4 @@ def test_a_handoff_whose_start_kafka_deleted_but_the_archive_holds_is_rebased_no
     code, out = _run(tables, bootstrap, "stream", "--until-caught-up", "--tables-trigger-seconds", "1")
     assert code == 2 and "but the archive holds them: run `switchyard rebase --pipeline demo`" in out, out[-3000:]
     _rebase_then_stream(spark, bootstrap, topic_name, tables, kept, tmp_path, monkeypatch)
-    assert "lost" not in handoff_log.details(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
+    assert details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED)).lost is None

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control import details, handoff_log, kept_versions
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io import delta_upkeep
@@ -123,8 +123,8 @@ def test_a_handoff_past_kafkas_retention_restarts_from_what_kafka_retains(spark,
     assert restarted.start_offsets == {0: start[0], 1: retained_from}
     lost = {"1": {"from": start[1], "to": retained_from, "records": 20}}
     committed = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
-    assert handoff_log.details(committed)["lost"] == lost
-    assert handoff_log.details(committed)["restarted_from"] == handoff.handoff_id
+    assert details.of(committed).lost == lost
+    assert details.of(committed).restarted_from == handoff.handoff_id
     assert pipeline_status(tables)["lost_offsets"] == [
         {"handoff_id": restarted.handoff_id, "partition": 1, "from": start[1], "to": retained_from, "records": 20}]
     again = _switchyard(tables, bootstrap, "handoff", "--restart-from-retained")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream.updates_topic import last_started_with
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
@@ -119,7 +120,7 @@ def test_sigkill_and_restart_neither_loses_nor_double_counts(spark, bootstrap, t
     finally:
         stop_stream(proc, log)
     entries = [e for e in handoff_log.entries(tables) if e.status == "STREAM_STARTED"]
-    assert [handoff_log.details(e)["restart"] for e in entries] == [False, True]
+    assert [details.of(e).restart for e in entries] == [False, True]
     assert [e.status for e in handoff_log.entries(tables)].count("SWITCHED") == 1
     assert_matches_oracle(spark, bootstrap, topic_name, tables)
 
@@ -257,9 +258,9 @@ def test_switchyard_stop_reaches_a_stream_on_another_host_through_the_log(spark,
             proc.wait(timeout=60)
     entries = handoff_log.entries(tables)
     asked = next(e for e in entries if e.status == Status.STOP_REQUESTED)
-    assert handoff_log.details(asked)["host"] == "another-host"
+    assert requests.read(asked).host == "another-host"
     assert entries[-1].status == Status.STOPPED and entries[-1].seq > asked.seq
-    assert "STOP_REQUESTED by switchyard stop" in handoff_log.details(entries[-1])["reason"]
+    assert "STOP_REQUESTED by switchyard stop" in details.of(entries[-1]).reason
 
 
 def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, bootstrap, topic_name, tmp_path):
@@ -274,10 +275,10 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 150, seed=6))
     stream_until_caught_up(spark, tables, bootstrap)
     started = handoff_log.latest(tables, Status.STREAM_STARTED)
-    assert handoff_log.details(started)["spark_version"] == spark.version
+    assert details.of(started).spark_version == spark.version
     # what the log holds when another line's stream started the handoff last and was killed (no STOPPED)
     handoff_log.append(tables, handoff.handoff_id, Status.STREAM_STARTED,
-                       details={**handoff_log.details(started), "spark_version": "3.5.1"})
+                       details=dataclasses.replace(details.of(started), spark_version="3.5.1"))
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 3, 2), 150, seed=7))
 
     code, out = cli_here(tables, bootstrap, "stream", "--until-caught-up")

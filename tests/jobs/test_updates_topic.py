@@ -16,7 +16,7 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream import StreamSettings, run_stream
 from switchyard.jobs.stream.updates_topic import check_input_topic, written_by
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import run_handoff
@@ -84,7 +84,7 @@ def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_o
         run_stream(spark, PIPELINE, tables, bootstrap,
                    StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
         started = handoff_log.latest(tables, Status.STREAM_STARTED)
-        topics[started.handoff_id] = handoff_log.details(started).get("updates_topic", f"{PIPELINE.name}.updates")
+        topics[started.handoff_id] = details.of(started).updates_topic or f"{PIPELINE.name}.updates"
         handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
         start, records = handoff_log.offsets(handoff), oracle.read_topic(bootstrap, topic_name)
         expected = oracle.through_stream([r for r in records if r.offset < start.get(r.partition, 0)],

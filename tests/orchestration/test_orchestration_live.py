@@ -12,7 +12,7 @@ import pytest
 
 from switchyard.jobs.backfill import run_backfill
 from switchyard.orchestration.stream_launch import process_log
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
@@ -51,7 +51,7 @@ def _kill_once_running(tables: Tables, after_seq: int, timeout: float = 900) -> 
     while time.monotonic() < deadline:
         started = _status_after(tables, after_seq, Status.STREAM_STARTED)
         if started is not None and lease.stream_running(tables):
-            pid = handoff_log.details(started)["pid"]
+            pid = details.of(started).pid
             progress = read_json(stream_dir(tables, started.handoff_id) / "progress.json") or {}
             if progress.get("pid") == pid:
                 os.kill(pid, signal.SIGKILL)
@@ -81,7 +81,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
     assert [o["phase"] for o in _observations(launched) if "at" in o] == ["STREAM_STARTED", "SWITCHED"]
     assert launched.asset_materializations_for_node(STREAM_OP)[0].metadata["still_running"].value is True
     started = handoff_log.latest(tables, Status.STREAM_STARTED)
-    process = LaunchedStream(handoff_log.details(started)["pid"])
+    process = LaunchedStream(details.of(started).pid)
     log = process_log(tables, started.handoff_id)
     try:
         assert process.poll() is None, f"the detached stream is gone with its run:\n{log.read_text()[-3000:]}"
@@ -124,7 +124,7 @@ def test_a_live_stream_seen_rebased_stopped_and_killed(handed_off, bootstrap):
         seq = _last_seq(tables)
         stopped = defs.resolve_job_def("demo__stop_stream").execute_in_process(raise_on_error=False)
         assert stopped.success and _status_after(tables, seq, Status.STOPPED) is not None, \
-            f"{[(e.status, handoff_log.details(e)) for e in handoff_log.entries(tables) if e.seq > seq]}\n" \
+            f"{[(e.status, details.of(e)) for e in handoff_log.entries(tables) if e.seq > seq]}\n" \
             f"{log.read_text()[-3000:]}"
         assert process.wait(timeout=300) == 0
         checks = dg.materialize([stream_checks], resources=resources(tables, bootstrap),

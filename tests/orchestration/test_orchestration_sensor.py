@@ -9,6 +9,7 @@ import pytest
 from switchyard.orchestration import sensors
 from switchyard.orchestration.resources import KafkaResource, StreamMonitorResource, WarehouseResource
 from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control.details import Stopped
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.stream_layout import stream_dir, write_json_atomically
 from switchyard.state_handoff.tables import Tables
@@ -104,7 +105,7 @@ def test_sensor_plots_progress_and_alerts_on_stall_and_lag(spark, tables):
     assert not alive.passed and alive.severity == dg.AssetCheckSeverity.ERROR
     assert set(evaluations) == {"stream_is_healthy", "stream_process_alive"}, "only verdicts that changed"
 
-    handoff_log.append(tables, HANDOFF_ID, Status.STOPPED, details={"reason": "SIGTERM"})
+    handoff_log.append(tables, HANDOFF_ID, Status.STOPPED, details=Stopped(reason="SIGTERM"))
     stopped = _tick(tables, gone.cursor)
     assert _phases(stopped) == ["STOPPED"]
     evaluations = _split(stopped)[1]

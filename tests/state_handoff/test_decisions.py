@@ -43,7 +43,7 @@ def test_a_rebase_request_stays_open_until_the_handoff_at_its_cut_answers_it():
     assert _open(log) == "r1"
     log.add(Status.PAUSED, request_id="r1", cut={"state_version": 7})
     request = open_request(None, log.entries)
-    assert request["request_id"] == "r1" and request["paused"]["cut"] == {"state_version": 7}
+    assert request["request_id"] == "r1" and request["paused"].cut == {"state_version": 7}
     log.add(Status.HANDOFF_COMMITTED, handoff="h2", state_version=8, request_id="r1")
     assert _open(log) is None
 

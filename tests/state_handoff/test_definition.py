@@ -15,6 +15,7 @@ import pytest
 
 from switchyard.state_handoff import definition, pipeline_settings
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.details import BackfillCommitted, HandoffCommitted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.spec import Field, count
@@ -42,7 +43,8 @@ def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
 def _made_with(tmp_path, pipeline) -> Tables:
     tables = Tables(str(tmp_path / "wh"), pipeline.name)
     handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
-    handoff_log.append(tables, "h1", Status.BACKFILL_COMMITTED, details=definition.as_details(pipeline))
+    handoff_log.append(tables, "h1", Status.BACKFILL_COMMITTED,
+                       details=BackfillCommitted(**definition.as_details(pipeline)))
     return tables
 
 
@@ -62,7 +64,7 @@ def test_a_changed_definition_is_refused_by_settling_and_the_same_one_is_not(tmp
 def test_the_commands_refuse_before_any_jvm_and_status_shows_both_versions(tmp_path):
     tables = _made_with(tmp_path, DEMO)
     handoff_log.append(tables, "h1", Status.HANDOFF_COMMITTED, start_offsets={0: 0},
-                       details={"topic": "t", **definition.as_details(DEMO)})
+                       details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
     changed = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     for command in (["stream"], ["backfill"], ["rebase"], ["handoff"]):

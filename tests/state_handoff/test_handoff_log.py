@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 from deltalake import DeltaTable
 from pyspark.sql.types import LongType, TimestampType
 
-from switchyard.state_handoff.control import handoff_log
-from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control import details, handoff_log
+from switchyard.state_handoff.control.lifecycle import REQUESTS, Status
 from switchyard.state_handoff.tables import Tables
 
 FROZEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
@@ -26,6 +26,11 @@ def _log_files(tables: Tables) -> list[str]:
 
 def _commit_versions(tables: Tables) -> list[int]:
     return [int(name.split(".")[0]) for name in _log_files(tables) if name.endswith(".json")]
+
+
+def _tagged(status: Status, i: int):
+    """Details that tell the entries apart: `i`, a key no details class names (kept in `more`), or a request's own."""
+    return {"i": i} if status in REQUESTS else details.CLASSES[status](more={"i": i})
 
 
 def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, monkeypatch):
@@ -42,9 +47,10 @@ def test_entries_in_commit_order_after_checkpoints_and_log_cleanup(tmp_path, mon
     cycle = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED,
              Status.SWITCHED, Status.REBASE_REQUESTED, Status.PAUSED)
     for i in range(21):
-        written.append(handoff_log.append(tables, handoff_ids[i // len(cycle)], cycle[i % len(cycle)],
+        status = cycle[i % len(cycle)]
+        written.append(handoff_log.append(tables, handoff_ids[i // len(cycle)], status,
                                           state_version=i, start_offsets={0: i, 1: 2 * i},
-                                          backlog_watermark=datetime(2026, 1, 1), details={"i": i}))
+                                          backlog_watermark=datetime(2026, 1, 1), details=_tagged(status, i)))
     DeltaTable(tables.handoffs).cleanup_metadata()
 
     checkpoints = [int(n.split(".")[0]) for n in _log_files(tables) if n.endswith(".checkpoint.parquet")]
@@ -76,7 +82,7 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
               Status.SWITCHED)
     for i in range(30):  # one handoff's switch, then its lag going up and down
         status = switch[i] if i < len(switch) else (Status.CAUGHT_UP, Status.FALLING_BEHIND)[i % 2]
-        written.append(handoff_log.append(tables, "h", status, start_offsets={0: i}, details={"i": i}))
+        written.append(handoff_log.append(tables, "h", status, start_offsets={0: i}, details=_tagged(status, i)))
         files_seen.append(len(DeltaTable(tables.handoffs).file_uris()))
 
     assert max(files_seen) < 8, files_seen
@@ -85,7 +91,7 @@ def test_a_long_log_compacts_itself_and_keeps_every_entry_in_order(tmp_path, mon
     assert len(compactions) >= 3, compactions
     read = handoff_log.entries(tables)
     assert [vars(e) for e in read] == [vars(w) for w in written]
-    assert [handoff_log.details(e)["i"] for e in read] == list(range(30))
+    assert [details.of(e).more["i"] for e in read] == list(range(30))
     # every commit after the table's creation is either the append of one entry, at its seq, or a compaction
     assert sorted([e.seq for e in read] + compactions) == list(range(1, DeltaTable(tables.handoffs).version() + 1))
 
@@ -100,7 +106,7 @@ def test_concurrent_appends_carry_their_exact_commit_versions(tmp_path):
     def writer(name: str) -> None:
         start.wait()
         results[name] = [handoff_log.append(tables, f"{name}-{i}", Status.BACKFILL_STARTED,
-                                            details={"i": i})
+                                            details=_tagged(Status.BACKFILL_STARTED, i))
                          for i in range(per_writer)]
 
     threads = [threading.Thread(target=writer, args=(name,)) for name in ("a", "b")]

@@ -7,7 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control import details, handoff_log, lifecycle
+from switchyard.state_handoff.control.details import BackfillCommitted
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import LifecycleError, Phase, Status
 from switchyard.state_handoff.tables import Tables
@@ -87,9 +88,10 @@ def test_statuses_keep_their_string_names_and_entries_their_attributes(tables):
     assert Status("SWITCHED") is Status.SWITCHED and Status.SWITCHED == "SWITCHED"
     assert set(Status) == set(lifecycle.TRANSITIONS) - {None} | lifecycle.ASIDES
     entry = handoff_log.append(tables, "h1", "BACKFILL_COMMITTED", state_version=4, start_offsets={0: 7},
-                               backlog_watermark=datetime(2026, 1, 2, 3, 4, 5), details={"keys": 2})
+                               backlog_watermark=datetime(2026, 1, 2, 3, 4, 5), details=BackfillCommitted(keys=2))
     assert entry.status is Status.BACKFILL_COMMITTED and entry.backlog_watermark == datetime(2026, 1, 2, 3, 4, 5)
-    assert handoff_log.offsets(entry) == {0: 7} and handoff_log.details(entry) == {"keys": 2}
+    assert handoff_log.offsets(entry) == {0: 7} and details.of(entry) == BackfillCommitted(keys=2)
+    assert entry.details == '{"keys": 2}'
     assert list(vars(entry)) == ["seq", "handoff_id", "pipeline", "status", "at", "state_version", "start_offsets",
                                  "backlog_watermark", "details"]
     assert LogEntry.from_payload(entry.as_payload()) == entry == handoff_log.entries(tables)[0]

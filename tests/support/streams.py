@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
@@ -150,9 +150,9 @@ def assert_matches_oracle(spark, bootstrap, topic, tables: Tables):
     dead = {(r.kafka_partition, r.kafka_offset): r.reason for r in rows(spark, tables.dead_letter)}
     assert dead == expected.dead_letter
     # the accounting identity per partition over both phases: nothing vanished, nothing counted twice
-    committed = handoff_log.details(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
-    backfill = {p: dict(a) for p, a in committed["accounting"].items()}
-    for p, a in (committed.get("kafka_tail") or {}).get("accounting", {}).items():  # the backfill's Kafka tail
+    committed = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
+    backfill = {p: dict(a) for p, a in committed.accounting.items()}
+    for p, a in (committed.kafka_tail or {}).get("accounting", {}).items():  # the backfill's Kafka tail
         b = backfill.setdefault(p, {"read": 0, "well_formed": 0, "dead_lettered": 0})
         for name in ("read", "well_formed", "dead_lettered"):
             b[name] += a[name]
