@@ -32,7 +32,8 @@ class SparkResource(dg.ConfigurableResource):
 
 
 class KafkaResource(dg.ConfigurableResource):
-    """The Kafka cluster the pipelines' topics live on, and how to reach it (SWITCHYARD_KAFKA_* when unset)."""
+    """The Kafka cluster the pipelines' topics live on, how to reach it (SWITCHYARD_KAFKA_* when unset), and the
+    schema registry its Avro values' writer schemas are in (SWITCHYARD_SCHEMA_REGISTRY_* when unset)."""
 
     bootstrap: str = settings.default("SWITCHYARD_BOOTSTRAP")
     security_protocol: str | None = None  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
@@ -40,6 +41,8 @@ class KafkaResource(dg.ConfigurableResource):
     sasl_username: str | None = None
     sasl_password: str | None = None  # a secret: dg.EnvVar("...")
     ssl_cafile: str | None = None
+    schema_registry_url: str | None = None
+    schema_registry_user_info: str | None = None  # `user:password`, a secret: dg.EnvVar("...")
 
     @contextmanager
     def yield_for_execution(self, context: dg.InitResourceContext):
@@ -49,7 +52,9 @@ class KafkaResource(dg.ConfigurableResource):
                                         "SWITCHYARD_KAFKA_SASL_MECHANISM": self.sasl_mechanism,
                                         "SWITCHYARD_KAFKA_SASL_USERNAME": self.sasl_username,
                                         "SWITCHYARD_KAFKA_SASL_PASSWORD": self.sasl_password,
-                                        "SWITCHYARD_KAFKA_SSL_CAFILE": self.ssl_cafile}):
+                                        "SWITCHYARD_KAFKA_SSL_CAFILE": self.ssl_cafile,
+                                        "SWITCHYARD_SCHEMA_REGISTRY_URL": self.schema_registry_url,
+                                        "SWITCHYARD_SCHEMA_REGISTRY_USER_INFO": self.schema_registry_user_info}):
             kafka_security.from_env()  # an incomplete or unknown setting fails the run in one line, before any work
             yield self
 

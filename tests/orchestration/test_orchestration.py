@@ -191,15 +191,20 @@ def test_a_kafka_secret_given_as_an_env_var_reaches_the_runs_clients(monkeypatch
         seen["security"], seen["s3"] = from_env(), storage.s3_credentials()
         seen["environ"] = {k: v for k, v in os.environ.items() if "s3cret" in v or v == "team-s3-secret"}
         seen["child"] = settings.overrides()
+        seen["registry"] = settings.given("SWITCHYARD_SCHEMA_REGISTRY_URL"), settings.given(
+            "SWITCHYARD_SCHEMA_REGISTRY_USER_INFO")
 
     kafka = KafkaResource(bootstrap="127.0.0.1:9", security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
-                          sasl_username="team", sasl_password=dg.EnvVar("TEAM_KAFKA_PASSWORD"))
+                          sasl_username="team", sasl_password=dg.EnvVar("TEAM_KAFKA_PASSWORD"),
+                          schema_registry_url="http://127.0.0.1:9/apis/ccompat/v7",
+                          schema_registry_user_info=dg.EnvVar("TEAM_KAFKA_PASSWORD"))
     warehouse = WarehouseResource(warehouse="/tmp/unused", aws_access_key_id="team-key",
                                   aws_secret_access_key=dg.EnvVar("TEAM_S3_SECRET"))
     assert dg.materialize([probe], resources={"kafka": kafka, "warehouse": warehouse}).success
     assert (seen["security"].protocol, seen["security"].username, seen["security"].password) == (
         "SASL_PLAINTEXT", "team", "s3cret-from-the-team")
     assert seen["s3"] == ("team-key", "team-s3-secret", None)
+    assert seen["registry"] == ("http://127.0.0.1:9/apis/ccompat/v7", "s3cret-from-the-team")
     assert seen["environ"] == {"TEAM_KAFKA_PASSWORD": "s3cret-from-the-team", "TEAM_S3_SECRET": "team-s3-secret"}, \
         "only the team's own variables hold the secrets: none was copied into the process's environment"
     assert seen["child"]["SWITCHYARD_KAFKA_SASL_PASSWORD"] == "s3cret-from-the-team", "the stream process is handed it"
