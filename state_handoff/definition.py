@@ -61,9 +61,49 @@ def version(pipeline: Pipeline) -> str:
     return _digest(parts(pipeline))
 
 
+def outputs(pipeline: Pipeline) -> dict[str, str]:
+    """Each output column by its name (a window's as `windows.<name>`), as a digest of its declaration but the name:
+    what tells an added, dropped, renamed or changed output apart."""
+    def but_name(aggregation) -> str:
+        return _digest({k: v for k, v in _declared(aggregation).items() if k != "name"})
+
+    found = {a.name: but_name(a) for a in pipeline.aggregations}
+    windowed = pipeline.windows.aggregations if pipeline.windows is not None else ()
+    return {**found, **{f"windows.{a.name}": but_name(a) for a in windowed}}
+
+
 def as_details(pipeline: Pipeline) -> dict:
     """What a backfill's or handoff's log entry records of the definition it was made with."""
-    return {KEY: {"version": version(pipeline), "parts": parts(pipeline)}}
+    return {KEY: {"version": version(pipeline), "parts": parts(pipeline), "outputs": outputs(pipeline)}}
+
+
+def changes(record: dict, pipeline: Pipeline) -> list[str]:
+    """What differs between a recorded definition and `pipeline`: the parts, each aggregations or windows part with
+    the outputs added, dropped, renamed or changed when the record names its outputs (records before it did not)."""
+    now = parts(pipeline)
+    changed = [name for name in now if record["parts"].get(name) != now[name]]
+    if "outputs" not in record:
+        return changed
+    then, current = record["outputs"], outputs(pipeline)
+    added = [n for n in current if n not in then]
+    dropped = [n for n in then if n not in current]
+    renamed = []
+    for old in list(dropped):
+        new = next((n for n in added if current[n] == then[old] and n.startswith("windows.") == old.startswith(
+            "windows.")), None)
+        if new is not None:
+            renamed.append(f"{old} renamed {new}")
+            dropped.remove(old)
+            added.remove(new)
+    altered = [n for n in current if n in then and current[n] != then[n]]
+    said = [*(f"{n} added" for n in added), *(f"{n} dropped" for n in dropped), *renamed,
+            *(f"{n} changed" for n in altered)]
+
+    def told(part: str, windowed: bool) -> str:
+        mine = [t for t in said if t.startswith("windows.") == windowed]
+        return f"{part} ({', '.join(mine)})" if mine else part
+
+    return [told(name, name == "windows") if name in ("aggregations", "windows") else name for name in changed]
 
 
 def recorded(entries) -> tuple[handoff_log.LogEntry, dict] | None:
@@ -85,8 +125,7 @@ def refuse_changed(pipeline: Pipeline, entries) -> None:
     entry, record = found
     if record["version"] == version(pipeline):
         return
-    now = parts(pipeline)
-    changed = [name for name in now if record["parts"].get(name) != now[name]] or ["its parts"]
+    changed = changes(record, pipeline) or ["its parts"]
     what = "backfill" if entry.status == Status.BACKFILL_COMMITTED else "handoff"
     raise UserError(f"pipeline {pipeline.name}'s definition changed since its {what} {entry.handoff_id} (its "
                     f"{', '.join(changed)}: version {record['version']} then, {version(pipeline)} now): its state, "

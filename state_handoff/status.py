@@ -63,11 +63,10 @@ def _add_definition(status: dict, pipeline, entries: list) -> None:
     from switchyard.state_handoff import definition
 
     found = definition.recorded(entries)
-    now = definition.parts(pipeline)
     recorded = found[1] if found else None
     status["definition"] = {"version": definition.version(pipeline),
                             "recorded": recorded["version"] if recorded else None,
-                            "changed": [k for k in now if recorded and recorded["parts"].get(k) != now[k]]}
+                            "changed": definition.changes(recorded, pipeline) if recorded else []}
 
 
 def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:

@@ -18,7 +18,7 @@ from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.details import BackfillCommitted, HandoffCommitted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.spec import Field, count
+from switchyard.state_handoff.spec import Field, count, maximum
 from switchyard.state_handoff.tables import Tables
 from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
 
@@ -40,6 +40,27 @@ def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
     assert definition.version(windowed_count) != definition.version(DEMO)
 
 
+def test_the_outputs_added_dropped_renamed_or_changed_are_named():
+    recorded = definition.as_details(DEMO)[definition.KEY]
+    first, second = DEMO.aggregations[0], DEMO.aggregations[1]
+    assert definition.changes(recorded, DEMO) == []
+    assert definition.changes(recorded, DEMO_PLUS_ONE) == ["aggregations (largest2 added)"]
+    edited = dataclasses.replace(DEMO, aggregations=(dataclasses.replace(first, name=f"{first.name}_renamed"),
+                                                     *DEMO.aggregations[2:], maximum("largest2", "amount")))
+    assert definition.changes(recorded, edited) == [
+        f"aggregations (largest2 added, {second.name} dropped, {first.name} renamed {first.name}_renamed)"]
+    retyped = dataclasses.replace(DEMO, aggregations=(dataclasses.replace(first, kind="max", column="amount")
+                                                      if first.kind == "count" else
+                                                      dataclasses.replace(first, kind="count", column=None),
+                                                      *DEMO.aggregations[1:]))
+    assert definition.changes(recorded, retyped) == [f"aggregations ({first.name} changed)"]
+    windowed = dataclasses.replace(DEMO, windows=dataclasses.replace(DEMO.windows, aggregations=(count("n"),)))
+    assert definition.changes(recorded, windowed) == [
+        "windows (windows.amount_sum dropped, windows.event_count renamed windows.n)"]
+    unnamed = {k: v for k, v in recorded.items() if k != "outputs"}  # recorded before outputs were
+    assert definition.changes(unnamed, DEMO_PLUS_ONE) == ["aggregations"]
+
+
 def _made_with(tmp_path, pipeline) -> Tables:
     tables = Tables(str(tmp_path / "wh"), pipeline.name)
     handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
@@ -52,7 +73,7 @@ def test_a_changed_definition_is_refused_by_settling_and_the_same_one_is_not(tmp
     tables = _made_with(tmp_path, DEMO)
     pipeline_settings.settle(tables, "switchyard stream", env={}, pipeline=DEMO)
     with pytest.raises(UserError, match=r"^pipeline demo's definition changed since its backfill h1 \(its "
-                                        r"aggregations: version \w+ then, \w+ now\)") as refused:
+                                        r"aggregations \(largest2 added\): version \w+ then, \w+ now\)") as refused:
         pipeline_settings.settle(tables, "switchyard stream", env={}, pipeline=DEMO_PLUS_ONE)
     assert "\n" not in str(refused.value)
     unrecorded = Tables(str(tmp_path / "old"), "demo")  # a log from before definitions were recorded
@@ -80,4 +101,4 @@ def test_the_commands_refuse_before_any_jvm_and_status_shows_both_versions(tmp_p
                             "--warehouse", tables.warehouse], capture_output=True, text=True, env=env, timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert (f"DEFINITION CHANGED: version {definition.version(DEMO_PLUS_ONE)} now, {definition.version(DEMO)} in "
-            "the tables (aggregations)") in shown.stdout, shown.stdout
+            "the tables (aggregations (largest2 added))") in shown.stdout, shown.stdout
