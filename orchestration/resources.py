@@ -33,7 +33,7 @@ class SparkResource(dg.ConfigurableResource):
 
 class KafkaResource(dg.ConfigurableResource):
     """The Kafka cluster the pipelines' topics live on, how to reach it (SWITCHYARD_KAFKA_* when unset), and the
-    schema registry its Avro values' writer schemas are in (SWITCHYARD_SCHEMA_REGISTRY_* when unset)."""
+    schema registry its Avro values' writer schemas are in (SWITCHYARD_SCHEMA_REGISTRY_URL when unset)."""
 
     bootstrap: str = settings.default("SWITCHYARD_BOOTSTRAP")
     security_protocol: str | None = None  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL

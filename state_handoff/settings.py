@@ -205,6 +205,9 @@ SETTINGS: tuple[Setting, ...] = (
             _whole(1, MOST_PARTITIONS, "partitions")),
     Setting("SWITCHYARD_STATE_PARTITIONS", "2", "the stream's state-store partitions (fixed by a handoff's first "
             "checkpoint)", _whole(1, MOST_PARTITIONS, "partitions")),
+    Setting("SWITCHYARD_SWITCH_BACK", "cost", "how a stream far behind decides to switch back to the batch path: "
+            "`cost` (when a rebase is estimated to end sooner than streaming the backlog) or `lag` (whenever the lag "
+            "stays above --switch-back-lag for --switch-back-after seconds)", _one_of("cost", "lag")),
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables",
             _whole(1, 1_000_000, "batches")),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)",
@@ -323,6 +326,7 @@ class Settings:
     spark_cds: bool
     shuffle_partitions: int | None
     state_partitions: int
+    switch_back: str
     tidy_every: int
     lease_seconds: float
     max_record_bytes: int

@@ -144,15 +144,24 @@ class Monitor:
         """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up
         faster than micro-batches. Hysteresis: after one, none again until caught up for a while."""
         decisions = self.decisions
-        if not decisions.switch_back(now, behind):
+        latest = snapshot.get("latest_offsets")
+        decided = decisions.switch_back(now, behind, sum(latest.values()) if latest else None)
+        if decisions.declined is not None:  # held off by its cost, said once while behind
+            self.sup.out(f"not switching back: {decisions.declined.describe()}")
+            decisions.declined = None
+        if not decided:
             return None
         figures = {"offsets_behind": {str(p): n for p, n in lag.items()}, "behind": behind,
                    "behind_for_s": round(decisions.behind_for(now), 1), "threshold": decisions.switch_back_lag,
-                   "processed_rows_per_s": snapshot.get("processed_rows_per_s")}
+                   "processed_rows_per_s": snapshot.get("processed_rows_per_s"), "when": decisions.switch_back_when,
+                   **({"estimate": decisions.estimate.as_details()}
+                      if decisions.switch_back_when == "cost" and decisions.estimate else {})}
         request_id = rebase_requests.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
         self.sup.last_switch_back = decisions.last_switch_back
+        because = (f": {decisions.estimate.describe()}" if decisions.switch_back_when == "cost" and decisions.estimate
+                   else "")
         self.sup.out(f"SWITCH BACK: {behind} offsets behind for {decisions.behind_for(now):.0f}s "
-                     f"(threshold {decisions.switch_back_lag}): rebasing through the batch path")
+                     f"(threshold {decisions.switch_back_lag}){because}: rebasing through the batch path")
         return rebase_requests.open_request(self.sup.tables) or {"request_id": request_id}
 
     def _read_request(self) -> dict | None:

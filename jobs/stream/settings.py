@@ -28,11 +28,21 @@ class StreamSettings:
     switch_back_after: float = 30.0
     # Hysteresis: after a switch back, none again until the stream has been caught up this long.
     switch_back_hold: float = 120.0
+    # By cost ("cost"): only when a rebase is estimated to end sooner than the stream drains the backlog, a rebase
+    # taking `rebase_fixed_s` plus the records at `rebase_records_per_s` (a 945,000-record switch back took 38.8 s on
+    # 2 cores: benchmarks/results/burst-1e6-spark-4.2.0.json); by lag alone ("lag"). None: SWITCHYARD_SWITCH_BACK.
+    switch_back_when: str | None = None
+    rebase_fixed_s: float = 30.0
+    rebase_records_per_s: float = 250_000.0
     requests_every_seconds: float = 1.0
     # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS.
     state_partitions: int | None = None
 
     def __post_init__(self):
+        if self.switch_back_when is None:
+            self.switch_back_when = switchyard_settings.value("SWITCHYARD_SWITCH_BACK")
+        elif self.switch_back_when not in ("cost", "lag"):
+            raise UserError(f"switch_back_when must be cost or lag, not {self.switch_back_when!r}")
         if self.state_partitions is None:
             self.state_partitions = switchyard_settings.value("SWITCHYARD_STATE_PARTITIONS")
         elif self.state_partitions < 1:

@@ -1,6 +1,10 @@
 """The stream's lag decisions over a given clock, without Spark or Kafka: caught up and falling behind with
 hysteresis, and the switch back after the lag stays high, held off after one until the stream has been caught up a
-while."""
+while; decided by cost, made only when a rebase is estimated to end sooner than the stream drains its backlog."""
+
+import math
+
+import pytest
 
 from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.settings import StreamSettings
@@ -10,7 +14,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 def _decisions(**given) -> LagDecisions:
     return LagDecisions.of(StreamSettings(**{"caught_up_lag": 10, "falling_behind_lag": 100, "switch_back_lag": 1000,
                                              "switch_back_after": 30.0, "switch_back_hold": 120.0,
-                                             "state_partitions": 1, **given}))
+                                             "state_partitions": 1, "switch_back_when": "lag", **given}))
 
 
 def test_caught_up_and_falling_behind_with_hysteresis():
@@ -58,3 +62,68 @@ def test_after_a_switch_back_none_again_until_caught_up_for_the_hold():
 def test_never_with_switch_back_off():
     lag = _decisions(switch_back_lag=None)
     assert not any(lag.switch_back(t, 10**9) for t in (0.0, 100.0, 10_000.0))
+
+
+def _looks(lag: LagDecisions, until: float, behind0: int, processed_per_s: float, arriving, latest0: int = 0,
+           start: float = 0.0, every: float = 0.5) -> bool:
+    """Looks every `every` s from `start` to `until`: the input grows by `arriving(t)` records a second, the stream
+    processes `processed_per_s`; whether the last look switched back."""
+    t, latest, processed, decided = start, latest0, latest0 - behind0, False
+    while t <= until + 1e-9:
+        decided = lag.switch_back(t, latest - processed, latest)
+        if decided:
+            return True
+        latest += int(arriving(t) * every)
+        processed = min(latest, processed + int(processed_per_s * every))
+        t += every
+    return decided
+
+
+def _by_cost(**given) -> LagDecisions:
+    return _decisions(switch_back_lag=100_000, switch_back_after=10.0, switch_back_when="cost", **given)
+
+
+def test_by_cost_a_burst_the_stream_drains_sooner_is_streamed_and_the_estimate_is_told_once():
+    lag = _by_cost()
+    assert not _looks(lag, 60.0, 1_000_000, processed_per_s=50_000, arriving=lambda t: 1000)
+    assert lag.last_switch_back is None
+    told = lag.estimate
+    assert told.processed_per_s == pytest.approx(50_000, rel=0.05) and told.arriving_per_s == pytest.approx(1000, rel=0.1)
+    assert told.stream_s < told.rebase_s and not told.rebase_sooner
+    assert lag.declined is not None and lag.declined.behind == 1_000_000 - 49_000 * 10, "told at the first decision"
+    lag.declined = None  # the monitor said it
+    assert not lag.switch_back(61.0, 200_000, 10**7) and lag.declined is None, "told once while behind"
+
+
+def test_by_cost_a_backlog_a_rebase_ends_sooner_is_switched_back():
+    lag = _by_cost()
+    assert _looks(lag, 60.0, 10_000_000, processed_per_s=50_000, arriving=lambda t: 1000)
+    assert lag.last_switch_back == pytest.approx(10.0)
+    assert lag.estimate.rebase_sooner and lag.estimate.rebase_s == pytest.approx(30 + lag.estimate.behind / 250_000)
+    assert lag.estimate.as_details()["stream_s"] == pytest.approx(lag.estimate.stream_s, abs=0.1)
+
+
+def test_by_cost_a_stream_that_does_not_gain_on_its_input_is_switched_back():
+    lag = _by_cost()
+    assert _looks(lag, 60.0, 200_000, processed_per_s=50_000, arriving=lambda t: 60_000)
+    assert math.isinf(lag.estimate.stream_s) and lag.estimate.as_details()["stream_s"] is None
+    assert "never drains them" in lag.estimate.describe()
+
+
+def test_by_cost_the_input_rate_is_the_latest_one_not_a_burst_already_written():
+    lag = _by_cost()  # 300,000 a second for 3 s, then the trickle: decided at 10 s, by the trickle
+    assert not _looks(lag, 30.0, 150_000, processed_per_s=50_000, arriving=lambda t: 300_000 if t < 3 else 1000)
+    assert lag.estimate.arriving_per_s == pytest.approx(1000, rel=0.1)
+
+
+def test_by_cost_no_switch_back_without_two_looks_to_measure_from():
+    lag = _by_cost()
+    assert not lag.switch_back(0.0, 10**7) and not lag.switch_back(20.0, 10**7)
+    assert lag.estimate is None and lag.last_switch_back is None
+
+
+def test_the_way_of_deciding_is_a_setting(monkeypatch):
+    monkeypatch.setenv("SWITCHYARD_SWITCH_BACK", "lag")
+    assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "lag"
+    monkeypatch.delenv("SWITCHYARD_SWITCH_BACK")
+    assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "cost"

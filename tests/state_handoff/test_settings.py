@@ -99,6 +99,7 @@ BAD = [
     ("SWITCHYARD_OBJECTSTORE_HEAP", "0", "SWITCHYARD_OBJECTSTORE_HEAP must be a JVM memory size such as 512m"),
     ("SWITCHYARD_S3_ENDPOINT", "127.0.0.1:9000", "SWITCHYARD_S3_ENDPOINT must be an http:// or https:// URL"),
     ("SWITCHYARD_SCHEMA_REGISTRY_URL", "registry:8081", "SWITCHYARD_SCHEMA_REGISTRY_URL must be an http:// or https:// URL"),
+    ("SWITCHYARD_SWITCH_BACK", "always", "SWITCHYARD_SWITCH_BACK must be one of"),
     ("SWITCHYARD_FIRST_DAY", "1 Dec 2025", "SWITCHYARD_FIRST_DAY must be a day as YYYY-MM-DD, not '1 Dec 2025'"),
     ("SWITCHYARD_FAULT", "stream.nowhere", "SWITCHYARD_FAULT must be `point[:n]`"),
     ("SWITCHYARD_FAULT", "stream.after_seed:0", "not 'stream.after_seed:0'"),
