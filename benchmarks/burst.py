@@ -29,6 +29,7 @@ from pathlib import Path
 
 from benchmarks.burst_arm import PIPELINE, Arm, ArmRun
 from benchmarks.harness import add_connection, delete_topics, machine, write_json
+from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_cas
 from switchyard.state_handoff.tables import Tables
@@ -110,12 +111,14 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
     caught_up_lag = max(1, int(rate * caught_up_seconds))
     args = {"events": events, "rate": rate, "keys": keys, "partitions": partitions, "backlog": backlog,
             "switch_back_lag": switch_back_lag, "switch_back_after": switch_back_after,
+            "switch_back_when": settings.value("SWITCHYARD_SWITCH_BACK"),  # B's way of deciding (cost or lag)
             "caught_up_lag": caught_up_lag, "caught_up_seconds": caught_up_seconds,
             "falling_behind_lag": max(10 * caught_up_lag, 1000), "warmup_seconds": warmup_seconds,
             "margin_seconds": margin_seconds, "seed": seed, "timeout": timeout,
             "max_offsets_per_trigger": "stream default"}
     out(f"burst: a stream at {rate:,} events/s receives a burst of {events:,} records; "
-        f"A without switch back, B with it (lag > {switch_back_lag:,} for {switch_back_after:g}s); "
+        f"A without switch back, B with it (lag > {switch_back_lag:,} for {switch_back_after:g}s, decided by "
+        f"{args['switch_back_when']}); "
         f"caught up at <= {caught_up_lag:,} offsets behind ({caught_up_seconds:g}s of input)")
     arms: dict[str, Arm] = {}
     stop_at: int | None = None
