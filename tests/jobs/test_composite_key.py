@@ -116,5 +116,5 @@ def test_a_composite_key_through_backfill_stream_and_rebase(spark, bootstrap, tm
     new = rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "test", lambda: spark, out=_quiet)
     committed = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=new.handoff_id))
     assert committed.reconciliation["keys_different"] == 0, committed.reconciliation
-    assert committed["reconciliation"]["keys_recomputed"] == len(expected)
+    assert committed.reconciliation["keys_recomputed"] == len(expected)
     _matches(tables, expected)
