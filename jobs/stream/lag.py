@@ -73,6 +73,8 @@ class LagDecisions:
     declined: SwitchBackEstimate | None = None  # the first estimate that held a switch back off while behind, to tell
     _declined_once: bool = False
     _first: tuple[float, int, int] | None = None  # the first look while behind: (time, latest offsets, behind)
+    _advances: int = 0  # batches seen committed while behind
+    _advanced: list[tuple[float, int]] = field(default_factory=list)  # (time, processed) at the 2nd and last advance
     _recent: list[tuple[float, int, int]] = field(default_factory=list)  # the looks of the last ARRIVAL_WINDOW_S
 
     @classmethod
@@ -98,6 +100,7 @@ class LagDecisions:
         from; a decision by cost makes none without two looks a second apart)."""
         if self.switch_back_lag is None or behind <= self.switch_back_lag:
             self.behind_since, self._first, self._recent, self._declined_once = None, None, [], False
+            self._advanced, self._advances = [], 0
             return False
         self.behind_since = self.behind_since if self.behind_since is not None else now
         if latest is not None:
@@ -117,18 +120,27 @@ class LagDecisions:
         return True
 
     def _look(self, now: float, latest: int, behind: int) -> None:
+        processed = latest - behind
+        before = self._recent[-1][1] - self._recent[-1][2] if self._recent else None
+        if before is not None and processed > before:  # a batch committed since the last look
+            self._advances += 1
+            anchor = self._advanced[0] if self._advances > 2 else (now, processed)  # from the 2nd on
+            self._advanced = [anchor, (now, processed)]
         self._first = self._first or (now, latest, behind)
         self._recent = [look for look in self._recent if now - look[0] <= ARRIVAL_WINDOW_S] + [(now, latest, behind)]
 
     def _estimated(self, behind: int) -> SwitchBackEstimate | None:
-        if self._first is None or not self._recent:
+        # The stream's rate is measured between batches it committed while behind, from the second to the last, once
+        # a third has: the time before the first holds the batch that was running when the backlog came, and the
+        # one up to the second holds the start of the first batch over the backlog, not the stream's rate.
+        if self._first is None or not self._recent or self._advances < 3:
             return None
-        (t0, latest0, behind0), (t1, latest1, behind1) = self._first, self._recent[-1]
-        (ta, latest_a, _) = self._recent[0]
-        if t1 - t0 < 1.0:
+        (t0, processed0), (t_last, processed_last) = self._advanced
+        (t1, latest1, _), (ta, latest_a, _), (_, latest0, _) = self._recent[-1], self._recent[0], self._first
+        if t_last - t0 < 1.0:
             return None
-        processed = ((latest1 - behind1) - (latest0 - behind0)) / (t1 - t0)
-        arriving = (latest1 - latest_a) / (t1 - ta) if t1 - ta >= 1.0 else (latest1 - latest0) / (t1 - t0)
+        processed = (processed_last - processed0) / (t_last - t0)
+        arriving = (latest1 - latest_a) / (t1 - ta) if t1 - ta >= 1.0 else (latest1 - latest0) / (t1 - self._first[0])
         gain = processed - arriving
         return SwitchBackEstimate(behind, processed, arriving, behind / gain if gain > 0 else math.inf,
                                   self.rebase_fixed_s + behind / self.rebase_records_per_s)

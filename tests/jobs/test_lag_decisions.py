@@ -127,3 +127,12 @@ def test_the_way_of_deciding_is_a_setting(monkeypatch):
     assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "lag"
     monkeypatch.delenv("SWITCHYARD_SWITCH_BACK")
     assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "cost"
+
+
+def test_by_cost_no_decision_before_the_stream_has_committed_three_batches_while_behind():
+    lag = _by_cost()  # a burst of 10^6 written; a trickle batch commits, then the first batch over the burst runs
+    assert not lag.switch_back(0.0, 1_000_000, 1_000_000) and not lag.switch_back(5.0, 1_001_000, 1_005_000)
+    assert not lag.switch_back(10.0, 1_006_000, 1_010_000) and lag.estimate is None, "its first batch still running"
+    assert not lag.switch_back(14.0, 810_000, 1_014_000) and lag.estimate is None, "two batches: its start in them"
+    assert not lag.switch_back(18.0, 614_000, 1_018_000), "three: 200,000 in 4 s, the stream drains it sooner"
+    assert lag.estimate.processed_per_s == pytest.approx(50_000, rel=0.05) and not lag.estimate.rebase_sooner
