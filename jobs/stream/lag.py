@@ -22,7 +22,8 @@ ARRIVAL_WINDOW_S = 5.0  # the input's rate is measured over this much of the lat
 @dataclass(frozen=True)
 class SwitchBackEstimate:
     """What a switch back is decided on: the records `behind`, the rates measured while behind (records processed
-    per second over the whole time behind; arriving per second over the last ARRIVAL_WINDOW_S), the seconds the
+    per second between the batches committed while behind, from the second on; arriving per second over the last
+    ARRIVAL_WINDOW_S), the seconds the
     stream would take to drain the backlog at their difference (infinite when it does not gain on its input), and
     the seconds a rebase would take (its fixed cost, plus the records at the batch path's rate)."""
 
@@ -97,7 +98,7 @@ class LagDecisions:
     def switch_back(self, now: float, behind: int, latest: int | None = None) -> bool:
         """Whether to rebase through the batch path now; when it says so, the switch back is taken as made.
         `latest`: the input's latest offsets summed over its partitions, at this look (what the rates are measured
-        from; a decision by cost makes none without two looks a second apart)."""
+        from; a decision by cost makes none before three batches have committed while behind)."""
         if self.switch_back_lag is None or behind <= self.switch_back_lag:
             self.behind_since, self._first, self._recent, self._declined_once = None, None, [], False
             self._advanced, self._advances = [], 0
