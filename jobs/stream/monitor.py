@@ -120,7 +120,7 @@ class Monitor:
             stop_all(self.queries)
             reason = query_error(err)
             try:
-                if unseen_id(err) is None:  # an id to look for (state_handoff/avro_writers.py) is no failure yet
+                if unseen_id(err) is None:  # an id to look for: jobs/stream/restarts.py logs FAILED if it is one
                     self.log(Status.FAILED, details=Failed(phase="stream", reason=reason))
             except Exception:  # the log is out of reach too; the exit code still says it
                 pass

@@ -6,6 +6,9 @@ from __future__ import annotations
 from switchyard.jobs.stream.settings import StreamFailed
 from switchyard.state_handoff import avro_writers
 from switchyard.state_handoff.control import lease as leases
+from switchyard.state_handoff.control.details import Failed
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff
 
 CHECKPOINT_RACE = "CONCURRENT_STREAM_LOG_UPDATE"  # Spark's error when two drivers write one checkpoint's log
@@ -16,11 +19,24 @@ def may_start_again(sup, handoff: Handoff, err: StreamFailed) -> bool:
     """Whether the supervisor `sup` starts the queries of `handoff` again after `err`: a record of an Avro schema
     version registered after the queries started (state_handoff/avro_writers.py), or a checkpoint another driver
     wrote (see `_raced_for_the_checkpoint`)."""
-    if avro_writers.learned(sup.pipeline.avro, err):
-        sup.out(f"stream {sup.pipeline.name}: {err}; the queries start again from their checkpoints with the "
-                f"subject's versions read again")
-        return True
+    if avro_writers.unseen_id(err) is not None:  # the monitor left FAILED to this decision
+        return _looked_for_the_schema_id(sup, handoff, err)
     return _raced_for_the_checkpoint(sup, handoff, err)
+
+
+def _looked_for_the_schema_id(sup, handoff: Handoff, err: StreamFailed) -> bool:
+    """A record of a schema id above every id the queries knew: the subject is read again and the queries start again,
+    unless the id was met before (or the registry cannot be read), which is a failure, logged as FAILED here."""
+    try:
+        if avro_writers.learned(sup.pipeline.avro, err):
+            sup.out(f"stream {sup.pipeline.name}: {err}; the queries start again from their checkpoints with the "
+                    f"subject's versions read again")
+            return True
+        reason = str(err)
+    except UserError as unread:
+        reason = f"{err}; {unread}"
+    sup.log(handoff.handoff_id, Status.FAILED, details=Failed(phase="stream", reason=reason))
+    return False
 
 
 def _raced_for_the_checkpoint(sup, handoff: Handoff, err: StreamFailed) -> bool:

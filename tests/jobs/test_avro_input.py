@@ -31,6 +31,7 @@ from switchyard.state_handoff.io.kafka_io import create_topic, produce
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
+from tests.support.installed import install_pipeline
 from tests.support.streams import start_stream, wait_until
 
 TOPIC = "avro.orders"
@@ -71,19 +72,8 @@ PIPELINE = Pipeline(
 def _installed(site) -> Pipeline:
     """The pipeline's package in `site` (a folder on PYTHONPATH), registered under the entry point as an installed
     package is, and its declaration as this process reads it."""
-    import importlib.util
-
-    site.mkdir()
-    (site / "order.avsc").write_text(json.dumps(SCHEMA))
-    (site / "avro_orders_pipeline.py").write_text(PIPELINE_MODULE)
-    info = site / "avro_orders_pipeline-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: avro-orders-pipeline\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[switchyard.pipelines]\navro_orders = avro_orders_pipeline:PIPELINE\n")
-    spec = importlib.util.spec_from_file_location("avro_orders_pipeline", site / "avro_orders_pipeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PIPELINE
+    return install_pipeline(site, "avro_orders_pipeline", "avro_orders", PIPELINE_MODULE,
+                            {"order.avsc": json.dumps(SCHEMA)})
 
 
 def _framed(record: dict, schema_id: int = SCHEMA_ID) -> bytes:

@@ -11,7 +11,6 @@ once."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import os
@@ -31,6 +30,7 @@ from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import create_topic, produce
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
+from tests.support.installed import install_pipeline
 from tests.support.registry import call, register
 from tests.support.streams import start_stream, wait_until
 
@@ -66,19 +66,8 @@ PIPELINE = Pipeline(
 
 
 def _installed(site):
-    """The pipeline's package in `site`, registered under the entry point as an installed package is."""
-    site.mkdir()
-    (site / "payment.avsc").write_text(json.dumps(READER))
-    (site / "registry_payments_pipeline.py").write_text(PIPELINE_MODULE)
-    info = site / "registry_payments_pipeline-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: registry-payments-pipeline\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[switchyard.pipelines]\nregistry_payments = registry_payments_pipeline:PIPELINE\n")
-    spec = importlib.util.spec_from_file_location("registry_payments_pipeline", site / "registry_payments_pipeline.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PIPELINE
+    return install_pipeline(site, "registry_payments_pipeline", "registry_payments", PIPELINE_MODULE,
+                            {"payment.avsc": json.dumps(READER)})
 
 
 def _framed(schema: dict, schema_id: int, record: dict) -> bytes:
