@@ -43,13 +43,14 @@ from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
-from switchyard.jobs.rebase_requests import open_request, request_rebase, wait_for_rebase
+from switchyard.jobs.rebase_requests import (committed_backfill_for, killed_stream, open_request, request_rebase,
+                                             resumable, wait_for_rebase)
 from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
-from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle
-from switchyard.state_handoff.checkpoints import (batch_end_offsets, checkpoint_incarnation, committed_end_offsets,
+from switchyard.state_handoff.control import details, handoff_log, lease
+from switchyard.state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets,
                                                   last_committed_batch, last_planned_batch, planned_end_offsets)
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
@@ -96,15 +97,6 @@ class ReconciliationFailed(UserError):
             f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
             f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
             "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
-
-
-def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
-    """The paused stream can stream on: no events batch is recorded past the one its checkpoint last planned (an
-    earlier attempt's catch-up writes its batches there, and the stream would plan those ids over other ranges)."""
-    planned = last_planned_batch(paths.events_checkpoint)
-    incarnation = checkpoint_incarnation(paths.events_checkpoint) or "unstreamed"
-    return not any(b.batch_id > (-1 if planned is None else planned)
-                   for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
 
 
 def pause_cut(bootstrap: str, tables: Tables, handoff: Handoff, paths: StreamPaths) -> Cut:
@@ -181,6 +173,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                   paths: StreamPaths, cut: Cut, request: dict, out=logger.info) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
+    redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
 
     def gate(reconciliation: dict) -> datetime | None:
         """Between the reconciliation and the first write at the cut: differences stop the rebase unless
@@ -191,26 +184,30 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
         return catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
 
-    backfill = _committed_backfill_for(tables, request["request_id"])
+    backfill = committed_backfill_for(tables, request["request_id"])
     if backfill is None:
         meta = archive_meta(tables.archive)
         archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
         out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
             + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
-        first, last = days_to_tile(tables, request.get("from"), request.get("to"))
-        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out) if first else
-                     BackfillResult(None, None, None))
+        # a redeploy tiles every archived day again, its tiles of another shape replacing the whole table
+        first, last = (None, None) if redeploy else days_to_tile(tables, request.get("from"), request.get("to"))
+        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=bool(redeploy))
+                     if first or redeploy else BackfillResult(None, None, None))
         kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
+        # the streamed state, of the recorded definition: compared on what the two definitions declare alike
+        alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, keyed_partials(pipeline, kafka),
-                       streamed_state_at(spark, pipeline, tables, bootstrap, handoff.topic, cut), None,
+                       streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
-                                "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate)
+                                "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
+                       compared=alike)
         commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
                      at_cut=at_cut)
         reconciliation = at_cut.reconciliation
-        committed = details.of(_committed_backfill_for(tables, request["request_id"]))
+        committed = details.of(committed_backfill_for(tables, request["request_id"]))
         if not committed.complete:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
                             f"{committed.records_not_backfilled}, skipped files: {committed.skipped_files}): "
@@ -218,7 +215,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         faults.reach("rebase.after_backfill")
     else:
         reconciliation = details.of(backfill).at_cut["reconciliation"]
-    backfill = _committed_backfill_for(tables, request["request_id"])
+    backfill = committed_backfill_for(tables, request["request_id"])
     if reconciliation["keys_different"]:
         warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
                          f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
@@ -250,14 +247,6 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
     return ordered[0], ordered[-1]
 
 
-def _committed_backfill_for(tables: Tables, request_id: str):
-    for entry in reversed(handoff_log.entries(tables)):
-        if entry.status == Status.BACKFILL_COMMITTED and \
-                (details.of(entry).at_cut or {}).get("request_id") == request_id:
-            return entry
-    return None
-
-
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
                request: dict, out=logger.info, checked: bool = False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
@@ -271,6 +260,7 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
 def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
                                 handoff: Handoff, request: dict, out, checked: bool) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
+    refuse_other_definition(pipeline, tables, handoff, request)
     if "paused" in request:
         cut = Cut.from_details(request["paused"].cut)
     else:
@@ -294,25 +284,31 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
         reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
                   "`switchyard rebase`) finishes it there"
                   + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
-                     if resumable(tables, handoff, paths) and _committed_backfill_for(tables, request["request_id"])
+                     if resumable(tables, handoff, paths) and committed_backfill_for(tables, request["request_id"])
                      is None else ""))
         handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
                            details=details.Failed(phase="rebase", request_id=request["request_id"], reason=reason))
         raise UserError(reason) from None
 
 
+def refuse_other_definition(pipeline: Pipeline, tables: Tables, handoff: Handoff, request: dict) -> None:
+    """A redeploy's request is run only under the definition it moves the pipeline to: under another one it is
+    refused before its pause (REBASE_REFUSED: the stream streams on), and after it left open for `switchyard
+    redeploy` under that definition to finish at its cut."""
+    wanted = (request.get("redeploy") or {}).get("version")
+    if wanted is None or wanted == definition.version(pipeline):
+        return
+    reason = (f"the redeploy of {pipeline.name} (request {request['request_id']}) moves it to definition version "
+              f"{wanted}, and this process runs version {definition.version(pipeline)}: `switchyard redeploy` under "
+              "that definition finishes it")
+    if "paused" not in request:
+        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                           details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
+        raise RebaseRefused(reason)
+    raise UserError(f"{reason} at its cut, or `switchyard rebase --abandon` gives it up")
+
+
 # ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
-
-def killed_stream(tables: Tables) -> str | None:
-    """The current handoff, when the log's last word on it is that its stream runs (none does: the caller found no
-    stream live): a stream killed without a stop, maybe after sending a batch's updates and before `state` applied
-    them. Compared with that `state`, a rebase would find differences the stream never made."""
-    handoff = current_handoff(tables)
-    if handoff is None:
-        return None
-    history = [e.status for e in handoff_log.entries(tables) if e.handoff_id == handoff.handoff_id]
-    return handoff.handoff_id if lifecycle.current(history) in lifecycle.RUNNING else None
-
 
 def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
                     session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
@@ -365,35 +361,3 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
         "`switchyard stream` streams from it")
     return new
-
-
-def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
-    """Give up the open rebase request (`switchyard rebase --abandon`): one paused by a rebase that then failed or
-    died, while the paused stream can still resume from its checkpoint (REBASE_ABANDONED; the next `stream` resumes
-    the paused handoff with its streamed state), or one not yet paused (REBASE_REFUSED). Refused in one line when no
-    request is open, a stream is live (it answers requests itself), or the rebase got too far to be given up."""
-    with lease.hold(tables, requested_by):
-        request = open_request(tables)
-        if request is None:
-            raise UserError(f"pipeline {tables.pipeline} has no open rebase request: nothing to abandon")
-        handoff = current_handoff(tables)
-        reason = f"abandoned by {requested_by}"
-        if "paused" not in request:
-            handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                               details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
-            out(f"rebase {tables.pipeline}: request {request['request_id']} abandoned before its pause; handoff "
-                f"{handoff.handoff_id} goes on as it was")
-            return
-        paths = StreamPaths.of(tables, handoff.handoff_id)
-        finish = "`switchyard stream` (or `switchyard rebase`) finishes it at its cut once what stopped it is fixed"
-        if _committed_backfill_for(tables, request["request_id"]) is not None:
-            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
-                            f"committed the recomputed state at its cut, so it cannot be abandoned: {finish}")
-        if not resumable(tables, handoff, paths):
-            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
-                            f"written the events path past the paused stream's checkpoint, so handoff "
-                            f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
-        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED, details=details.RebaseAbandoned(
-            request_id=request["request_id"], reason=reason, cut=request["paused"].cut))
-    out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "
-        f"`switchyard stream` resumes handoff {handoff.handoff_id} from its checkpoint with its streamed state")

@@ -1,16 +1,21 @@
 """A rebase's requests in the handoff log, read and written without Spark: a REBASE_REQUESTED asks the live stream
 (or the next `stream`) for a rebase; the request stays open until a HANDOFF_COMMITTED at its cut answers it, or, before
-its pause, a REBASE_REFUSED (jobs/rebase.py runs it)."""
+its pause, a REBASE_REFUSED (jobs/rebase.py runs it). Also what decides a request's way on without Spark: whether the
+paused stream may still resume, whether a stream was killed without a stop, and giving a request up (`--abandon`)."""
 
 from __future__ import annotations
 
 import logging
 import time
 
-from switchyard.state_handoff.control import details, handoff_log, requests
+from switchyard.state_handoff import stream_progress
+from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_planned_batch
+from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
+from switchyard.state_handoff.io import fencing, storage
+from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
@@ -81,3 +86,77 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=logge
                 return from_entry(committed)
         time.sleep(1.0)
     raise UserError(f"the stream did not finish the rebase within {timeout_s:.0f}s: see `switchyard status`")
+
+
+def committed_backfill_for(tables: Tables, request_id: str):
+    for entry in reversed(handoff_log.entries(tables)):
+        if entry.status == Status.BACKFILL_COMMITTED and \
+                (details.of(entry).at_cut or {}).get("request_id") == request_id:
+            return entry
+    return None
+
+
+def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
+    """The paused stream can stream on: no events batch is recorded past the one its checkpoint last planned (an
+    earlier attempt's catch-up writes its batches there, and the stream would plan those ids over other ranges)."""
+    planned = last_planned_batch(paths.events_checkpoint)
+    incarnation = checkpoint_incarnation(paths.events_checkpoint) or "unstreamed"
+    return not any(b.batch_id > (-1 if planned is None else planned)
+                   for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
+
+
+def killed_stream(tables: Tables) -> str | None:
+    """The current handoff, when the log's last word on it is that its stream runs (none does: the caller found no
+    stream live): a stream killed without a stop, maybe after sending a batch's updates and before `state` applied
+    them. Compared with that `state`, a rebase would find differences the stream never made."""
+    handoff = current_handoff(tables)
+    if handoff is None:
+        return None
+    history = [e.status for e in handoff_log.entries(tables) if e.handoff_id == handoff.handoff_id]
+    return handoff.handoff_id if lifecycle.current(history) in lifecycle.RUNNING else None
+
+
+def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
+    """Give up the open rebase request (`switchyard rebase --abandon`): one paused by a rebase that then failed or
+    died, while the paused stream can still resume from its checkpoint (REBASE_ABANDONED; the next `stream` resumes
+    the paused handoff with its streamed state), or one not yet paused (REBASE_REFUSED). Refused in one line when no
+    request is open, a stream is live (it answers requests itself), or the rebase got too far to be given up."""
+    with lease.hold(tables, requested_by):
+        request = open_request(tables)
+        if request is None:
+            raise UserError(f"pipeline {tables.pipeline} has no open rebase request: nothing to abandon")
+        handoff = current_handoff(tables)
+        reason = f"abandoned by {requested_by}"
+        if "paused" not in request:
+            handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                               details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
+            out(f"rebase {tables.pipeline}: request {request['request_id']} abandoned before its pause; handoff "
+                f"{handoff.handoff_id} goes on as it was")
+            return
+        paths = StreamPaths.of(tables, handoff.handoff_id)
+        finish = "`switchyard stream` (or `switchyard rebase`) finishes it at its cut once what stopped it is fixed"
+        if committed_backfill_for(tables, request["request_id"]) is not None:
+            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
+                            f"committed the recomputed state at its cut, so it cannot be abandoned: {finish}")
+        if not resumable(tables, handoff, paths):
+            raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
+                            f"written the events path past the paused stream's checkpoint, so handoff "
+                            f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
+        _restore_tiles(tables, request)
+        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED, details=details.RebaseAbandoned(
+            request_id=request["request_id"], reason=reason, cut=request["paused"].cut))
+    out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "
+        f"`switchyard stream` resumes handoff {handoff.handoff_id} from its checkpoint with its streamed state")
+
+
+def _restore_tiles(tables: Tables, request: dict) -> None:
+    """A redeploy given up: its tiles, of the changed definition, replaced the whole table; the table is restored
+    to its version before them, so the recorded definition's next rebase merges its own tiles."""
+    before = (request.get("redeploy") or {}).get("tiles_version")
+    if before is None or not storage.exists(storage.join(tables.tiles, "_delta_log")):
+        return
+    from deltalake import DeltaTable
+
+    table = DeltaTable(tables.tiles, storage_options=storage.delta_options(tables.tiles))
+    if table.version() != before:
+        fencing.commit(table, [], lambda properties: table.restore(before, commit_properties=properties))

@@ -6,6 +6,7 @@ store's schema, or a backfill would write tiles of another shape beside the reco
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import MISSING, fields, is_dataclass
@@ -129,6 +130,35 @@ def refuse_changed(pipeline: Pipeline, entries) -> None:
     what = "backfill" if entry.status == Status.BACKFILL_COMMITTED else "handoff"
     raise UserError(f"pipeline {pipeline.name}'s definition changed since its {what} {entry.handoff_id} (its "
                     f"{', '.join(changed)}: version {record['version']} then, {version(pipeline)} now): its state, "
-                    "windows and checkpoints keep the recorded shape and are not rebuilt in place; restore the "
-                    "recorded definition, or declare the changed one as a pipeline of another name and archive, "
-                    "backfill, hand off and stream that")
+                    "windows and checkpoints keep the recorded shape and are not rebuilt in place; "
+                    + (f"`switchyard redeploy --pipeline {pipeline.name}` switches the changed one in at a cut, or "
+                       "restore the recorded definition" if refuse_redeploy(pipeline, record) is None else
+                       "restore the recorded definition, or declare the changed one as a pipeline of another name and "
+                       "archive, backfill, hand off and stream that"))
+
+
+# The parts a redeploy switches in at a cut: the keyed state is recomputed sort-based from the archive and the Kafka
+# range past it; the events path (dead letters, late records, windows) is shaped by none of them, so it goes on as the
+# stream made it.
+REDEPLOYED = ("aggregations",)
+
+
+def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
+    """Why the pipeline's tables, made with the recorded definition, cannot be moved to `pipeline` at a cut (None:
+    they can, or nothing changed)."""
+    now = parts(pipeline)
+    other = [name for name in now if record["parts"].get(name) != now[name] and name not in REDEPLOYED]
+    if not other:
+        return None
+    return (f"a change of its {', '.join(other)} reshapes what its stream's events path made (dead letters, late "
+            "records, windows), which a redeploy at a cut keeps: only a change of its keyed aggregations is switched "
+            "in (added, dropped, renamed or changed)")
+
+
+def compared(pipeline: Pipeline, record: dict) -> Pipeline:
+    """`pipeline` with only the aggregations the recorded definition declared alike, under the same name: what a
+    redeploy's reconciliation compares between the streamed state of the recorded definition and the one recomputed
+    at the cut (none: the keys alone)."""
+    then, now = record.get("outputs") or {}, outputs(pipeline)
+    return dataclasses.replace(pipeline, aggregations=tuple(a for a in pipeline.aggregations
+                                                            if then.get(a.name) == now[a.name]))

@@ -55,6 +55,8 @@ class AtCut:
     # called with the reconciliation once it is known, before the recomputed state replaces anything: it may
     # refuse (raise), and what it returns becomes the watermark
     before_replace: Callable[[dict], datetime | None] | None = None
+    # the pipeline the reconciliation compares by (a redeploy's: only the aggregations both definitions declare)
+    compared: Pipeline | None = None
 
 
 def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime,
@@ -151,7 +153,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             times.end("tiles_merge")
         state = merged.persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
-            at_cut.reconciliation = reconcile(pipeline, state, at_cut.streamed)
+            at_cut.reconciliation = reconcile(at_cut.compared or pipeline, state, at_cut.streamed)
             if at_cut.before_replace is not None:
                 at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))

@@ -96,17 +96,20 @@ def failure_logged(spark: SparkSession, tables: Tables, handoff_id: str):
         raise
 
 
-def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: str = "") -> None:
+def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: str = "", whole: bool = False) -> None:
+    """Replace the rows of days first..last; `whole`: the table, schema and all (tiles of a changed definition)."""
     where = f"event_date >= '{first}' AND event_date <= '{last}'" + (f" AND {condition}" if condition else "")
-    (df.write.format("delta").mode("overwrite").option("replaceWhere", where).options(**fencing.spark_options(path))
-     .partitionBy("event_date").save(path))
+    writer = df.write.format("delta").mode("overwrite").options(**fencing.spark_options(path))
+    writer = writer.option("overwriteSchema", "true") if whole else writer.option("replaceWhere", where)
+    writer.partitionBy("event_date").save(path)
 
 
 def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                    last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                   out=logger.info, keep: KeptTiles | None = None) -> BackfillResult:
+                   out=logger.info, keep: KeptTiles | None = None, whole: bool = False) -> BackfillResult:
     """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given).
-    `keep`: the tiles written stay on local disk there, for a commit in this process (it releases them)."""
+    `keep`: the tiles written stay on local disk there, for a commit in this process (it releases them).
+    `whole`: every archived day, its tiles replacing the whole table (a redeploy's, of another shape)."""
     started = time.monotonic()
     times = StepTimes(started)
     first, last, archive, days = resolve_range(tables, first_day, last_day)
@@ -130,7 +133,7 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
             tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy)
             if keep is not None:
                 tiles = tiles.persist(StorageLevel.DISK_ONLY)  # filled by the write, read again by the commit
-            _replace_days(tiles, tables.tiles, first, last)
+            _replace_days(tiles, tables.tiles, first, last, whole=whole)
             if keep is not None:
                 keep.frame, keep.version, keep.days = tiles, table_version(tables.tiles), (first, last)
             times.end("parse_and_tiles")

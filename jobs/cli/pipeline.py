@@ -1,4 +1,4 @@
-"""The operator's commands: pipelines, archive, backfill, handoff, stream, rebase, stop, status, config; each parses
+"""The operator's commands: pipelines, archive, backfill, handoff, stream, rebase, status, config; each parses
 its flags and calls one job. Jobs are imported when their command runs, so `--help` starts no JVM and loads no Spark.
 What a command reports is logged (jobs/log.py); what a listing command shows (pipelines, status, config) is printed."""
 
@@ -14,7 +14,7 @@ from switchyard.state_handoff.tables import Tables
 logger = logging.getLogger(__name__)
 
 
-def _spark(args, app: str, progress: bool = True):
+def command_spark(args, app: str, progress: bool = True):
     """The command's SparkSession (with its --conf settings); for a batch command, with its progress logged every
     few seconds."""
     from switchyard.deploy.spark import build_spark
@@ -60,7 +60,7 @@ def check_warehouse(warehouse: str) -> None:
                         "or an s3a:// URI")
 
 
-def _settle(tables: Tables, command: str, record: bool = False, pipeline=None) -> None:
+def settle_settings(tables: Tables, command: str, record: bool = False, pipeline=None) -> None:
     """The pipeline-wide settings (state_handoff/pipeline_settings.py): a value other than the pipeline's recorded
     one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet; with
     `pipeline`, a definition other than the recorded one refused. Called before a JVM starts or Kafka is contacted."""
@@ -74,14 +74,14 @@ def run_archive_command(args) -> int:
     from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.ARCHIVE)
+    settle_settings(tables, lease.ARCHIVE)
     if args.from_connect:
         from switchyard.jobs.connect_archive import connect_files, import_connect_archive
 
         connect_files(args.from_connect, args.topic)  # a path without the sink's files fails before Spark starts
         with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
-            _settle(tables, lease.ARCHIVE, record=True)
-            logger.info(import_connect_archive(_spark(args, "archive"), pipeline, tables, args.from_connect,
+            settle_settings(tables, lease.ARCHIVE, record=True)
+            logger.info(import_connect_archive(command_spark(args, "archive"), pipeline, tables, args.from_connect,
                                                args.bootstrap, args.topic, lease=held))
         return 0
     if not args.topic:
@@ -91,8 +91,9 @@ def run_archive_command(args) -> int:
     # one writer of the archive at a time (another run would remove this one's files as orphans); the stream, a
     # backfill and a handoff hold the pipeline's lease and read only what the record has committed
     with lease.hold(tables.archive_writer(), lease.ARCHIVE) as held:
-        _settle(tables, lease.ARCHIVE, record=True)
-        logger.info(run_archive(_spark(args, "archive"), pipeline, tables, args.bootstrap, args.topic, cut, lease=held))
+        settle_settings(tables, lease.ARCHIVE, record=True)
+        logger.info(run_archive(command_spark(args, "archive"), pipeline, tables, args.bootstrap, args.topic, cut,
+                                lease=held))
     return 0
 
 
@@ -107,7 +108,8 @@ def _rebase(args) -> int:
 
     pipeline, tables = pipeline_and_tables(args)
     rebase_pipeline(pipeline, tables, args.bootstrap, args.command, f"switchyard {args.command}",
-                    lambda: _spark(args, args.command), days=(args.from_day, args.to_day), timeout_s=args.timeout,
+                    lambda: command_spark(args, args.command), days=(args.from_day, args.to_day),
+                    timeout_s=args.timeout,
                     no_rebase=getattr(args, "no_rebase", False), accept_differences=args.accept_differences,
                     finish_stream=stream_until_caught_up(pipeline, tables, args.bootstrap))
     return 0
@@ -118,12 +120,12 @@ def run_rebase_command(args) -> int:
 
     pipeline, tables = pipeline_and_tables(args)
     if not args.abandon:
-        _settle(tables, f"switchyard {args.command}", pipeline=pipeline)
+        settle_settings(tables, f"switchyard {args.command}", pipeline=pipeline)
     if current_handoff(tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
     if args.abandon:
-        from switchyard.jobs.rebase import abandon_rebase
+        from switchyard.jobs.rebase_requests import abandon_rebase
 
         if args.from_day or args.to_day or args.accept_differences:
             raise UserError("--abandon gives up the open rebase request: drop --from, --to and --accept-differences")
@@ -138,15 +140,15 @@ def run_backfill_command(args) -> int:
     from switchyard.state_handoff.handoff import current_handoff
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.BACKFILL, pipeline=pipeline)
+    settle_settings(tables, lease.BACKFILL, pipeline=pipeline)
     if current_handoff(tables) is not None:  # a stream's history exists: the backfill rebases at a cut
         if args.kafka_tail:
             raise UserError(f"pipeline {pipeline.name} already streams: a backfill now rebases it at a cut and reads "
                             "Kafka up to that cut anyway; drop --kafka-tail")
         return _rebase(args)
     with lease.hold(tables, lease.BACKFILL):  # taken before the JVM starts, so a refusal costs none
-        _settle(tables, lease.BACKFILL, record=True)
-        result = run_backfill(_spark(args, "backfill"), pipeline, tables, args.from_day, args.to_day,
+        settle_settings(tables, lease.BACKFILL, record=True)
+        result = run_backfill(command_spark(args, "backfill"), pipeline, tables, args.from_day, args.to_day,
                               skip_bad_files=args.skip_bad_files, strategy=args.aggregation,
                               kafka_tail_from=args.bootstrap if args.kafka_tail else None)
     logger.info(result.summary(pipeline.name))
@@ -158,7 +160,7 @@ def run_handoff_command(args) -> int:
     from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.HANDOFF, pipeline=pipeline)
+    settle_settings(tables, lease.HANDOFF, pipeline=pipeline)
     at = parse_boundary_time(args.at) if args.at is not None else None
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
@@ -175,7 +177,8 @@ def run_handoff_command(args) -> int:
         logger.info(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
         return 0
     with lease.hold(tables, lease.HANDOFF):
-        switch = run_handoff(_spark(args, "handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary, at=at)
+        switch = run_handoff(command_spark(args, "handoff"), pipeline, tables, args.bootstrap, boundary=args.boundary,
+                             at=at)
     logger.info(switch.summary(pipeline.name))
     return 0
 
@@ -187,7 +190,7 @@ def run_stream_command(args) -> int:
     from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
-    _settle(tables, lease.STREAM, pipeline=pipeline)
+    settle_settings(tables, lease.STREAM, pipeline=pipeline)
     settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
@@ -200,8 +203,8 @@ def run_stream_command(args) -> int:
     refuse_another_spark_line(pipeline, tables)
     with lease.hold(tables, lease.STREAM) as held, served([tables], args.bootstrap, args.metrics_port,
                                                           args.metrics_address, f"stream {pipeline.name}"):
-        _settle(tables, lease.STREAM, record=True)
-        result = run_stream(_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
+        settle_settings(tables, lease.STREAM, record=True)
+        result = run_stream(command_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
                             lease=held)
     logger.info(result.summary(pipeline.name))
     return 0
@@ -253,19 +256,6 @@ def run_pipelines_command(args) -> int:
         windows = f", windows of {spec.windows.size}" if spec.windows else ""
         keys = ", ".join(spec.keys)
         print(f"{name}  (key {keys}{windows}; {target})" + (f"\n    {spec.description}" if spec.description else ""))
-    return 0
-
-
-def run_stop_command(args) -> int:
-    from switchyard.jobs.stop import stop_stream
-
-    _, tables = pipeline_and_tables(args)
-    stopped = stop_stream(tables, timeout_s=args.timeout)
-    if stopped is None:
-        logger.error(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its "
-                     "process.log")
-        return 1
-    logger.info(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
     return 0
 
 
@@ -375,12 +365,6 @@ def add_pipeline_commands(commands, common, spark_conf_option) -> None:
     spark_conf_option(stream)
     stream.set_defaults(handler=run_stream_command)
 
-    stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
-    pipeline_option(stop)
-    stop.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                      help="how long to wait for STOPPED (default 300)")
-    common(stop)
-    stop.set_defaults(handler=run_stop_command)
 
     status = commands.add_parser("status", help="phase, handoff, offsets, watermarks, lag, rates, counts")
     pipeline_option(status)

@@ -115,7 +115,7 @@ class Supervisor:
                 handoff = current_handoff(self.tables)
                 request = rebase_requests.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
-                    if "paused" in request or rebase.killed_stream(self.tables) != handoff.handoff_id:
+                    if "paused" in request or rebase_requests.killed_stream(self.tables) != handoff.handoff_id:
                         self.rebase(handoff, request, queries=None)
                     elif self.may_pause(handoff, request):  # refused and answered otherwise
                         # a stream killed without a stop: its queries run again, so the pause settles them

@@ -42,10 +42,15 @@ def stream_until_caught_up(spark, tables: Tables, bootstrap: str):
     return result
 
 
-def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}
+def start_stream(tables: Tables, bootstrap: str, log: Path, *flags: str, env: dict | None = None,
+                 pipeline: str | None = None) -> subprocess.Popen:
+    """`switchyard stream` of `tables`' pipeline (or `pipeline`: a `module:attribute` reference to a definition of
+    it) in its own process."""
+    env = {**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **({"PYTHONPATH": str(ROOT)} if pipeline else {}),
+           **(env or {})}
     return subprocess.Popen(
-        [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", tables.pipeline, "--warehouse", tables.warehouse,
+        [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", pipeline or tables.pipeline,
+         "--warehouse", tables.warehouse,
          "--bootstrap", bootstrap, "--caught-up-lag", "0", *flags],
         stdout=open(log, "a"), stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True)
 

@@ -1,0 +1,56 @@
+"""The commands that take a pipeline from its running stream: `stop` (it drains and logs STOPPED), and `redeploy`
+(a changed definition switched in at a cut: jobs/redeploy.py), whose refusals come before any JVM starts or Kafka is
+contacted."""
+
+from __future__ import annotations
+
+import logging
+
+from switchyard.jobs.cli.pipeline import (ACCEPT_HELP, command_spark, pipeline_and_tables, pipeline_option,
+                                        settle_settings)
+
+logger = logging.getLogger(__name__)
+
+
+def run_redeploy_command(args) -> int:
+    from switchyard.jobs.redeploy import check_redeploy, redeploy_pipeline
+
+    pipeline, tables = pipeline_and_tables(args)
+    settle_settings(tables, "switchyard redeploy")  # the pipeline-wide settings; the definition is what changes
+    check_redeploy(pipeline, tables)
+    redeploy_pipeline(pipeline, tables, args.bootstrap, lambda: command_spark(args, "redeploy"),
+                      timeout_s=args.timeout, accept_differences=args.accept_differences)
+    return 0
+
+
+def run_stop_command(args) -> int:
+    from switchyard.jobs.stop import stop_stream
+
+    _, tables = pipeline_and_tables(args)
+    stopped = stop_stream(tables, timeout_s=args.timeout)
+    if stopped is None:
+        logger.error(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its "
+                     "process.log")
+        return 1
+    logger.info(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
+    return 0
+
+
+def add_handover_commands(commands, common, spark_conf_option) -> None:
+    stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
+    pipeline_option(stop)
+    stop.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                      help="how long to wait for STOPPED (default 300)")
+    common(stop)
+    stop.set_defaults(handler=run_stop_command)
+
+    redeploy = commands.add_parser(
+        "redeploy", help="switch a changed definition in at a cut: the live stream stopped, the state recomputed "
+                         "sort-based from the archive and Kafka under the changed definition, handed off there")
+    pipeline_option(redeploy)
+    redeploy.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                          help="how long to wait for the live stream to stop (default 300)")
+    redeploy.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
+    common(redeploy)
+    spark_conf_option(redeploy)
+    redeploy.set_defaults(handler=run_redeploy_command)

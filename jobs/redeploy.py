@@ -1,0 +1,101 @@
+"""Redeploy (beyond Flink: FLIP-605, a draft, proposes it): a pipeline whose definition changed moves to the changed
+definition at a cut, exactly once, its history recomputed sort-based in batch.
+
+`switchyard redeploy` runs under the changed definition (the team's new code). It
+1. refuses in one line, before any JVM, what a cut cannot move (state_handoff/definition.py: refuse_redeploy), an
+   unchanged definition, and a rebase of the recorded definition still open;
+2. stops the live stream, when one runs (STOP_REQUESTED, answered by STOPPED once `state` holds every update it
+   sent): until the cut the recorded definition serves;
+3. rebases at a cut under the changed definition (jobs/rebase.py, with the request's `redeploy`): every archived day
+   tiled again and the Kafka range past the archive read in batch, merged into the state at the cut; the
+   reconciliation compares what both definitions declare alike (the same name, the same declaration); the events
+   path goes on as the stream made it (a redeploy changes only keyed aggregations, which shape none of it);
+   BACKFILL_COMMITTED and HANDOFF_COMMITTED record the changed definition.
+Serving switches in one Delta commit: every version of `state` before the handoff's `state_version` holds the
+recorded definition's rows, every one from it on the changed definition's; the updates topic carries the recorded
+definition's updates up to the cut and the changed one's after it. `switchyard stream` (or `serve`) under the changed
+definition then streams from the cut.
+A redeploy that fails or dies stays open at its cut: `switchyard redeploy` again finishes it there, and a stream of
+the recorded definition refuses to run past it; `switchyard rebase --abandon` gives it up while the stopped stream
+can still resume, with the tiles put back as they were before it (jobs/rebase_requests.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from switchyard.jobs.rebase import run_rebase
+from switchyard.jobs.rebase_requests import killed_stream, open_request, request_rebase
+from switchyard.jobs.stop import stop_stream
+from switchyard.state_handoff import definition
+from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.handoff import Handoff, current_handoff
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
+REQUESTED_BY = "switchyard redeploy"
+
+
+def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
+    """Before any JVM: the open redeploy request to finish (None: a new one is to be asked for); UserError, in one
+    line, when there is nothing to redeploy or a cut cannot move the pipeline to `pipeline`."""
+    entries = handoff_log.entries(tables)
+    found = definition.recorded(entries)
+    if current_handoff(tables) is None or found is None:
+        raise UserError(f"pipeline {pipeline.name} has no handoff that recorded its definition: there is nothing to "
+                        "redeploy (archive, backfill and hand off under this definition)")
+    request = open_request(tables, entries)
+    if request is not None:
+        if (request.get("redeploy") or {}).get("version") != definition.version(pipeline):
+            raise UserError(f"pipeline {pipeline.name} has an open {request.get('reason') or 'rebase'} (request "
+                            f"{request['request_id']}): finish it under the definition it was asked under, or give it "
+                            "up with `switchyard rebase --abandon`, then redeploy")
+        return request
+    _, record = found
+    if record["version"] == definition.version(pipeline):
+        raise UserError(f"pipeline {pipeline.name}'s tables were made with this definition (version "
+                        f"{record['version']}): there is nothing to redeploy")
+    why = definition.refuse_redeploy(pipeline, record)
+    if why is not None:
+        raise UserError(f"pipeline {pipeline.name} cannot be redeployed at a cut: {why}; declare the changed "
+                        "definition as a pipeline of another name and archive, backfill, hand off and stream that")
+    return None
+
+
+def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, session, timeout_s: float = 300.0,
+                      accept_differences: bool = False, out=logger.info) -> Handoff:
+    """Steps 1-3 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession once
+    the stream is stopped and the lease held)."""
+    check_redeploy(pipeline, tables)
+    if lease.stream_running(tables):
+        out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")
+        if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
+            raise UserError(f"the stream of {pipeline.name} ended without STOPPED: see `switchyard status`, then "
+                            "redeploy again")
+    killed = killed_stream(tables)
+    if killed is not None:
+        raise UserError(f"the stream of handoff {killed} ended without a stop, maybe before `state` applied every "
+                        f"update it sent: run `switchyard stream --pipeline {pipeline.name} --until-caught-up` under "
+                        "the recorded definition first, then redeploy")
+    with lease.hold(tables, REQUESTED_BY):
+        request = check_redeploy(pipeline, tables)  # again, holding the pipeline
+        if request is None:
+            _, record = definition.recorded(handoff_log.entries(tables))
+            from switchyard.jobs.backfill.backlog import table_version
+
+            request_rebase(tables, "redeploy", REQUESTED_BY, figures={"redeploy": {
+                "version": definition.version(pipeline), "record": record,
+                "tiles_version": table_version(tables.tiles)}}, accept_differences=accept_differences)
+            request = open_request(tables)
+            out(f"redeploy {pipeline.name}: definition version {record['version']} -> "
+                f"{definition.version(pipeline)} ({', '.join(definition.changes(record, pipeline))}), request "
+                f"{request['request_id']}")
+        else:
+            out(f"redeploy {pipeline.name}: finishing request {request['request_id']} at its cut")
+        request = {**request, **({"accept_differences": True} if accept_differences else {})}
+        new = run_rebase(session(), pipeline, tables, bootstrap, current_handoff(tables), request, out)
+    out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
+        f"{new.handoff_id}: `switchyard stream` streams it from there")
+    return new

@@ -1,0 +1,112 @@
+"""A changed definition switched in at a cut: the demo pipeline streams; its definition gains one aggregation
+(tests/support/changed_pipeline.py); `switchyard redeploy` under the changed definition stops the live stream,
+recomputes the state sort-based at a cut and hands off there, while events keep arriving. Checked against the
+oracle: every old column as the stream would have it, the new column over all history, the serving table and the
+updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime
+
+from deltalake import DeltaTable
+from kafka import KafkaConsumer
+
+from switchyard.jobs.stream.updates_topic import last_started_with, written_by
+from switchyard.state_handoff import definition
+from switchyard.state_handoff.control import details, handoff_log, requests
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.tables import Tables
+from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
+from tests.support.streams import start_stream, tail_events, wait_until
+
+CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
+
+
+def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", *args, "--warehouse", tables.warehouse,
+                             "--bootstrap", bootstrap], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", "PYTHONPATH": str(ROOT),
+                                            **(env or {})})
+
+
+def _has_largest2(tables: Tables, version: int) -> bool:
+    return "largest2" in DeltaTable(tables.state, version=version).schema().to_arrow().names
+
+
+def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, bootstrap, topic_name, tmp_path):
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    log = tmp_path / "stream.log"
+    old = start_stream(tables, bootstrap, log, *FLAGS)
+    try:
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=41))
+        wait_until(lambda: _read_everything(tables, bootstrap, topic_name), old, log, what="the tail read")
+        # under the changed definition, the stream refuses in one line, naming the way on
+        refused = _cli(tables, bootstrap, "stream", "--pipeline", CHANGED)
+        out, _ = refused.communicate(timeout=120)
+        assert refused.returncode == 2 and out.count("\n") == 1, out
+        assert f"`switchyard redeploy --pipeline {DEMO.name}` switches the changed one in at a cut" in out, out
+        redeploy = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED)
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=42))  # while it runs
+        out, _ = redeploy.communicate(timeout=600)
+        assert redeploy.returncode == 0, out + log.read_text()[-3000:]
+        assert old.wait(timeout=120) == 0, "the recorded definition's stream stopped cleanly: " + log.read_text()
+    finally:
+        if old.poll() is None:
+            os.kill(old.pid, signal.SIGKILL)
+    assert "aggregations (largest2 added)" in out, out
+    new_log = tmp_path / "changed.log"
+    new = start_stream(tables, bootstrap, new_log, *FLAGS, pipeline=CHANGED)
+    try:
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=43))
+        wait_until(lambda: _read_everything(tables, bootstrap, topic_name), new, new_log, what="every record read")
+    finally:
+        os.kill(new.pid, signal.SIGTERM)
+        assert new.wait(timeout=180) == 0, new_log.read_text()[-3000:]
+
+    entries = handoff_log.entries(tables)
+    statuses = [e.status for e in entries]
+    asked = next(e for e in entries if e.status == Status.REBASE_REQUESTED)
+    assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 7] == [
+        "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_STARTED", "BACKFILL_COMMITTED",
+        "HANDOFF_COMMITTED"], statuses
+    redeployed = requests.read(asked).fields["redeploy"]
+    assert redeployed["version"] == definition.version(DEMO_PLUS_ONE)
+    assert redeployed["record"]["version"] == definition.version(DEMO)
+    first, cut = _handoffs(tables)
+    committed = details.of(cut)
+    assert committed.definition["version"] == definition.version(DEMO_PLUS_ONE)
+    # the reconciliation compares what both definitions declare alike: equal at the cut
+    assert committed.reconciliation["keys_different"] == 0 and committed.reconciliation["keys_recomputed"] > 0
+
+    # every old column as one continuous stream from the first handoff would have it; dead letters, late records
+    # and windows once each
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    # the added column over all history: the largest amount of each key's well-formed records
+    state = {r["key"]: r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
+    assert {k: r["largest2"] for k, r in state.items()} == {k: s.amount_max for k, s in expected.state.items()}
+
+    # serving switches at the cut: every version of `state` before the handoff's holds the recorded definition's
+    # rows, every one from it on the changed definition's
+    latest = DeltaTable(tables.state).version()
+    assert [_has_largest2(tables, v) for v in range(latest + 1)] == \
+        [False] * cut.state_version + [True] * (latest + 1 - cut.state_version)
+    # and so does the updates topic: the recorded definition's updates, then the changed one's, never mixed
+    consumer = KafkaConsumer(last_started_with(tables), bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000)
+    by_partition: dict[int, list] = {}
+    for m in consumer:
+        by_partition.setdefault(m.partition, []).append((written_by(m), "largest2" in json.loads(m.value)))
+    consumer.close()
+    seen = [u for updates in by_partition.values() for u in updates]
+    assert {h for h, _ in seen} == {first.handoff_id, cut.handoff_id}, seen
+    assert all(has == (h == cut.handoff_id) for h, has in seen), seen
+    for updates in by_partition.values():
+        handoffs = [h for h, _ in updates]
+        assert handoffs == sorted(handoffs, key=lambda h: h == cut.handoff_id), "an old update after a new one"
