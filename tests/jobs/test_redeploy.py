@@ -36,6 +36,10 @@ def _cli(tables: Tables, bootstrap: str, *args: str, env: dict | None = None) ->
                                             **(env or {})})
 
 
+def _rows(path: str) -> list:
+    return sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=lambda r: r["key"])
+
+
 def _has_largest2(tables: Tables, version: int) -> bool:
     return "largest2" in DeltaTable(tables.state, version=version).schema().to_arrow().names
 
@@ -110,3 +114,60 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
     for updates in by_partition.values():
         handoffs = [h for h, _ in updates]
         assert handoffs == sorted(handoffs, key=lambda h: h == cut.handoff_id), "an old update after a new one"
+
+
+def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstrap, topic_name, tmp_path):
+    """Killed after its tiles, a redeploy leaves the recorded definition serving: its stream refuses to run past the
+    open redeploy, `rebase --abandon` gives it up with the tiles put back, and that definition streams and rebases
+    on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut."""
+    from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase_requests import abandon_rebase
+    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.state_handoff import faults
+    from switchyard.state_handoff.errors import UserError
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1)
+
+    def stream(pipeline):
+        return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
+
+    stream(DEMO)
+    tiles_before = DeltaTable(tables.tiles).version()
+    state_before = _rows(tables.state)
+    killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "backfill.after_tiles"})
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out
+    assert "largest2" in DeltaTable(tables.tiles).schema().to_arrow().names  # its tiles replaced the table
+    try:
+        stream(DEMO)
+        raise AssertionError("the recorded definition streamed past an open redeploy")
+    except UserError as refused:
+        assert "`switchyard redeploy` under that definition finishes it" in str(refused), refused
+    assert _rows(tables.state) == state_before, "the serving state untouched"
+    abandon_rebase(tables, "test")
+    assert DeltaTable(tables.tiles).version() > tiles_before
+    assert "largest2" not in DeltaTable(tables.tiles).schema().to_arrow().names, "the tiles put back"
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=44))
+    stream(DEMO)
+    rebased = rebase_pipeline(DEMO, tables, bootstrap, "rebase", "test", lambda: spark, out=lambda *_: None)
+    reconciliation = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
+                                                   handoff_id=rebased.handoff_id)).reconciliation
+    assert reconciliation["keys_different"] == 0, reconciliation
+
+    killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "rebase.after_backfill"})
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out
+    finished = redeploy_pipeline(DEMO_PLUS_ONE, tables, bootstrap, lambda: spark, out=lambda *_: None)
+    entries = handoff_log.entries(tables)
+    request_id = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
+                                               handoff_id=finished.handoff_id)).request_id
+    assert [e.status for e in entries if details.request_id(e) == request_id].count(Status.PAUSED) == 1, \
+        "finished at the cut the killed run paused at"
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=45))
+    stream(DEMO_PLUS_ONE)
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    state = {r["key"]: r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
+    assert {k: r["largest2"] for k, r in state.items()} == {k: s.amount_max for k, s in expected.state.items()}
+    assert [e.status for e in entries].count(Status.REBASE_ABANDONED) == 1
