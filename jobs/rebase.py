@@ -39,6 +39,7 @@ from pyspark.sql import functions as F
 from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
                                       retained_or_archived_range)
+from switchyard.jobs.backfill.beside import take_over
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
@@ -190,10 +191,16 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
         out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
             + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
-        # a redeploy tiles every archived day again, its tiles of another shape replacing the whole table
-        first, last = (None, None) if redeploy else days_to_tile(tables, request.get("from"), request.get("to"))
-        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=bool(redeploy))
-                     if first or redeploy else BackfillResult(None, None, None))
+        first, last = days_to_tile(tables, request.get("from"), request.get("to"))
+        # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
+        # every archived day tiled now
+        whole = bool(redeploy) and not take_over(spark, pipeline, tables, redeploy.get("beside"), out)
+        if whole:
+            first = last = None
+        elif redeploy:
+            faults.reach("redeploy.after_tiles")
+        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
+                     if first or whole else BackfillResult(None, None, None))
         kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline

@@ -4,13 +4,15 @@ definition at a cut, exactly once, its history recomputed sort-based in batch.
 `switchyard redeploy` runs under the changed definition (the team's new code). It
 1. refuses in one line, before any JVM, what a cut cannot move (state_handoff/definition.py: refuse_redeploy), an
    unchanged definition, and a rebase of the recorded definition still open;
-2. stops the live stream, when one runs (STOP_REQUESTED, answered by STOPPED once `state` holds every update it
+2. tiles every archived day under the changed definition, sort-based, beside the live stream (jobs/backfill/beside.py);
+3. stops the live stream, when one runs (STOP_REQUESTED, answered by STOPPED once `state` holds every update it
    sent): until the cut the recorded definition serves;
-3. rebases at a cut under the changed definition (jobs/rebase.py, with the request's `redeploy`): every archived day
-   tiled again and the Kafka range past the archive read in batch, merged into the state at the cut; the
-   reconciliation compares what both definitions declare alike (the same name, the same declaration); the events
-   path goes on as the stream made it (a redeploy changes only keyed aggregations, which shape none of it);
-   BACKFILL_COMMITTED and HANDOFF_COMMITTED record the changed definition.
+4. rebases at a cut under the changed definition (jobs/rebase.py, with the request's `redeploy`): the tiles made
+   beside take the recorded definition's place (the days archived since are tiled then), the Kafka range past the
+   archive is read in batch, and both are merged into the state at the cut; the reconciliation compares what both
+   definitions declare alike (the same name, the same declaration); the events path goes on as the stream made it
+   (a redeploy changes only keyed aggregations, which shape none of it); BACKFILL_COMMITTED and HANDOFF_COMMITTED
+   record the changed definition.
 Serving switches in one Delta commit: every version of `state` before the handoff's `state_version` holds the
 recorded definition's rows, every one from it on the changed definition's; the updates topic carries the recorded
 definition's updates up to the cut and the changed one's after it. `switchyard stream` (or `serve`) under the changed
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from switchyard.jobs.backfill.beside import drop_beside, tile_beside
 from switchyard.jobs.rebase import run_rebase
 from switchyard.jobs.rebase_requests import killed_stream, open_request, request_rebase
 from switchyard.jobs.stop import stop_stream
@@ -66,9 +69,11 @@ def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
 
 def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, session, timeout_s: float = 300.0,
                       accept_differences: bool = False, out=logger.info) -> Handoff:
-    """Steps 1-3 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession once
-    the stream is stopped and the lease held)."""
-    check_redeploy(pipeline, tables)
+    """Steps 1-4 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession)."""
+    finishing = check_redeploy(pipeline, tables)
+    spark = session()
+    # a new redeploy: the whole history tiled while the recorded definition still serves
+    beside = tile_beside(spark, pipeline, tables, out) if finishing is None else None
     if lease.stream_running(tables):
         out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
@@ -87,7 +92,8 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
 
             request_rebase(tables, "redeploy", REQUESTED_BY, figures={"redeploy": {
                 "version": definition.version(pipeline), "record": record,
-                "tiles_version": table_version(tables.tiles)}}, accept_differences=accept_differences)
+                "tiles_version": table_version(tables.tiles), "beside": beside}},
+                accept_differences=accept_differences)
             request = open_request(tables)
             out(f"redeploy {pipeline.name}: definition version {record['version']} -> "
                 f"{definition.version(pipeline)} ({', '.join(definition.changes(record, pipeline))}), request "
@@ -95,7 +101,8 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         else:
             out(f"redeploy {pipeline.name}: finishing request {request['request_id']} at its cut")
         request = {**request, **({"accept_differences": True} if accept_differences else {})}
-        new = run_rebase(session(), pipeline, tables, bootstrap, current_handoff(tables), request, out)
+        new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
+    drop_beside(tables)
     out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
         f"{new.handoff_id}: `switchyard stream` streams it from there")
     return new

@@ -14,4 +14,5 @@ POINTS = (
     "stream.state.after_merge",        # a state batch merged into state, the batch not committed
     "rebase.after_pause",              # the queries drained and stopped, PAUSED (the cut) logged
     "rebase.after_backfill",           # the recomputed state committed (BACKFILL_COMMITTED), no handoff yet
+    "redeploy.after_tiles",            # at a redeploy's cut, its tiles in `tiles`, nothing else of the cut written
 )

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, replace
 
 TABLES = ("archive", "tiles", "backlog", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
-          "stream_batches", "leases", "archive_lease", "pipeline_settings")
+          "stream_batches", "leases", "archive_lease", "pipeline_settings", "redeploy_tiles")
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,10 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
         if old.poll() is None:
             os.kill(old.pid, signal.SIGKILL)
     assert "aggregations (largest2 added)" in out, out
+    # the whole history was tiled while the recorded definition's stream still served, and those tiles were taken
+    assert out.index("beside the live stream") < out.index("stopping the live stream") < \
+        out.index("the tiles made beside the live stream replace"), out
+    assert not os.path.exists(tables.path("redeploy_tiles")), "dropped once handed off"
     new_log = tmp_path / "changed.log"
     new = start_stream(tables, bootstrap, new_log, *FLAGS, pipeline=CHANGED)
     try:
@@ -77,10 +81,11 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
     entries = handoff_log.entries(tables)
     statuses = [e.status for e in entries]
     asked = next(e for e in entries if e.status == Status.REBASE_REQUESTED)
-    assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 7] == [
-        "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_STARTED", "BACKFILL_COMMITTED",
-        "HANDOFF_COMMITTED"], statuses
+    # no tiles run at the cut: the archive did not grow since the tiles made beside
+    assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 6] == [
+        "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED"], statuses
     redeployed = requests.read(asked).fields["redeploy"]
+    assert redeployed["beside"]["files"] and redeployed["beside"]["version"] == redeployed["version"]
     assert redeployed["version"] == definition.version(DEMO_PLUS_ONE)
     assert redeployed["record"]["version"] == definition.version(DEMO)
     first, cut = _handoffs(tables)
@@ -136,7 +141,7 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     stream(DEMO)
     tiles_before = DeltaTable(tables.tiles).version()
     state_before = _rows(tables.state)
-    killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "backfill.after_tiles"})
+    killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "redeploy.after_tiles"})
     out, _ = killed.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL, out
     assert "largest2" in DeltaTable(tables.tiles).schema().to_arrow().names  # its tiles replaced the table

@@ -1,0 +1,67 @@
+"""A redeploy's tiles made beside the live stream: every archived day tiled under the changed definition into
+`redeploy_tiles`, a table no stream, backfill or rebase of the recorded definition reads, while that definition's
+stream still serves. At the cut, holding the pipeline, they replace `tiles` in one write (tiles are one row per key and
+day, far fewer than the records they fold), and the days archived since are tiled as any rebase tiles them: the
+sort-based pass over the whole history runs before the stream stops, not after."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from switchyard.jobs.aggregation import SORT, tiles_from_events
+from switchyard.jobs.backfill.backlog import table_version
+from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
+from switchyard.state_handoff import definition
+from switchyard.state_handoff.control import details, handoff_log
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.io import fencing, storage
+from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
+TABLE = "redeploy_tiles"
+
+
+def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, out=logger.info) -> dict:
+    """Every archived day's tiles under `pipeline` into `redeploy_tiles`, replacing what it held; what a redeploy's
+    request records of them: the definition, the table's version and the archive files they fold."""
+    started = time.monotonic()
+    _, _, archive, _ = resolve_range(tables, None, None)
+    readable, _ = check_files(archive, False, out)
+    out(f"redeploy {pipeline.name}: tiling {len(readable)} archive files under the changed definition, beside the "
+        "live stream")
+    parsed = parse_events(pipeline, read_archive(spark, tables, readable)).where(F.col("error").isNull())
+    (tiles_from_events(pipeline, parsed, SORT).write.format("delta").mode("overwrite")
+     .option("overwriteSchema", "true").partitionBy("event_date").save(tables.path(TABLE)))
+    return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)),
+            "files": sorted(storage.relative(f.path, tables.archive) for f in readable),
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: dict | None, out=logger.info) -> bool:
+    """At the cut: the tiles made beside replace `tiles` when they are `pipeline`'s and fold every file the last
+    committed backfill tiled (the days it did not are tiled at the cut); False when they cannot, and every day is
+    tiled at the cut instead."""
+    if not beside or beside["version"] != definition.version(pipeline):
+        return False
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+    if not set(details.of(committed).tiled_files or []) <= set(beside["files"]):
+        out(f"redeploy {pipeline.name}: the tiles made beside miss archive files tiled since; tiling every day again")
+        return False
+    frame = spark.read.format("delta").option("versionAsOf", beside["table_version"]).load(tables.path(TABLE))
+    (frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .options(**fencing.spark_options(tables.tiles)).partitionBy("event_date").save(tables.tiles))
+    out(f"redeploy {pipeline.name}: the tiles made beside the live stream replace the recorded definition's")
+    return True
+
+
+def drop_beside(tables: Tables) -> None:
+    """Once the changed definition is handed off, its tiles made beside are in `tiles`: the table goes."""
+    path = tables.path(TABLE)
+    if storage.exists(path):
+        storage.delete_tree(path)
