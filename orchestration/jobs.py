@@ -1,5 +1,6 @@
 """A pipeline's jobs over its asset graph (the whole chain; the backfill of days alone, what the schedule runs) and
-the jobs that steer its live stream from the UI: start it under `switchyard serve`, rebase it at a cut, stop it.
+the jobs that steer its live stream from the UI: start it under `switchyard serve`, rebase it at a cut, redeploy a
+changed definition at a cut, stop it.
 Each steering job appends a request to the pipeline's handoff log, which the stream (or the service) reads
 wherever it runs."""
 
@@ -52,6 +53,22 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
                                                                    out=context.log.info),
                               out=context.log.info)
     context.log.info(f"rebased at the cut: handoff {new.handoff_id}")
+    _observe_since(context, scope, tables, seq)
+
+
+def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
+              kafka: KafkaResource, warehouse: WarehouseResource) -> None:
+    from switchyard.jobs.redeploy import check_redeploy, redeploy_pipeline
+
+    tables = scope.tables(warehouse)
+    seq = _last_seq(tables)
+    with user_errors_as_failures():
+        pipeline_settings.settle(tables, "dagster redeploy_stream", adopt=False)
+        check_redeploy(scope.spec, tables)
+        new = redeploy_pipeline(scope.spec, tables, scope.bootstrap(kafka), spark.session,
+                                accept_differences=config.accept_differences, out=context.log.info)
+    context.log.info(f"redeployed at the cut: handoff {new.handoff_id}; start the stream (start_stream, or "
+                     "`switchyard stream`) under this definition")
     _observe_since(context, scope, tables, seq)
 
 
@@ -109,6 +126,14 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
         reconciled, handed off there and resumed; with no stream running, this run rebases it."""
         _rebase(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
+    @dg.op(name=scope.name("redeploy_at_a_cut"))
+    def redeploy_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, switchyard_spark: SparkResource,
+                          switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> None:
+        """Switch this code location's definition of the pipeline in at a cut (jobs/redeploy.py): its history tiled
+        beside the live stream, the stream stopped, the state recomputed at the cut, reconciled on the aggregations
+        both definitions declare alike, and handed off there."""
+        _redeploy(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
+
     @dg.op(name=scope.name("stop_the_stream"))
     def stop_the_stream(context: dg.OpExecutionContext, switchyard_warehouse: WarehouseResource) -> None:
         """Stop the pipeline's running stream cleanly, wherever it runs (a STOP_REQUESTED in its handoff log: it
@@ -133,10 +158,16 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
     def rebase_stream():
         rebase_at_a_cut()
 
+    @dg.job(name=scope.name("redeploy_stream"), executor_def=ONE_PROCESS,
+            description=f"Pipeline {scope.pipeline}: switch this code location's changed definition in at a cut.")
+    def redeploy_stream():
+        redeploy_at_a_cut()
+
     @dg.job(name=scope.name("stop_stream"), executor_def=ONE_PROCESS,
             description=f"Pipeline {scope.pipeline}: stop the live stream cleanly.")
     def stop_stream():
         stop_the_stream()
 
-    return (dg.Definitions(jobs=[backfill_then_stream, backfill_days, start_stream, rebase_stream, stop_stream]),
+    return (dg.Definitions(jobs=[backfill_then_stream, backfill_days, start_stream, rebase_stream, redeploy_stream,
+                                    stop_stream]),
             backfill_days)

@@ -257,7 +257,10 @@ def _rebase_figures(logged: details.Details | None, asked: requests.Request | No
     (PAUSED: the cut; HANDOFF_COMMITTED at a cut: time taken and the reconciliation)."""
     if asked is not None and asked.kind == Status.REBASE_REQUESTED:
         decided = asked.fields  # a switch back's figures (jobs/stream/monitor.py)
+        redeploy = decided.get("redeploy") or {}
         return {"rebase_reason": decided.get("reason") or "", "requested_by": asked.requested_by or "",
+                **({"definition_from": redeploy["record"]["version"], "definition_to": redeploy["version"]}
+                   if redeploy else {}),
                 "switch_back_offsets_behind": _number(decided.get("behind")),
                 "switch_back_threshold": _number(decided.get("threshold")),
                 "behind_for_s": _number(decided.get("behind_for_s"))}
@@ -269,7 +272,8 @@ def _rebase_figures(logged: details.Details | None, asked: requests.Request | No
         return {"rebase_s": _number(logged.rebase_s),
                 "reconciliation_keys_different": _number(reconciliation.get("keys_different")),
                 "reconciliation_keys": _number(reconciliation.get("keys_recomputed")),
-                "previous_handoff": logged.previous_handoff or ""}
+                "previous_handoff": logged.previous_handoff or "",
+                "definition_version": (logged.definition or {}).get("version") or ""}
     return {}
 
 

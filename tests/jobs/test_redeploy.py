@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import sys
-from datetime import datetime
+from datetime import date, datetime
 
 from deltalake import DeltaTable
 from kafka import KafkaConsumer
@@ -127,7 +127,8 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut."""
     from switchyard.jobs.rebase import rebase_pipeline
     from switchyard.jobs.rebase_requests import abandon_rebase
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.orchestration import PipelineDeployment, switchyard_definitions
+    from tests.support.live_stream import resources
     from switchyard.jobs.stream import StreamSettings, run_stream
     from switchyard.state_handoff import faults
     from switchyard.state_handoff.errors import UserError
@@ -164,10 +165,18 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "rebase.after_backfill"})
     out, _ = killed.communicate(timeout=600)
     assert killed.returncode == -signal.SIGKILL, out
-    finished = redeploy_pipeline(DEMO_PLUS_ONE, tables, bootstrap, lambda: spark, out=lambda *_: None)
+    # finished from Dagster: the code location's definition is the changed one; the handoff at the cut observed
+    defs = switchyard_definitions([PipelineDeployment(DEMO_PLUS_ONE, first_day=date(2026, 1, 1))],
+                                  resources=resources(tables, bootstrap))
+    run = defs.resolve_job_def("demo__redeploy_stream").execute_in_process()
+    assert run.success
+    observed = {e.event_specific_data.asset_observation.metadata["phase"].value:
+                {k: v.value for k, v in e.event_specific_data.asset_observation.metadata.items()}
+                for e in run.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    assert observed["HANDOFF_COMMITTED"]["definition_version"] == definition.version(DEMO_PLUS_ONE)
+    assert observed["HANDOFF_COMMITTED"]["reconciliation_keys_different"] == 0
     entries = handoff_log.entries(tables)
-    request_id = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED,
-                                               handoff_id=finished.handoff_id)).request_id
+    request_id = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED)).request_id
     assert [e.status for e in entries if details.request_id(e) == request_id].count(Status.PAUSED) == 1, \
         "finished at the cut the killed run paused at"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=45))

@@ -116,8 +116,8 @@ def test_the_code_location_holds_two_pipelines_side_by_side():
         assert graph.get(at.key("tiles")).tags["switchyard/pipeline"] == pipeline
         chain = defs.resolve_job_def(f"{pipeline}__backfill_then_stream")
         assert chain.partitions_def.get_first_partition_key() == "2025-12-31"
-        assert {f"{pipeline}__rebase_stream", f"{pipeline}__stop_stream", f"{pipeline}__backfill_days"} <= {
-            j.name for j in defs.resolve_all_job_defs()}
+        assert {f"{pipeline}__{job}" for job in ("rebase_stream", "redeploy_stream", "stop_stream", "backfill_days")} \
+            <= {j.name for j in defs.resolve_all_job_defs()}
         assert defs.resolve_assets_def(at.key("tiles")).backfill_policy == dg.BackfillPolicy.single_run()
         assert defs.resolve_sensor_def(f"{pipeline}__stream_health").default_status == dg.DefaultSensorStatus.RUNNING
     assert set(defs.resolve_implicit_global_asset_job_def().resource_defs) >= {"switchyard_spark", "switchyard_kafka",
