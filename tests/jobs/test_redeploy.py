@@ -124,7 +124,8 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
 def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstrap, topic_name, tmp_path):
     """Killed after its tiles, a redeploy leaves the recorded definition serving: its stream refuses to run past the
     open redeploy, `rebase --abandon` gives it up with the tiles put back, and that definition streams and rebases
-    on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut."""
+    on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut. A redeploy
+    under the earlier definition then rolls the pipeline back."""
     from switchyard.jobs.rebase import rebase_pipeline
     from switchyard.jobs.rebase_requests import abandon_rebase
     from switchyard.orchestration import PipelineDeployment, switchyard_definitions
@@ -185,3 +186,14 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     state = {r["key"]: r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
     assert {k: r["largest2"] for k, r in state.items()} == {k: s.amount_max for k, s in expected.state.items()}
     assert [e.status for e in entries].count(Status.REBASE_ABANDONED) == 1
+
+    # back to the recorded definition, the same way: a rollback is a redeploy under the earlier definition
+    from switchyard.jobs.redeploy import redeploy_pipeline
+
+    back = redeploy_pipeline(DEMO, tables, bootstrap, lambda: spark, out=lambda *_: None)
+    assert details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=back.handoff_id)) \
+        .definition["version"] == definition.version(DEMO)
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=46))
+    stream(DEMO)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+    assert "largest2" not in DeltaTable(tables.state).schema().to_arrow().names
