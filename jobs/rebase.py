@@ -21,6 +21,10 @@ dies, or that a user error stops (logged FAILED, in one line), is finished at th
 its checkpoint. Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
 checkpoint are never planned by the stream's query over another range.
 
+A redeploy (jobs/redeploy.py) is a rebase whose request carries `redeploy`: it runs under the changed definition,
+whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
+reconciliation compares only what both definitions declare alike; under any other definition it is refused.
+
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
 (jobs/sinks.py), so it never imports the stream.
@@ -288,8 +292,9 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                                                                 reconciliation=err.reconciliation))
         raise
     except UserError as err:
-        reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, `switchyard stream` (or "
-                  "`switchyard rebase`) finishes it there"
+        finisher = ("`switchyard redeploy` under the changed definition" if request.get("redeploy") else
+                    "`switchyard stream` (or `switchyard rebase`)")
+        reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, {finisher} finishes it there"
                   + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
                      if resumable(tables, handoff, paths) and committed_backfill_for(tables, request["request_id"])
                      is None else ""))
