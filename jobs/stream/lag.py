@@ -69,7 +69,7 @@ class LagDecisions:
     behind_since: float | None = None
     switch_back_when: str = "cost"  # or "lag"
     rebase_fixed_s: float = 30.0
-    rebase_records_per_s: float = 250_000.0
+    rebase_records_per_s: float = 50_000.0
     estimate: SwitchBackEstimate | None = None  # the last one made
     declined: SwitchBackEstimate | None = None  # the first estimate that held a switch back off while behind, to tell
     _declined_once: bool = False

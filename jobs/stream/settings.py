@@ -29,11 +29,12 @@ class StreamSettings:
     # Hysteresis: after a switch back, none again until the stream has been caught up this long.
     switch_back_hold: float = 120.0
     # By cost ("cost"): only when a rebase is estimated to end sooner than the stream drains the backlog, a rebase
-    # taking `rebase_fixed_s` plus the records at `rebase_records_per_s` (a 945,000-record switch back took 38.8 s on
-    # 2 cores: benchmarks/results/burst-1e6-spark-4.2.0.json); by lag alone ("lag"). None: SWITCHYARD_SWITCH_BACK.
+    # taking `rebase_fixed_s` plus the records at `rebase_records_per_s` (a 9,490,619-record switch back took 222.4 s on
+    # 2 cores: benchmarks/results/burst-1e7-by-cost-spark-4.2.0.json); by lag alone ("lag"). None:
+    # SWITCHYARD_SWITCH_BACK.
     switch_back_when: str | None = None
     rebase_fixed_s: float = 30.0
-    rebase_records_per_s: float = 250_000.0
+    rebase_records_per_s: float = 50_000.0
     requests_every_seconds: float = 1.0
     # State-store partitions of a new checkpoint (one per handoff); None: SWITCHYARD_STATE_PARTITIONS.
     state_partitions: int | None = None
