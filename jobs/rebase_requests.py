@@ -89,6 +89,7 @@ def wait_for_rebase(tables: Tables, request_id: str, timeout_s: float, out=logge
 
 
 def committed_backfill_for(tables: Tables, request_id: str):
+    """The BACKFILL_COMMITTED a rebase (or redeploy) wrote at its cut for request `request_id`, or None yet."""
     for entry in reversed(handoff_log.entries(tables)):
         if entry.status == Status.BACKFILL_COMMITTED and \
                 (details.of(entry).at_cut or {}).get("request_id") == request_id:
