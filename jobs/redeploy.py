@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.beside import drop_beside, tile_beside
 from switchyard.jobs.rebase import run_rebase
 from switchyard.jobs.rebase_requests import killed_stream, open_request, request_rebase
@@ -69,7 +70,8 @@ def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
 
 def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, session, timeout_s: float = 300.0,
                       accept_differences: bool = False, out=logger.info) -> Handoff:
-    """Steps 1-4 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession)."""
+    """Steps 1-4 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession, after
+    step 1's refusals)."""
     finishing = check_redeploy(pipeline, tables)
     spark = session()
     # a new redeploy: the whole history tiled while the recorded definition still serves
@@ -88,8 +90,6 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         request = check_redeploy(pipeline, tables)  # again, holding the pipeline
         if request is None:
             _, record = definition.recorded(handoff_log.entries(tables))
-            from switchyard.jobs.backfill.backlog import table_version
-
             request_rebase(tables, "redeploy", REQUESTED_BY, figures={"redeploy": {
                 "version": definition.version(pipeline), "record": record,
                 "tiles_version": table_version(tables.tiles), "beside": beside}},

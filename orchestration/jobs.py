@@ -58,13 +58,12 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
 
 def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
               kafka: KafkaResource, warehouse: WarehouseResource) -> None:
-    from switchyard.jobs.redeploy import check_redeploy, redeploy_pipeline
+    from switchyard.jobs.redeploy import redeploy_pipeline
 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster redeploy_stream", adopt=False)
-        check_redeploy(scope.spec, tables)
         new = redeploy_pipeline(scope.spec, tables, scope.bootstrap(kafka), spark.session,
                                 accept_differences=config.accept_differences, out=context.log.info)
     context.log.info(f"redeployed at the cut: handoff {new.handoff_id}; start the stream (start_stream, or "

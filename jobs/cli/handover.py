@@ -13,11 +13,10 @@ logger = logging.getLogger(__name__)
 
 
 def run_redeploy_command(args) -> int:
-    from switchyard.jobs.redeploy import check_redeploy, redeploy_pipeline
+    from switchyard.jobs.redeploy import redeploy_pipeline
 
     pipeline, tables = pipeline_and_tables(args)
     settle_settings(tables, "switchyard redeploy")  # the pipeline-wide settings; the definition is what changes
-    check_redeploy(pipeline, tables)
     redeploy_pipeline(pipeline, tables, args.bootstrap, lambda: command_spark(args, "redeploy"),
                       timeout_s=args.timeout, accept_differences=args.accept_differences)
     return 0

@@ -20,7 +20,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.spec import Field, count, maximum
 from switchyard.state_handoff.tables import Tables
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
+from tests.support.changed_pipeline import DEMO, DEMO_LATER, DEMO_PLUS_ONE
 
 
 def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
@@ -102,3 +102,21 @@ def test_the_commands_refuse_before_any_jvm_and_status_shows_both_versions(tmp_p
     assert shown.returncode == 0, shown.stderr
     assert (f"DEFINITION CHANGED: version {definition.version(DEMO_PLUS_ONE)} now, {definition.version(DEMO)} in "
             "the tables (aggregations (largest2 added))") in shown.stdout, shown.stdout
+
+
+def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
+    tables = _made_with(tmp_path, DEMO)
+    handoff_log.append(tables, "h1", Status.HANDOFF_COMMITTED, start_offsets={0: 0},
+                       details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    for pipeline, said in (("demo", "there is nothing to redeploy"),
+                           ("tests.support.changed_pipeline:DEMO_LATER",
+                            "cannot be redeployed at a cut: a change of its windows reshapes")):
+        started = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "redeploy", "--pipeline", pipeline,
+                               "--warehouse", tables.warehouse, "--bootstrap", "127.0.0.1:9"],
+                              capture_output=True, text=True, env=env, timeout=120)
+        error = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(error) == 1 and said in error[0], (pipeline, done.stdout, done.stderr)
+        assert time.monotonic() - started < 30, "refused before a JVM started"
+    assert definition.refuse_redeploy(DEMO_LATER, definition.as_details(DEMO)["definition"]) is not None

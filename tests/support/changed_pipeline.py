@@ -8,3 +8,6 @@ from switchyard.state_handoff.spec import maximum
 
 DEMO = get_pipeline("demo")
 DEMO_PLUS_ONE = dataclasses.replace(DEMO, aggregations=DEMO.aggregations + (maximum("largest2", "amount"),))
+# ... and with its windows' lateness doubled: a change no cut takes
+DEMO_LATER = dataclasses.replace(DEMO, windows=dataclasses.replace(
+    DEMO.windows, allowed_lateness=DEMO.windows.allowed_lateness * 2))
