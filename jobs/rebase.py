@@ -23,7 +23,9 @@ checkpoint are never planned by the stream's query over another range.
 
 A redeploy (jobs/redeploy.py) is a rebase whose request carries `redeploy`: it runs under the changed definition,
 whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
-reconciliation compares only what both definitions declare alike; under any other definition it is refused.
+reconciliation compares only what both definitions declare alike; when the windows changed, the catch-up writes only
+the dead letters and the windows are made again at the cut over all history. Under any other definition it is
+refused.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
@@ -34,9 +36,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -155,11 +158,14 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
     return run(cut.events, cut.offsets, next_id)
 
 
+def tiles_of(pipeline: Pipeline, records: DataFrame) -> DataFrame:
+    """Well-formed records as tiles, sort-based, as the backfill makes them."""
+    return tiles_from_events(pipeline, parse_events(pipeline, records).where(F.col("error").isNull()), SORT)
+
+
 def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
     """Well-formed records as keyed partials, sort-based, as the backfill's tiles carry them."""
-    columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
-    parsed = parse_events(pipeline, records).where(F.col("error").isNull())
-    return tiles_from_events(pipeline, parsed, SORT).select(*columns)
+    return tiles_of(pipeline, records).select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True))
 
 
 def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
@@ -179,15 +185,18 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
     redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
+    # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
+    anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, redeploy["record"])
 
     def gate(reconciliation: dict) -> datetime | None:
         """Between the reconciliation and the first write at the cut: differences stop the rebase unless
         accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
         if reconciliation["keys_different"] and not request.get("accept_differences"):
             raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
-        out(f"rebase {pipeline.name}: catching the events path up to the cut "
+        out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
-        return catch_up_events(spark, pipeline, tables, bootstrap, handoff, paths, cut)
+        return catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
+                               handoff, paths, cut)
 
     backfill = committed_backfill_for(tables, request["request_id"])
     if backfill is None:
@@ -205,18 +214,21 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
             faults.reach("redeploy.after_tiles")
         tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
                      if first or whole else BackfillResult(None, None, None))
-        kafka = kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets)
+        past = tiles_of(pipeline, kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets))
+        if anew:  # read twice: the state and the windows
+            past = past.persist(StorageLevel.DISK_ONLY)
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline
-        at_cut = AtCut(cut.offsets, keyed_partials(pipeline, kafka),
+        at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
                        streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
                                 "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
-                       compared=alike)
+                       compared=alike, windows_past=past if anew else None)
         commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
                      at_cut=at_cut)
+        past.unpersist()
         reconciliation = at_cut.reconciliation
         committed = details.of(committed_backfill_for(tables, request["request_id"]))
         if not committed.complete:

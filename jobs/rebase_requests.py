@@ -14,7 +14,7 @@ from switchyard.state_handoff.control import details, handoff_log, lease, lifecy
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
-from switchyard.state_handoff.io import fencing, storage
+from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 
@@ -154,10 +154,5 @@ def _restore_tiles(tables: Tables, request: dict) -> None:
     """A redeploy given up: its tiles, of the changed definition, replaced the whole table; the table is restored
     to its version before them, so the recorded definition's next rebase merges its own tiles."""
     before = (request.get("redeploy") or {}).get("tiles_version")
-    if before is None or not storage.exists(storage.join(tables.tiles, "_delta_log")):
-        return
-    from deltalake import DeltaTable
-
-    table = DeltaTable(tables.tiles, storage_options=storage.delta_options(tables.tiles))
-    if table.version() != before:
-        fencing.commit(table, [], lambda properties: table.restore(before, commit_properties=properties))
+    if before is not None and storage.exists(storage.join(tables.tiles, "_delta_log")):
+        delta_upkeep.restore(tables.tiles, before)

@@ -11,8 +11,9 @@ definition at a cut, exactly once, its history recomputed sort-based in batch.
    beside take the recorded definition's place (the days archived since are tiled then), the Kafka range past the
    archive is read in batch, and both are merged into the state at the cut; the reconciliation compares what both
    definitions declare alike (the same name, the same declaration); the events path goes on as the stream made it
-   (a redeploy changes only keyed aggregations, which shape none of it); BACKFILL_COMMITTED and HANDOFF_COMMITTED
-   record the changed definition.
+   when only keyed aggregations changed (they shape none of it), and changed windows are made again from the tiles
+   and the Kafka range past the archive, none of it late (jobs/backfill/commit.py: AtCut.windows_past);
+   BACKFILL_COMMITTED and HANDOFF_COMMITTED record the changed definition.
 Serving switches in one Delta commit: every version of `state` before the handoff's `state_version` holds the
 recorded definition's rows, every one from it on the changed definition's; the updates topic carries the recorded
 definition's updates up to the cut and the changed one's after it. `switchyard stream` (or `serve`) under the changed
@@ -20,6 +21,11 @@ definition then streams from the cut.
 A redeploy that fails or dies stays open at its cut: `switchyard redeploy` again finishes it there, and a stream of
 the recorded definition refuses to run past it; `switchyard rebase --abandon` gives it up while the stopped stream
 can still resume, with the tiles put back as they were before it (jobs/rebase_requests.py).
+
+`switchyard rollback` is a redeploy back to the definition the newest redeploy replaced, run under it: that
+definition's tiles were kept (vacuum keeps their `tiles` version: state_handoff/control/kept_versions.py), so the cut
+restores them in one metadata commit instead of tiling the archive beside the stream. `switchyard redeploy
+--drop-previous` lets them go; a rollback then is refused, naming `switchyard redeploy` under that definition.
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ from switchyard.jobs.rebase import run_rebase
 from switchyard.jobs.rebase_requests import killed_stream, open_request, request_rebase
 from switchyard.jobs.stop import stop_stream
 from switchyard.state_handoff import definition
-from switchyard.state_handoff.control import handoff_log, lease
+from switchyard.state_handoff.control import handoff_log, kept_versions, lease, requests
+from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff
+from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
@@ -68,14 +76,49 @@ def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
     return None
 
 
+def check_rollback(pipeline: Pipeline, tables: Tables) -> dict:
+    """Before any JVM: what a rollback to `pipeline` restores, as a redeploy's tiles made beside (the `tiles` version
+    kept with it: kept_versions.previous_definition); UserError, in one line, when `pipeline` is not the definition
+    the newest redeploy replaced, or that one's tiles were dropped."""
+    previous = kept_versions.previous_definition(handoff_log.entries(tables))
+    if previous is None:
+        raise UserError(f"pipeline {pipeline.name} has no redeploy handed off: there is no earlier definition to "
+                        "roll back to")
+    then, now = previous["record"]["version"], definition.version(pipeline)
+    if then != now:
+        raise UserError(f"`switchyard rollback` moves pipeline {pipeline.name} back to definition version {then}, the "
+                        f"one its redeploy (request {previous['request_id']}) replaced; this process runs version "
+                        f"{now}: run it under that definition")
+    if previous["dropped"] or previous["tiles_version"] is None:
+        raise UserError(f"the tiles of pipeline {pipeline.name}'s definition version {then} were dropped (`switchyard "
+                        "redeploy --drop-previous`): `switchyard redeploy` under it moves back with every archived "
+                        "day tiled again")
+    return {"version": now, "restore": int(previous["tiles_version"]), "files": previous["files"]}
+
+
+def drop_previous(tables: Tables, out=logger.info) -> None:
+    """`switchyard redeploy --drop-previous`: the tiles kept for a rollback are let go (PREVIOUS_DROPPED), their files
+    deleted by this vacuum once replaced over the vacuum's retention ago, else by a later one."""
+    previous = kept_versions.previous_definition(handoff_log.entries(tables))
+    if previous is None or previous["dropped"]:
+        raise UserError(f"pipeline {tables.pipeline} keeps no earlier definition's tiles: nothing to drop")
+    requests.ask(tables, Status.PREVIOUS_DROPPED, current_handoff(tables).handoff_id, "switchyard redeploy "
+                 "--drop-previous", redeploy_request=previous["request_id"], tiles_version=previous["tiles_version"])
+    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))
+    out(f"redeploy {tables.pipeline}: definition version {previous['record']['version']} dropped: `switchyard "
+        "rollback` no longer restores it; its tiles' files go with the vacuums of `tiles`")
+
+
 def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, session, timeout_s: float = 300.0,
-                      accept_differences: bool = False, out=logger.info) -> Handoff:
+                      accept_differences: bool = False, rollback: bool = False, out=logger.info) -> Handoff:
     """Steps 1-4 of the module docstring; returns the handoff at the cut (`session` builds the SparkSession, after
-    step 1's refusals)."""
+    step 1's refusals). `rollback`: `pipeline` is the definition the newest redeploy replaced, whose tiles were kept:
+    they are restored at the cut, and nothing is tiled beside."""
+    restored = check_rollback(pipeline, tables) if rollback else None
     finishing = check_redeploy(pipeline, tables)
     spark = session()
-    # a new redeploy: the whole history tiled while the recorded definition still serves
-    beside = tile_beside(spark, pipeline, tables, out) if finishing is None else None
+    # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
+    beside = restored or (tile_beside(spark, pipeline, tables, out) if finishing is None else None)
     if lease.stream_running(tables):
         out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
@@ -90,7 +133,7 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         request = check_redeploy(pipeline, tables)  # again, holding the pipeline
         if request is None:
             _, record = definition.recorded(handoff_log.entries(tables))
-            request_rebase(tables, "redeploy", REQUESTED_BY, figures={"redeploy": {
+            request_rebase(tables, "rollback" if rollback else "redeploy", REQUESTED_BY, figures={"redeploy": {
                 "version": definition.version(pipeline), "record": record,
                 "tiles_version": table_version(tables.tiles), "beside": beside}},
                 accept_differences=accept_differences)
@@ -103,6 +146,7 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         request = {**request, **({"accept_differences": True} if accept_differences else {})}
         new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
     drop_beside(tables)
+    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))  # the earlier one's
     out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
         f"{new.handoff_id}: `switchyard stream` streams it from there")
     return new

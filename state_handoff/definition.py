@@ -137,10 +137,10 @@ def refuse_changed(pipeline: Pipeline, entries) -> None:
                        "archive, backfill, hand off and stream that"))
 
 
-# The parts a redeploy switches in at a cut: the keyed state is recomputed sort-based from the archive and the Kafka
-# range past it; the events path (dead letters, late records, windows) is shaped by none of them, so it goes on as the
-# stream made it.
-REDEPLOYED = ("aggregations",)
+# The parts a redeploy switches in at a cut: the keyed state, and the windows (with their late records), are
+# recomputed sort-based from the archive and the Kafka range past it; the dead letters are shaped by neither, so they
+# go on as the stream made them.
+REDEPLOYED = ("aggregations", "windows")
 
 
 def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
@@ -148,11 +148,21 @@ def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
     they can, or nothing changed)."""
     now = parts(pipeline)
     other = [name for name in now if record["parts"].get(name) != now[name] and name not in REDEPLOYED]
-    if not other:
-        return None
-    return (f"a change of its {', '.join(other)} reshapes what its stream's events path made (dead letters, late "
-            "records, windows), which a redeploy at a cut keeps: only a change of its keyed aggregations is switched "
-            "in (added, dropped, renamed or changed)")
+    if other:
+        return (f"a change of its {', '.join(other)} reshapes what its stream's events path made (dead letters, "
+                "late records, windows), which a redeploy at a cut keeps: only a change of its keyed aggregations or "
+                "its windows is switched in")
+    unwindowed = _digest(None)
+    if record["parts"].get("windows") != now["windows"] and unwindowed in (record["parts"].get("windows"),
+                                                                            now["windows"]):
+        return ("it " + ("gains" if pipeline.windows is not None else "drops") + " windows: a redeploy switches in "
+                "changed windows, not windows added to or taken from a pipeline")
+    return None
+
+
+def windows_changed(pipeline: Pipeline, record: dict) -> bool:
+    """Whether a redeploy from the recorded definition to `pipeline` makes the windows again."""
+    return record["parts"].get("windows") != parts(pipeline)["windows"]
 
 
 def compared(pipeline: Pipeline, record: dict) -> Pipeline:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.clock import utc_now
-from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import handoff_log, kept_versions
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
@@ -67,6 +67,9 @@ def _add_definition(status: dict, pipeline, entries: list) -> None:
     status["definition"] = {"version": definition.version(pipeline),
                             "recorded": recorded["version"] if recorded else None,
                             "changed": definition.changes(recorded, pipeline) if recorded else []}
+    previous = kept_versions.previous_definition(entries)
+    if previous is not None and not previous["dropped"]:  # what `switchyard rollback` restores
+        status["definition"]["kept_for_rollback"] = previous["record"]["version"]
 
 
 def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:
@@ -179,6 +182,9 @@ def format_status(status: dict) -> str:
     if shape.get("recorded") and shape["recorded"] != shape["version"]:
         lines.append(f"  DEFINITION CHANGED: version {shape['version']} now, {shape['recorded']} in the tables "
                      f"({', '.join(shape['changed'])}): backfill, handoff, rebase and stream refuse until they agree")
+    if shape.get("kept_for_rollback"):
+        lines.append(f"  kept for `switchyard rollback`: definition version {shape['kept_for_rollback']} (until "
+                     "`switchyard redeploy --drop-previous`)")
     for r in status.get("lost_offsets", []):
         lines.append(f"  lost to Kafka's retention: partition {r['partition']} offsets {r['from']}..{r['to'] - 1} "
                      f"({r['records']} records, handoff {r['handoff_id']})")

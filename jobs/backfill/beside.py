@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 
+from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -18,7 +19,7 @@ from switchyard.jobs.backfill.read import check_files, read_archive, resolve_ran
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.io import fencing, storage
+from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
@@ -46,13 +47,24 @@ def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, out=log
 def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: dict | None, out=logger.info) -> bool:
     """At the cut: the tiles made beside replace `tiles` when they are `pipeline`'s and fold every file the last
     committed backfill tiled (the days it did not are tiled at the cut); False when they cannot, and every day is
-    tiled at the cut instead."""
+    tiled at the cut instead. A rollback's (`restore`: the `tiles` version kept with the previous definition's) are
+    restored in one metadata commit, nothing copied."""
     if not beside or beside["version"] != definition.version(pipeline):
         return False
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     if not set(details.of(committed).tiled_files or []) <= set(beside["files"]):
         out(f"redeploy {pipeline.name}: the tiles made beside miss archive files tiled since; tiling every day again")
         return False
+    if beside.get("restore") is not None:
+        try:
+            delta_upkeep.restore(tables.tiles, beside["restore"])
+        except (DeltaError, OSError) as err:
+            out(f"redeploy {pipeline.name}: the kept tiles of version {beside['restore']} cannot be restored "
+                f"({str(err).splitlines()[0][:200]}); tiling every day again")
+            return False
+        out(f"redeploy {pipeline.name}: the tiles kept with this definition restored (tiles version "
+            f"{beside['restore']})")
+        return True
     frame = spark.read.format("delta").option("versionAsOf", beside["table_version"]).load(tables.path(TABLE))
     (frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .options(**fencing.spark_options(tables.tiles)).partitionBy("event_date").save(tables.tiles))

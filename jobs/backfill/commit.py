@@ -57,6 +57,10 @@ class AtCut:
     before_replace: Callable[[dict], datetime | None] | None = None
     # the pipeline the reconciliation compares by (a redeploy's: only the aggregations both definitions declare)
     compared: Pipeline | None = None
+    # a redeploy that changes the windows: the tiles of the Kafka range past the archive's cut. The windows are then
+    # made again from every tile and these, split at the recomputed state's backlog watermark, and `late` is emptied:
+    # up to the cut everything is backlog, none of it late (the events path keeps only its dead letters)
+    windows_past: DataFrame | None = None
 
 
 def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime,
@@ -96,6 +100,13 @@ def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, waterma
         writer.options(**fencing.spark_options(path)).save(path)
     if redo is not None or pipeline.windows.per_record > 1:
         windows.unpersist()
+
+
+def _no_late(spark: SparkSession, tables: Tables) -> None:
+    """`late` emptied, in one commit: its rows are in the windows made again at a redeploy's cut."""
+    held = spark.read.format("delta").load(tables.late)
+    (held.limit(0).write.format("delta").mode("overwrite").options(**fencing.spark_options(tables.late))
+     .save(tables.late))
 
 
 def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_run: BackfillResult | None = None,
@@ -161,17 +172,24 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
          .options(**fencing.spark_options(tables.state)).save(tables.state))
         state_version = backlog.table_version(tables.state)
         times.end("state")
-        watermark = at_cut.watermark if at_cut is not None else backlog_watermark(pipeline, newest_event_time(state))
+        anew = at_cut is not None and at_cut.windows_past is not None  # the windows made again at the cut
+        watermark = (at_cut.watermark if at_cut is not None and not anew
+                     else backlog_watermark(pipeline, newest_event_time(state)))
         times.end("watermark")
         prepare_stream(spark, pipeline, tables, run.handoff_id, state_version, state)
         times.end("seed_and_stream_tables")
         windows_record = None
-        if pipeline.windows is not None and at_cut is None:
-            redo = backlog.windows_to_redo(pipeline, tables, earlier) if tail is None else None
+        if pipeline.windows is not None and (at_cut is None or anew):
+            redo = backlog.windows_to_redo(pipeline, tables, earlier) if tail is None and at_cut is None else None
             if redo is not None:
                 out(f"  making the windows from {redo:%Y-%m-%d %H:%M} on again, the earlier ones kept")
-            _write_windows(pipeline, tables, tiles, watermark, redo)
-            if tail is None:  # windows of the tiles alone: the next commit may keep them
+            elif anew:
+                out("  making every window again at the cut, under the changed windows")
+            _write_windows(pipeline, tables, tiles.unionByName(at_cut.windows_past) if anew else tiles, watermark,
+                           redo)
+            if anew:
+                _no_late(spark, tables)
+            elif tail is None:  # windows of the tiles alone: the next commit may keep them
                 windows_record = backlog.window_versions(tables)
         times.end("windows")
         if at_cut is None and tail is None:  # the state is the tiles' merge and nothing else
@@ -217,8 +235,10 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                            kafka_tail=run.kafka_tail if tail is not None else None,
                            at_cut={**at_cut.details, "cut": at_cut.cut, "reconciliation": at_cut.reconciliation}
                            if at_cut else None))
-    for path in (tables.tiles, tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
-        delta_upkeep.vacuum(path)  # what this commit and earlier backfills replaced, over an hour ago
+    # what this commit and earlier backfills replaced, over an hour ago; of `tiles`, the previous definition's kept
+    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))
+    for path in (tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
+        delta_upkeep.vacuum(path)
     delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
     warn = warnings_to(out)
     if missing:

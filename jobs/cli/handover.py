@@ -1,6 +1,6 @@
-"""The commands that take a pipeline from its running stream: `stop` (it drains and logs STOPPED), and `redeploy`
-(a changed definition switched in at a cut: jobs/redeploy.py), whose refusals come before any JVM starts or Kafka is
-contacted."""
+"""The commands that take a pipeline from its running stream: `stop` (it drains and logs STOPPED), `redeploy` (a
+changed definition switched in at a cut: jobs/redeploy.py) and `rollback` (back to the definition it replaced), whose
+refusals come before any JVM starts or Kafka is contacted."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ logger = logging.getLogger(__name__)
 
 
 def run_redeploy_command(args) -> int:
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.redeploy import drop_previous, redeploy_pipeline
 
     pipeline, tables = pipeline_and_tables(args)
-    settle_settings(tables, "switchyard redeploy")  # the pipeline-wide settings; the definition is what changes
-    redeploy_pipeline(pipeline, tables, args.bootstrap, lambda: command_spark(args, "redeploy"),
-                      timeout_s=args.timeout, accept_differences=args.accept_differences)
+    if getattr(args, "drop_previous", False):
+        drop_previous(tables)
+        return 0
+    command = "rollback" if args.rollback else "redeploy"
+    settle_settings(tables, f"switchyard {command}")  # the pipeline-wide settings; the definition is what changes
+    redeploy_pipeline(pipeline, tables, args.bootstrap, lambda: command_spark(args, command),
+                      timeout_s=args.timeout, accept_differences=args.accept_differences, rollback=args.rollback)
     return 0
 
 
@@ -50,6 +54,19 @@ def add_handover_commands(commands, common, spark_conf_option) -> None:
     redeploy.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                           help="how long to wait for the live stream to stop (default 300)")
     redeploy.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
+    redeploy.add_argument("--drop-previous", action="store_true",
+                          help="let go of the tiles kept for `switchyard rollback` (no JVM; nothing else is done)")
     common(redeploy)
     spark_conf_option(redeploy)
-    redeploy.set_defaults(handler=run_redeploy_command)
+    redeploy.set_defaults(handler=run_redeploy_command, rollback=False)
+
+    rollback = commands.add_parser(
+        "rollback", help="back to the definition the newest redeploy replaced, run under it: a redeploy at a cut "
+                         "whose tiles, kept, are restored instead of tiled again")
+    pipeline_option(rollback)
+    rollback.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                          help="how long to wait for the live stream to stop (default 300)")
+    rollback.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
+    common(rollback)
+    spark_conf_option(rollback)
+    rollback.set_defaults(handler=run_redeploy_command, rollback=True)

@@ -12,11 +12,16 @@ the version is never read again: it is released, so a handoff that lives a year 
 retention (a version the log no longer holds cannot be kept, and asking for it would fail every vacuum). A
 rebase's reconciliation reads the paused state again whenever the rebase runs again (after a crash that came after
 the recomputed state replaced it), so that version stays until the new handoff's stream has taken over.
+
+What a vacuum of `tiles` must keep: the tiles of the definition the newest redeploy replaced, for `switchyard rollback`
+to restore in one metadata commit instead of tiling the archive again, until `switchyard redeploy --drop-previous`
+lets them go (a PREVIOUS_DROPPED) or Delta's log retention on `tiles` (`delta.logRetentionDuration`, 30 days unless
+set) no longer holds their version.
 """
 
 from __future__ import annotations
 
-from switchyard.state_handoff.control import details, handoff_log
+from switchyard.state_handoff.control import details, handoff_log, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.tables import Tables
 
@@ -54,3 +59,31 @@ def paused_state_versions(entries: list) -> dict[str, int]:
         elif e.status == Status.REBASE_ABANDONED and request_id is not None:
             ended.add(request_id)  # given up: the paused stream resumes from its checkpoint
     return {r: v for r, v in paused.items() if r not in ended}
+
+
+def previous_definition(entries: list) -> dict | None:
+    """The definition the newest handed-off redeploy replaced, kept for `switchyard rollback` (None: no redeploy was
+    handed off). Its `record` (the definition), `tiles_version` (the `tiles` version holding its tiles), `files` (the
+    archive files those fold: the latest backfill before the redeploy's), `request_id` (the redeploy's),
+    `handoff_id` (the handoff at the redeploy's cut), and `dropped`: a PREVIOUS_DROPPED let it go."""
+    answered = {details.request_id(e): e.handoff_id for e in entries if e.status == Status.HANDOFF_COMMITTED}
+    for asked in reversed(requests.of_kind(entries, Status.REBASE_REQUESTED)):
+        redeploy = asked.fields.get("redeploy")
+        if not redeploy or asked.request_id not in answered:
+            continue
+        before = next((e for e in reversed(entries) if e.seq < asked.seq and e.status == Status.BACKFILL_COMMITTED),
+                      None)
+        dropped = any(r.fields.get("redeploy_request") == asked.request_id
+                      for r in requests.of_kind(entries, Status.PREVIOUS_DROPPED))
+        return {"record": redeploy["record"], "tiles_version": redeploy.get("tiles_version"),
+                "files": (details.of(before).tiled_files or []) if before is not None else [],
+                "request_id": asked.request_id, "handoff_id": answered[asked.request_id], "dropped": dropped}
+    return None
+
+
+def kept_tiles_versions(tables: Tables) -> list[int]:
+    """The `tiles` versions whose files vacuum keeps: the previous definition's, until dropped."""
+    previous = previous_definition(handoff_log.entries(tables))
+    if previous is None or previous["dropped"] or previous["tiles_version"] is None:
+        return []
+    return [int(previous["tiles_version"])]

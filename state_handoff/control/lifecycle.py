@@ -6,7 +6,9 @@ starts another's). A REBASE_REQUESTED is a request, not a step: it may come at a
 committed (a `rebase` from the command line, while the stream is live or not) and leaves the handoff where it was.
 So is a STOP_REQUESTED (`switchyard stop`, the Dagster `stop_stream` job): it names the lease of the stream it is
 for, which obeys it wherever it runs and answers it with STOPPED. So is a START_REQUESTED (`switchyard start`):
-it asks `switchyard serve` to run again a stream that a stop request ended. So is a REBASE_REFUSED: the answer to a rebase
+it asks `switchyard serve` to run again a stream that a stop request ended. So is a PREVIOUS_DROPPED (`switchyard
+redeploy --drop-previous`): the definition a redeploy replaced is no longer kept for `switchyard rollback`; nothing
+answers it, and the phase is read past it. So is a REBASE_REFUSED: the answer to a rebase
 request refused before its pause (what the rebase must read is gone or unreadable), which leaves the handoff
 streaming, or stopped, as it was.
 
@@ -72,6 +74,7 @@ class Status(StrEnum):
     REBASE_REFUSED = "REBASE_REFUSED"
     REBASE_ABANDONED = "REBASE_ABANDONED"
     START_REQUESTED = "START_REQUESTED"
+    PREVIOUS_DROPPED = "PREVIOUS_DROPPED"
 
 
 S = Status
@@ -79,7 +82,9 @@ S = Status
 RUNNING = frozenset({S.STREAM_STARTED, S.SWITCHED, S.CAUGHT_UP, S.FALLING_BEHIND})
 REBASING = frozenset({S.REBASE_REQUESTED, S.PAUSED})
 # A request leaves its handoff where it was.
-REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED, S.START_REQUESTED})
+REQUESTS = frozenset({S.REBASE_REQUESTED, S.STOP_REQUESTED, S.START_REQUESTED, S.PREVIOUS_DROPPED})
+# Asides that say nothing of where the pipeline stands: its phase is read past them.
+NOTES = frozenset({S.PREVIOUS_DROPPED})
 # ... and so does the refusal of a rebase request before its pause: requests and refusals are entries beside a
 # handoff's way, not on it.
 REFUSALS = frozenset({S.REBASE_REFUSED})
@@ -112,6 +117,7 @@ REQUIRES: dict[Status, Status] = {
     S.REBASE_REQUESTED: S.HANDOFF_COMMITTED,
     S.STOP_REQUESTED: S.HANDOFF_COMMITTED,
     S.START_REQUESTED: S.HANDOFF_COMMITTED,
+    S.PREVIOUS_DROPPED: S.HANDOFF_COMMITTED,
     S.CAUGHT_UP: S.SWITCHED,
     S.FALLING_BEHIND: S.SWITCHED,
 }

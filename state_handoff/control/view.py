@@ -60,7 +60,8 @@ class PipelineView:
 
     @property
     def phase(self) -> Phase:
-        return lifecycle.phase(self.last.status if self.last else None, self.streaming)
+        standing = next((e for e in reversed(self.entries) if e.status not in lifecycle.NOTES), None)
+        return lifecycle.phase(standing.status if standing else None, self.streaming)
 
     @property
     def rebases(self) -> list[HandoffCommitted]:

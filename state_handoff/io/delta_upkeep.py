@@ -68,6 +68,15 @@ def vacuum(uri: str, keep_versions: list[int] | None = None) -> None:
         log.warning("Delta table %s: vacuum skipped: %s", uri, err)
 
 
+def restore(uri: str, version: int) -> None:
+    """The Delta table at `uri` restored to `version` in one fenced metadata commit (the files of that version added
+    back, the others removed; none copied); nothing when it is at that version's content already. Raises delta-rs's
+    error when the version's log or files are gone."""
+    table = DeltaTable(uri, storage_options=storage.delta_options(uri))
+    if table.version() != version:
+        fencing.commit(table, [], lambda properties: table.restore(version, commit_properties=properties))
+
+
 def retention(hours: int) -> str:
     """A retention as Delta's table properties spell it."""
     return f"interval {hours} hours"

@@ -77,27 +77,30 @@ def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
     return read >= total
 
 
-def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables):
+def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlog_to: int = 0,
+                                 window=oracle.WINDOW, lateness=oracle.LATENESS):
     """The oracle sees one continuous stream from the first handoff: each later handoff starts at the cut where
-    the previous one's events path ended, with the watermark it left."""
+    the previous one's events path ended, with the watermark it left. `backlog_to`: the index of the handoff whose
+    cut ends the backlog instead (a redeploy made the windows, of `window` and `lateness`, again there)."""
     handoffs = _handoffs(tables)
-    first = handoff_log.offsets(handoffs[0])
+    first = handoff_log.offsets(handoffs[backlog_to])
     batches = []
-    for h in handoffs:
+    for h in handoffs[backlog_to:]:
         batches += [{p: v["last_offset"] for p, v in b.items()} for b in event_batches(tables, h.handoff_id)]
     for previous, h in zip(handoffs, handoffs[1:]):
         ends = {p: o + 1 for b in event_batches(tables, previous.handoff_id) for p, o in
                 ((p, v["last_offset"]) for p, v in b.items())}
         start = handoff_log.offsets(h)
-        assert all(start[p] >= ends.get(p, first.get(p, 0)) for p in start), "a cut before what was streamed"
+        began = handoff_log.offsets(previous)
+        assert all(start[p] >= ends.get(p, began.get(p, 0)) for p in start), "a cut before what was streamed"
     records = oracle.read_topic(bootstrap, topic)
     archived = [r for r in records if r.offset < first.get(r.partition, 0)]
     tail = [r for r in records if r.offset >= first.get(r.partition, 0)]
-    expected = oracle.through_stream(archived, tail, batches)
+    expected = oracle.through_stream(archived, tail, batches, window, lateness)
 
     assert_state_matches(spark, tables, expected)
-    assert_windows_match(spark, tables.windows, expected.final_windows())
-    assert_windows_match(spark, tables.window_state, expected.open_windows())
+    assert_windows_match(spark, tables.windows, expected.final_windows(), window)
+    assert_windows_match(spark, tables.window_state, expected.open_windows(), window)
     late = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late))
     dead = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.dead_letter))
     assert max(late.values()) == 1 and max(dead.values()) == 1, "a record late or dead-lettered twice"

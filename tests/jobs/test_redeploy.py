@@ -2,7 +2,9 @@
 (tests/support/changed_pipeline.py); `switchyard redeploy` under the changed definition stops the live stream,
 recomputes the state sort-based at a cut and hands off there, while events keep arriving. Checked against the
 oracle: every old column as the stream would have it, the new column over all history, the serving table and the
-updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once."""
+updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once. The same for
+windows widened, their lateness doubled and an aggregation added: every window made again over all history up to
+the cut, none of it late, and streamed on from there under the new windows."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER
 from tests.support.streams import start_stream, tail_events, wait_until
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
@@ -124,8 +126,9 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
 def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstrap, topic_name, tmp_path):
     """Killed after its tiles, a redeploy leaves the recorded definition serving: its stream refuses to run past the
     open redeploy, `rebase --abandon` gives it up with the tiles put back, and that definition streams and rebases
-    on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut. A redeploy
-    under the earlier definition then rolls the pipeline back."""
+    on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut. `rollback`
+    under the earlier definition then moves the pipeline back with its kept tiles restored, until they are
+    dropped."""
     from switchyard.jobs.rebase import rebase_pipeline
     from switchyard.jobs.rebase_requests import abandon_rebase
     from switchyard.orchestration import PipelineDeployment, switchyard_definitions
@@ -187,13 +190,71 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert {k: r["largest2"] for k, r in state.items()} == {k: s.amount_max for k, s in expected.state.items()}
     assert [e.status for e in entries].count(Status.REBASE_ABANDONED) == 1
 
-    # back to the recorded definition, the same way: a rollback is a redeploy under the earlier definition
+    # back to the recorded definition: a rollback, run under it, restores its tiles, kept since the redeploy
     from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.state_handoff.control import kept_versions
 
-    back = redeploy_pipeline(DEMO, tables, bootstrap, lambda: spark, out=lambda *_: None)
+    wrong = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)
+    out, _ = wrong.communicate(timeout=120)
+    assert wrong.returncode == 2 and out.count("\n") == 1 and "run it under that definition" in out, out
+    kept = kept_versions.kept_tiles_versions(tables)
+    assert len(kept) == 1 and "largest2" not in DeltaTable(tables.tiles, version=kept[0]).schema().to_arrow().names
+    said = []
+    back = redeploy_pipeline(DEMO, tables, bootstrap, lambda: spark, rollback=True, out=said.append)
+    assert any("the tiles kept with this definition restored" in line for line in said), said
+    assert not any("beside the live stream" in line or "tiling every day" in line for line in said), said
     assert details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=back.handoff_id)) \
         .definition["version"] == definition.version(DEMO)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=46))
     stream(DEMO)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert "largest2" not in DeltaTable(tables.state).schema().to_arrow().names
+    # the definition rolled back from is the one kept now, until dropped; a rollback to it is then refused
+    forward = kept_versions.previous_definition(handoff_log.entries(tables))
+    assert forward["record"]["version"] == definition.version(DEMO_PLUS_ONE) and not forward["dropped"]
+    shown = _cli(tables, bootstrap, "status", "--pipeline", "demo").communicate(timeout=120)[0]
+    assert f"kept for `switchyard rollback`: definition version {definition.version(DEMO_PLUS_ONE)}" in shown, shown
+    dropped = _cli(tables, bootstrap, "redeploy", "--pipeline", "demo", "--drop-previous")
+    out, _ = dropped.communicate(timeout=120)
+    assert dropped.returncode == 0 and "dropped" in out, out
+    assert kept_versions.kept_tiles_versions(tables) == []
+    assert "kept for `switchyard rollback`" not in \
+        _cli(tables, bootstrap, "status", "--pipeline", "demo").communicate(timeout=120)[0]
+    refused = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)
+    out, _ = refused.communicate(timeout=120)
+    assert refused.returncode == 2 and out.count("\n") == 1 and "were dropped" in out, out
+
+
+def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstrap, topic_name, tmp_path):
+    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.stream import StreamSettings, run_stream
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
+                                     max_offsets_per_trigger=400)
+
+    def stream(pipeline):
+        return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
+
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=51))
+    stream(DEMO)
+    assert DeltaTable(tables.late).to_pyarrow_table().num_rows, "records late under the recorded windows"
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=52))  # past the stream: the cut's
+    said = []
+    cut = redeploy_pipeline(DEMO_WIDER, tables, bootstrap, lambda: spark, out=said.append)
+    assert any("windows (windows.amount_max added)" in line for line in said), said
+    assert any("making every window again at the cut" in line for line in said), said
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=53))
+    stream(DEMO_WIDER)
+
+    handoffs = [e.handoff_id for e in _handoffs(tables)]
+    assert handoffs[-1] == cut.handoff_id and len(handoffs) == 2, handoffs
+    # up to the cut every record is backlog under the changed windows; the stream goes on from there with them
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1,
+                                            window=DEMO_WIDER.windows.size, lateness=DEMO_WIDER.windows.allowed_lateness)
+    assert expected.late, "late records after the cut, under the changed lateness"
+    # the windows switched once: every version before the cut's commit has the recorded shape, every one after it
+    # the changed one
+    shapes = [("amount_max" in DeltaTable(tables.windows, version=v).schema().to_arrow().names)
+              for v in range(DeltaTable(tables.windows).version() + 1)]
+    assert shapes == sorted(shapes) and shapes[-1] and not shapes[0], shapes

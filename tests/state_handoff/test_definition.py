@@ -20,7 +20,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.spec import Field, count, maximum
 from switchyard.state_handoff.tables import Tables
-from tests.support.changed_pipeline import DEMO, DEMO_LATER, DEMO_PLUS_ONE
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER
 
 
 def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
@@ -110,8 +110,8 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
                        details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     for pipeline, said in (("demo", "there is nothing to redeploy"),
-                           ("tests.support.changed_pipeline:DEMO_LATER",
-                            "cannot be redeployed at a cut: a change of its windows reshapes")):
+                           ("tests.support.changed_pipeline:DEMO_NOTED",
+                            "cannot be redeployed at a cut: a change of its fields reshapes")):
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "redeploy", "--pipeline", pipeline,
                                "--warehouse", tables.warehouse, "--bootstrap", "127.0.0.1:9"],
@@ -119,4 +119,9 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
         error = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(error) == 1 and said in error[0], (pipeline, done.stdout, done.stderr)
         assert time.monotonic() - started < 30, "refused before a JVM started"
-    assert definition.refuse_redeploy(DEMO_LATER, definition.as_details(DEMO)["definition"]) is not None
+    recorded = definition.as_details(DEMO)["definition"]
+    assert definition.refuse_redeploy(DEMO_PLUS_ONE, recorded) is None
+    assert definition.refuse_redeploy(DEMO_WIDER, recorded) is None
+    assert "gains windows" in definition.refuse_redeploy(DEMO, definition.as_details(
+        dataclasses.replace(DEMO, windows=None))["definition"])
+    assert "drops windows" in definition.refuse_redeploy(dataclasses.replace(DEMO, windows=None), recorded)

@@ -1,13 +1,16 @@
-"""The demo pipeline as a team would change it: one aggregation added (`--pipeline
-tests.support.changed_pipeline:DEMO_PLUS_ONE`), under the same name, so over the same tables."""
+"""The demo pipeline as a team would change it, under the same name, so over the same tables: one aggregation added
+(`--pipeline tests.support.changed_pipeline:DEMO_PLUS_ONE`); its windows widened from one hour to two, with their
+lateness doubled and one aggregation added (DEMO_WIDER); one field added (DEMO_NOTED, a change no cut takes)."""
 
 import dataclasses
+from datetime import timedelta
 
 from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.spec import maximum
+from switchyard.state_handoff.spec import Field, maximum
 
 DEMO = get_pipeline("demo")
 DEMO_PLUS_ONE = dataclasses.replace(DEMO, aggregations=DEMO.aggregations + (maximum("largest2", "amount"),))
-# ... and with its windows' lateness doubled: a change no cut takes
-DEMO_LATER = dataclasses.replace(DEMO, windows=dataclasses.replace(
-    DEMO.windows, allowed_lateness=DEMO.windows.allowed_lateness * 2))
+DEMO_WIDER = dataclasses.replace(DEMO, windows=dataclasses.replace(
+    DEMO.windows, size=timedelta(hours=2), allowed_lateness=DEMO.windows.allowed_lateness * 2,
+    aggregations=DEMO.windows.aggregations + (maximum("amount_max", "amount"),)))
+DEMO_NOTED = dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),))

@@ -126,8 +126,10 @@ def classify(value: bytes | None) -> tuple[str | None, Event | None]:
                        event_time, amount)
 
 
-def window_start(t: datetime) -> datetime:
-    return t.replace(minute=0, second=0, microsecond=0)
+def window_start(t: datetime, size: timedelta = WINDOW) -> datetime:
+    """The start of the tumbling window of `size` that `t` lies in (sizes divide a day: counted from midnight)."""
+    midnight = t.replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight + ((t - midnight) // size) * size
 
 
 @dataclass
@@ -154,11 +156,13 @@ class WindowState:
     event_count: int = 0
     amount_sum: float = 0.0
     amount_abs: float = 0.0
+    amount_max: float = -math.inf
 
     def add(self, e: Event) -> None:
         self.event_count += 1
         self.amount_sum += e.amount
         self.amount_abs += abs(e.amount)
+        self.amount_max = max(self.amount_max, e.amount)
 
 
 @dataclass
@@ -170,23 +174,25 @@ class Expected:
     read: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     well_formed: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     newest: datetime | None = None
+    window: timedelta = WINDOW
+    lateness: timedelta = LATENESS
 
     @property
     def backlog_watermark(self) -> datetime | None:
-        return None if self.newest is None else self.newest - LATENESS
+        return None if self.newest is None else self.newest - self.lateness
 
     def final_windows(self, watermark: datetime | None = None) -> dict:
         wm = watermark or self.backlog_watermark
-        return {k: w for k, w in self.windows.items() if k[1] + WINDOW <= wm}
+        return {k: w for k, w in self.windows.items() if k[1] + self.window <= wm}
 
     def open_windows(self, watermark: datetime | None = None) -> dict:
         wm = watermark or self.backlog_watermark
-        return {k: w for k, w in self.windows.items() if k[1] + WINDOW > wm}
+        return {k: w for k, w in self.windows.items() if k[1] + self.window > wm}
 
 
-def backlog(records: list[KafkaRecord]) -> Expected:
-    """What the backfill of exactly these records must produce."""
-    expected = Expected()
+def backlog(records: list[KafkaRecord], window: timedelta = WINDOW, lateness: timedelta = LATENESS) -> Expected:
+    """What the backfill of exactly these records must produce (hourly windows, 10 minutes lateness unless given)."""
+    expected = Expected(window=window, lateness=lateness)
     for r in records:
         expected.read[r.partition] += 1
         reason, event = classify(r.value)
@@ -195,7 +201,7 @@ def backlog(records: list[KafkaRecord]) -> Expected:
             continue
         expected.well_formed[r.partition] += 1
         expected.state[event.key].add(event)
-        expected.windows[(event.key, window_start(event.event_time))].add(event)
+        expected.windows[(event.key, window_start(event.event_time, window))].add(event)
         expected.newest = max(expected.newest, event.event_time) if expected.newest else event.event_time
     return expected
 
@@ -215,16 +221,17 @@ class StreamExpected:
     dead_letter: dict[tuple[int, int], str]
     read: dict[int, int]
     well_formed: dict[int, int]
+    window: timedelta = WINDOW
 
     def final_windows(self) -> dict:
-        return {k: w for k, w in self.windows.items() if k[1] + WINDOW <= self.final_watermark}
+        return {k: w for k, w in self.windows.items() if k[1] + self.window <= self.final_watermark}
 
     def open_windows(self) -> dict:
-        return {k: w for k, w in self.windows.items() if k[1] + WINDOW > self.final_watermark}
+        return {k: w for k, w in self.windows.items() if k[1] + self.window > self.final_watermark}
 
 
-def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
-                   batches: list[dict[int, int]]) -> StreamExpected:
+def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches: list[dict[int, int]],
+                   window: timedelta = WINDOW, lateness: timedelta = LATENESS) -> StreamExpected:
     """`batches` gives, per stream batch in order, the last offset read from each partition it touched; a batch
     reads the partition's records after the previous batch's last offset up to its own (offsets in between that no
     committed record holds, a transaction's markers or aborted records, are skipped).
@@ -233,7 +240,7 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
     (newest well-formed event time of the batch - lateness); a tail record is late when its window ended
     at or before the watermark in force when its batch began.
     """
-    expected = backlog(archived)
+    expected = backlog(archived, window, lateness)
     state, windows = expected.state, expected.windows
     watermark = expected.backlog_watermark
     by_position = {(r.partition, r.offset): r for r in tail}
@@ -258,17 +265,18 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord],
                     continue
                 expected.well_formed[partition] += 1
                 state[event.key].add(event)
-                if window_end(event.event_time) <= watermark:
+                if window_start(event.event_time, window) + window <= watermark:
                     late.add((partition, offset))
                 else:
-                    windows[(event.key, window_start(event.event_time))].add(event)
+                    windows[(event.key, window_start(event.event_time, window))].add(event)
                 newest = max(newest, event.event_time) if newest else event.event_time
             read_to[partition] = last
         if newest is not None:
-            watermark = max(watermark, newest - LATENESS)
+            watermark = max(watermark, newest - lateness)
     unread = set(by_position) - seen
     assert not unread, f"the stream's batches never read {sorted(unread)[:5]}..."
-    return StreamExpected(state, windows, watermark, late, expected.dead_letter, expected.read, expected.well_formed)
+    return StreamExpected(state, windows, watermark, late, expected.dead_letter, expected.read, expected.well_formed,
+                          window)
 
 
 @dataclass
