@@ -118,7 +118,8 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     finishing = check_redeploy(pipeline, tables)
     spark = session()
     # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
-    beside = restored or (tile_beside(spark, pipeline, tables, out) if finishing is None else None)
+    beside = restored or (tile_beside(spark, pipeline, tables, definition.recorded(handoff_log.entries(tables))[1],
+                                      out) if finishing is None else None)
     if lease.stream_running(tables):
         out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:

@@ -38,6 +38,13 @@ class RebaseConfig(dg.Config):
     accept_differences: bool = False
 
 
+class RedeployConfig(RebaseConfig):
+    """rollback: this code location's definition is the one the newest redeploy replaced; its kept tiles are restored
+    at the cut (`switchyard rollback`) instead of tiled again."""
+
+    rollback: bool = False
+
+
 def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
             kafka: KafkaResource, warehouse: WarehouseResource) -> None:
     from switchyard.jobs.rebase import rebase_pipeline
@@ -56,7 +63,7 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
     _observe_since(context, scope, tables, seq)
 
 
-def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
+def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RedeployConfig, spark: SparkResource,
               kafka: KafkaResource, warehouse: WarehouseResource) -> None:
     from switchyard.jobs.redeploy import redeploy_pipeline
 
@@ -65,7 +72,8 @@ def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig
     with user_errors_as_failures():
         pipeline_settings.settle(tables, "dagster redeploy_stream", adopt=False)
         new = redeploy_pipeline(scope.spec, tables, scope.bootstrap(kafka), spark.session,
-                                accept_differences=config.accept_differences, out=context.log.info)
+                                accept_differences=config.accept_differences, rollback=config.rollback,
+                                out=context.log.info)
     context.log.info(f"redeployed at the cut: handoff {new.handoff_id}; start the stream (start_stream, or "
                      "`switchyard stream`) under this definition")
     _observe_since(context, scope, tables, seq)
@@ -126,11 +134,12 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
         _rebase(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.op(name=scope.name("redeploy_at_a_cut"))
-    def redeploy_at_a_cut(context: dg.OpExecutionContext, config: RebaseConfig, switchyard_spark: SparkResource,
+    def redeploy_at_a_cut(context: dg.OpExecutionContext, config: RedeployConfig, switchyard_spark: SparkResource,
                           switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> None:
         """Switch this code location's definition of the pipeline in at a cut (jobs/redeploy.py): its history tiled
         beside the live stream, the stream stopped, the state recomputed at the cut, reconciled on the aggregations
-        both definitions declare alike, and handed off there."""
+        both definitions declare alike, and handed off there (`rollback`: back to the definition it replaced, its
+        kept tiles restored)."""
         _redeploy(context, scope, config, switchyard_spark, switchyard_kafka, switchyard_warehouse)
 
     @dg.op(name=scope.name("stop_the_stream"))

@@ -52,6 +52,11 @@ def _partial_names(agg: Aggregation) -> list[str]:
     return [agg.name]
 
 
+def partial_names(agg: Aggregation) -> list[str]:
+    """The partial columns one aggregation keeps (a `last` or `first` value among its struct's fields), by its name."""
+    return _partial_names(agg)
+
+
 def _ordered(aggs: tuple[Aggregation, ...], keyed: bool) -> bool:
     """Keyed partials always carry the newest (event_time, event_id): it gives the watermark too."""
     return keyed or any(agg.kind == "last" for agg in aggs)

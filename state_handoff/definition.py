@@ -160,6 +160,28 @@ def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
     return None
 
 
+def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
+    """When `pipeline` only drops or renames keyed aggregations of the recorded definition: each of its aggregations'
+    name in the record (every one declared alike there, under its own name or, renamed, another), so its tiles are
+    the recorded tiles' columns, kept or renamed, with nothing recomputed. None when any other change was made (an
+    aggregation added or changed, another part), or the record names no outputs."""
+    then, now = record.get("outputs"), outputs(pipeline)
+    if then is None or any(record["parts"].get(k) != v for k, v in parts(pipeline).items() if k != "aggregations"):
+        return None
+    taken = {a.name for a in pipeline.aggregations if then.get(a.name) == now[a.name]}
+    named = {}
+    for a in pipeline.aggregations:
+        if a.name in taken:
+            named[a.name] = a.name
+            continue
+        old = next((n for n, d in then.items() if d == now[a.name] and not n.startswith("windows.") and n not in now
+                    and n not in named.values()), None)
+        if old is None:
+            return None  # added, or changed
+        named[a.name] = old
+    return named
+
+
 def windows_changed(pipeline: Pipeline, record: dict) -> bool:
     """Whether a redeploy from the recorded definition to `pipeline` makes the windows again."""
     return record["parts"].get("windows") != parts(pipeline)["windows"]

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from deltalake.exceptions import DeltaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from switchyard.jobs.aggregation import SORT, tiles_from_events
+from switchyard.jobs.aggregation import SORT, TILE_START, tiles_from_events
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
 from switchyard.state_handoff import definition
+from switchyard.state_handoff.aggregates import WINDOW_PREFIX, partial_columns, partial_names
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
@@ -28,10 +30,15 @@ logger = logging.getLogger(__name__)
 TABLE = "redeploy_tiles"
 
 
-def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, out=logger.info) -> dict:
+def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, record: dict, out=logger.info) -> dict:
     """Every archived day's tiles under `pipeline` into `redeploy_tiles`, replacing what it held; what a redeploy's
-    request records of them: the definition, the table's version and the archive files they fold."""
+    request records of them: the definition, the table's version and the archive files they fold. When `pipeline`
+    only drops or renames aggregations of the `record`ed definition, the recorded tiles' columns are kept or renamed,
+    and the archive is not read."""
     started = time.monotonic()
+    named = definition.projection(pipeline, record)
+    if named is not None:
+        return _project_beside(spark, pipeline, tables, named, started, out)
     _, _, archive, _ = resolve_range(tables, None, None)
     readable, _ = check_files(archive, False, out)
     out(f"redeploy {pipeline.name}: tiling {len(readable)} archive files under the changed definition, beside the "
@@ -41,6 +48,29 @@ def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, out=log
      .option("overwriteSchema", "true").partitionBy("event_date").save(tables.path(TABLE)))
     return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)),
             "files": sorted(storage.relative(f.path, tables.archive) for f in readable),
+            "seconds": round(time.monotonic() - started, 3)}
+
+
+def _project_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, named: dict[str, str], started: float,
+                    out) -> dict:
+    """The recorded tiles, read at the version the latest backfill merged or later, with each aggregation's partial
+    columns taken from its recorded name's: tiles of `pipeline` with nothing recomputed."""
+    by_agg = {new: old for a in pipeline.aggregations
+              for new, old in zip(partial_names(a), partial_names(replace(a, name=named[a.name])))}
+    keyed = partial_columns(pipeline.aggregations, keyed=True)
+    windowed = ([WINDOW_PREFIX + c for c in partial_columns(pipeline.windows.aggregations)]
+                if pipeline.windows is not None else [])
+    version = table_version(tables.tiles)
+    out(f"redeploy {pipeline.name}: aggregations only dropped or renamed: the recorded tiles' columns kept or renamed "
+        "beside the live stream, nothing read from the archive")
+    recorded = spark.read.format("delta").option("versionAsOf", version).load(tables.tiles)
+    (recorded.select("event_date", *pipeline.keys, TILE_START, "kafka_partition",
+                     *[F.col(by_agg.get(c, c)).alias(c) for c in keyed], *windowed)
+     .write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy("event_date")
+     .save(tables.path(TABLE)))
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+    return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)),
+            "files": details.of(committed).tiled_files or [], "projected_from": version,
             "seconds": round(time.monotonic() - started, 3)}
 
 

@@ -78,10 +78,11 @@ def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
 
 
 def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlog_to: int = 0,
-                                 window=oracle.WINDOW, lateness=oracle.LATENESS):
+                                 window=oracle.WINDOW, lateness=oracle.LATENESS, renamed: dict | None = None):
     """The oracle sees one continuous stream from the first handoff: each later handoff starts at the cut where
     the previous one's events path ended, with the watermark it left. `backlog_to`: the index of the handoff whose
-    cut ends the backlog instead (a redeploy made the windows, of `window` and `lateness`, again there)."""
+    cut ends the backlog instead (a redeploy made the windows, of `window` and `lateness`, again there); `renamed`:
+    state columns a redeploy renamed, by the demo's name."""
     handoffs = _handoffs(tables)
     first = handoff_log.offsets(handoffs[backlog_to])
     batches = []
@@ -98,7 +99,7 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlo
     tail = [r for r in records if r.offset >= first.get(r.partition, 0)]
     expected = oracle.through_stream(archived, tail, batches, window, lateness)
 
-    assert_state_matches(spark, tables, expected)
+    assert_state_matches(spark, tables, expected, renamed)
     assert_windows_match(spark, tables.windows, expected.final_windows(), window)
     assert_windows_match(spark, tables.window_state, expected.open_windows(), window)
     late = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late))

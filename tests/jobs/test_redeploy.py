@@ -4,7 +4,8 @@ recomputes the state sort-based at a cut and hands off there, while events keep 
 oracle: every old column as the stream would have it, the new column over all history, the serving table and the
 updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once. The same for
 windows widened, their lateness doubled and an aggregation added: every window made again over all history up to
-the cut, none of it late, and streamed on from there under the new windows."""
+the cut, none of it late, and streamed on from there under the new windows; then an aggregation renamed, with
+nothing recomputed."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_RENAMED
 from tests.support.streams import start_stream, tail_events, wait_until
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
@@ -191,7 +192,6 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert [e.status for e in entries].count(Status.REBASE_ABANDONED) == 1
 
     # back to the recorded definition: a rollback, run under it, restores its tiles, kept since the redeploy
-    from switchyard.jobs.redeploy import redeploy_pipeline
     from switchyard.state_handoff.control import kept_versions
 
     wrong = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)
@@ -199,12 +199,16 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert wrong.returncode == 2 and out.count("\n") == 1 and "run it under that definition" in out, out
     kept = kept_versions.kept_tiles_versions(tables)
     assert len(kept) == 1 and "largest2" not in DeltaTable(tables.tiles, version=kept[0]).schema().to_arrow().names
-    said = []
-    back = redeploy_pipeline(DEMO, tables, bootstrap, lambda: spark, rollback=True, out=said.append)
-    assert any("the tiles kept with this definition restored" in line for line in said), said
-    assert not any("beside the live stream" in line or "tiling every day" in line for line in said), said
-    assert details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED, handoff_id=back.handoff_id)) \
-        .definition["version"] == definition.version(DEMO)
+    # from Dagster: the redeploy job of a code location holding the earlier definition, with `rollback`
+    defs = switchyard_definitions([PipelineDeployment(DEMO, first_day=date(2026, 1, 1))],
+                                  resources=resources(tables, bootstrap))
+    run = defs.resolve_job_def("demo__redeploy_stream").execute_in_process(
+        run_config={"ops": {"demo__redeploy_at_a_cut": {"config": {"rollback": True}}}})
+    assert run.success
+    asked = requests.read(handoff_log.latest(tables, Status.REBASE_REQUESTED))
+    assert asked.fields["reason"] == "rollback" and asked.fields["redeploy"]["beside"]["restore"] == kept[0], asked
+    back = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
+    assert back.request_id == asked.request_id and back.definition["version"] == definition.version(DEMO)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=46))
     stream(DEMO)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
@@ -258,3 +262,15 @@ def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstr
     shapes = [("amount_max" in DeltaTable(tables.windows, version=v).schema().to_arrow().names)
               for v in range(DeltaTable(tables.windows).version() + 1)]
     assert shapes == sorted(shapes) and shapes[-1] and not shapes[0], shapes
+
+    # an aggregation renamed: the recorded tiles' column renamed beside, nothing read from the archive
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 9), 40, seed=54))
+    said = []
+    redeploy_pipeline(DEMO_WIDER_RENAMED, tables, bootstrap, lambda: spark, out=said.append)
+    assert any("nothing read from the archive" in line for line in said), said
+    assert not any("tiling" in line for line in said), said
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 12), 40, seed=55))
+    stream(DEMO_WIDER_RENAMED)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1, window=DEMO_WIDER.windows.size,
+                                 lateness=DEMO_WIDER.windows.allowed_lateness, renamed={"amount_max": "largest"})
+    assert "amount_max" not in DeltaTable(tables.state).schema().to_arrow().names

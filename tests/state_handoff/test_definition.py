@@ -61,6 +61,19 @@ def test_the_outputs_added_dropped_renamed_or_changed_are_named():
     assert definition.changes(unnamed, DEMO_PLUS_ONE) == ["aggregations"]
 
 
+def test_only_dropped_or_renamed_aggregations_are_projected_from_the_recorded_tiles():
+    recorded = definition.as_details(DEMO_PLUS_ONE)[definition.KEY]
+    first = DEMO.aggregations[0]
+    assert definition.projection(DEMO, recorded) == {a.name: a.name for a in DEMO.aggregations}  # largest2 dropped
+    renamed = dataclasses.replace(DEMO_PLUS_ONE, aggregations=(dataclasses.replace(first, name="n"),
+                                                               *DEMO_PLUS_ONE.aggregations[1:]))
+    assert definition.projection(renamed, recorded)["n"] == first.name
+    assert definition.projection(DEMO_PLUS_ONE, definition.as_details(DEMO)[definition.KEY]) is None  # added
+    changed = dataclasses.replace(DEMO_PLUS_ONE, aggregations=(*DEMO.aggregations, maximum("largest2", "event_time")))
+    assert definition.projection(changed, recorded) is None
+    assert definition.projection(dataclasses.replace(DEMO_WIDER, aggregations=DEMO.aggregations), recorded) is None
+
+
 def _made_with(tmp_path, pipeline) -> Tables:
     tables = Tables(str(tmp_path / "wh"), pipeline.name)
     handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)

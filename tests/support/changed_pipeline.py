@@ -1,6 +1,6 @@
 """The demo pipeline as a team would change it, under the same name, so over the same tables: one aggregation added
 (`--pipeline tests.support.changed_pipeline:DEMO_PLUS_ONE`); its windows widened from one hour to two, with their
-lateness doubled and one aggregation added (DEMO_WIDER); one field added (DEMO_NOTED, a change no cut takes)."""
+lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed; one field added (DEMO_NOTED, a change no cut takes)."""
 
 import dataclasses
 from datetime import timedelta
@@ -13,4 +13,7 @@ DEMO_PLUS_ONE = dataclasses.replace(DEMO, aggregations=DEMO.aggregations + (maxi
 DEMO_WIDER = dataclasses.replace(DEMO, windows=dataclasses.replace(
     DEMO.windows, size=timedelta(hours=2), allowed_lateness=DEMO.windows.allowed_lateness * 2,
     aggregations=DEMO.windows.aggregations + (maximum("amount_max", "amount"),)))
+# ... and then its `amount_max` renamed `largest`: nothing recomputed, the tiles' column renamed
+DEMO_WIDER_RENAMED = dataclasses.replace(DEMO_WIDER, aggregations=tuple(
+    dataclasses.replace(a, name="largest") if a.name == "amount_max" else a for a in DEMO_WIDER.aggregations))
 DEMO_NOTED = dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),))
