@@ -73,9 +73,16 @@ def outputs(pipeline: Pipeline) -> dict[str, str]:
     return {**found, **{f"windows.{a.name}": but_name(a) for a in windowed}}
 
 
+def panes(pipeline: Pipeline) -> str:
+    """What the tiles' grain follows: a windowed pipeline's pane (its windows' slide), else the day."""
+    return _digest(None if pipeline.windows is None else int(pipeline.windows.slide.total_seconds()))
+
+
 def as_details(pipeline: Pipeline) -> dict:
-    """What a backfill's or handoff's log entry records of the definition it was made with."""
-    return {KEY: {"version": version(pipeline), "parts": parts(pipeline), "outputs": outputs(pipeline)}}
+    """What a backfill's or handoff's log entry records of the definition it was made with (the panes beside the
+    version's parts: recorded, not part of the version)."""
+    return {KEY: {"version": version(pipeline), "parts": parts(pipeline), "outputs": outputs(pipeline),
+                  "panes": panes(pipeline)}}
 
 
 def changes(record: dict, pipeline: Pipeline) -> list[str]:
@@ -161,12 +168,18 @@ def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
 
 
 def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
-    """When `pipeline` only drops or renames keyed aggregations of the recorded definition: each of its aggregations'
+    """When `pipeline` only drops or renames keyed aggregations of the recorded definition, or changes its windows
+    but neither their panes nor their aggregations (a lateness, a hopping window's size): each of its aggregations'
     name in the record (every one declared alike there, under its own name or, renamed, another), so its tiles are
     the recorded tiles' columns, kept or renamed, with nothing recomputed. None when any other change was made (an
-    aggregation added or changed, another part), or the record names no outputs."""
+    aggregation added or changed, another part), or the record names no outputs or panes."""
     then, now = record.get("outputs"), outputs(pipeline)
-    if then is None or any(record["parts"].get(k) != v for k, v in parts(pipeline).items() if k != "aggregations"):
+    if then is None or any(record["parts"].get(k) != v for k, v in parts(pipeline).items()
+                           if k not in ("aggregations", "windows")):
+        return None
+    if windows_changed(pipeline, record) and (record.get("panes") != panes(pipeline) or any(
+            then.get(n) != d for n, d in now.items() if n.startswith("windows.")) or any(
+            n.startswith("windows.") and n not in now for n in then)):
         return None
     taken = {a.name for a in pipeline.aggregations if then.get(a.name) == now[a.name]}
     named = {}

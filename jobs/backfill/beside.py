@@ -33,12 +33,13 @@ TABLE = "redeploy_tiles"
 def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, record: dict, out=logger.info) -> dict:
     """Every archived day's tiles under `pipeline` into `redeploy_tiles`, replacing what it held; what a redeploy's
     request records of them: the definition, the table's version and the archive files they fold. When `pipeline`
-    only drops or renames aggregations of the `record`ed definition, the recorded tiles' columns are kept or renamed,
-    and the archive is not read."""
+    only drops or renames aggregations of the `record`ed definition, or changes windows but not their panes or
+    aggregations, the recorded tiles' columns are kept or renamed, or the tiles serve as they are, and the archive is
+    not read (definition.projection)."""
     started = time.monotonic()
     named = definition.projection(pipeline, record)
     if named is not None:
-        return _project_beside(spark, pipeline, tables, named, started, out)
+        return _project_beside(spark, pipeline, tables, named, record, started, out)
     _, _, archive, _ = resolve_range(tables, None, None)
     readable, _ = check_files(archive, False, out)
     out(f"redeploy {pipeline.name}: tiling {len(readable)} archive files under the changed definition, beside the "
@@ -51,16 +52,25 @@ def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, record:
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def _project_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, named: dict[str, str], started: float,
-                    out) -> dict:
+def _project_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, named: dict[str, str], record: dict,
+                    started: float, out) -> dict:
     """The recorded tiles, read at the version the latest backfill merged or later, with each aggregation's partial
-    columns taken from its recorded name's: tiles of `pipeline` with nothing recomputed."""
+    columns taken from its recorded name's: tiles of `pipeline` with nothing recomputed. Tiles of the same columns
+    (only the windows changed, not their panes) are not copied: they serve as they are."""
     by_agg = {new: old for a in pipeline.aggregations
               for new, old in zip(partial_names(a), partial_names(replace(a, name=named[a.name])))}
     keyed = partial_columns(pipeline.aggregations, keyed=True)
     windowed = ([WINDOW_PREFIX + c for c in partial_columns(pipeline.windows.aggregations)]
                 if pipeline.windows is not None else [])
     version = table_version(tables.tiles)
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+    files = details.of(committed).tiled_files or []
+    recorded_names = {n for n in record["outputs"] if not n.startswith("windows.")}
+    if all(new == old for new, old in named.items()) and recorded_names == set(named):
+        out(f"redeploy {pipeline.name}: the recorded tiles serve as they are (the windows are made again from them at "
+            "the cut), nothing read from the archive")
+        return {"version": definition.version(pipeline), "as_is": version, "files": files,
+                "seconds": round(time.monotonic() - started, 3)}
     out(f"redeploy {pipeline.name}: aggregations only dropped or renamed: the recorded tiles' columns kept or renamed "
         "beside the live stream, nothing read from the archive")
     recorded = spark.read.format("delta").option("versionAsOf", version).load(tables.tiles)
@@ -68,9 +78,8 @@ def _project_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, nam
                      *[F.col(by_agg.get(c, c)).alias(c) for c in keyed], *windowed)
      .write.format("delta").mode("overwrite").option("overwriteSchema", "true").partitionBy("event_date")
      .save(tables.path(TABLE)))
-    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)),
-            "files": details.of(committed).tiled_files or [], "projected_from": version,
+            "files": files, "projected_from": version,
             "seconds": round(time.monotonic() - started, 3)}
 
 
@@ -85,6 +94,8 @@ def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: d
     if not set(details.of(committed).tiled_files or []) <= set(beside["files"]):
         out(f"redeploy {pipeline.name}: the tiles made beside miss archive files tiled since; tiling every day again")
         return False
+    if beside.get("as_is") is not None:  # of the same shape: the recorded tiles are this definition's
+        return True
     if beside.get("restore") is not None:
         try:
             delta_upkeep.restore(tables.tiles, beside["restore"])

@@ -5,7 +5,7 @@ oracle: every old column as the stream would have it, the new column over all hi
 updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once. The same for
 windows widened, their lateness doubled and an aggregation added: every window made again over all history up to
 the cut, none of it late, and streamed on from there under the new windows; then an aggregation renamed, with
-nothing recomputed."""
+nothing recomputed; then the lateness changed, with only the windows made again."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_RENAMED
+from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER, DEMO_WIDER_RENAMED
 from tests.support.streams import start_stream, tail_events, wait_until
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
@@ -145,7 +145,7 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
         return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
 
     stream(DEMO)
-    tiles_before = DeltaTable(tables.tiles).version()
+    tiles_before = set(DeltaTable(tables.tiles).file_uris())
     state_before = _rows(tables.state)
     killed = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED, env={faults.ENV: "redeploy.after_tiles"})
     out, _ = killed.communicate(timeout=600)
@@ -274,3 +274,15 @@ def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstr
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1, window=DEMO_WIDER.windows.size,
                                  lateness=DEMO_WIDER.windows.allowed_lateness, renamed={"amount_max": "largest"})
     assert "amount_max" not in DeltaTable(tables.state).schema().to_arrow().names
+
+    # the windows' lateness changed: the tiles serve as they are, only the windows are made again at the cut
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 15), 40, seed=56))
+    tiles_before = set(DeltaTable(tables.tiles).file_uris())
+    said = []
+    redeploy_pipeline(DEMO_WIDER_LATER, tables, bootstrap, lambda: spark, out=said.append)
+    assert any("the recorded tiles serve as they are" in line for line in said), said
+    assert set(DeltaTable(tables.tiles).file_uris()) == tiles_before, "the tiles untouched"
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 18), 40, seed=57))
+    stream(DEMO_WIDER_LATER)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=3, window=DEMO_WIDER.windows.size,
+                                 lateness=DEMO_WIDER_LATER.windows.allowed_lateness, renamed={"amount_max": "largest"})

@@ -1,6 +1,6 @@
 """The demo pipeline as a team would change it, under the same name, so over the same tables: one aggregation added
 (`--pipeline tests.support.changed_pipeline:DEMO_PLUS_ONE`); its windows widened from one hour to two, with their
-lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed; one field added (DEMO_NOTED, a change no cut takes)."""
+lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed, then the lateness changed again; one field added (DEMO_NOTED, a change no cut takes)."""
 
 import dataclasses
 from datetime import timedelta
@@ -16,4 +16,7 @@ DEMO_WIDER = dataclasses.replace(DEMO, windows=dataclasses.replace(
 # ... and then its `amount_max` renamed `largest`: nothing recomputed, the tiles' column renamed
 DEMO_WIDER_RENAMED = dataclasses.replace(DEMO_WIDER, aggregations=tuple(
     dataclasses.replace(a, name="largest") if a.name == "amount_max" else a for a in DEMO_WIDER.aggregations))
+# ... and then its windows' lateness changed: the tiles serve as they are, the windows are made again at the cut
+DEMO_WIDER_LATER = dataclasses.replace(DEMO_WIDER_RENAMED, windows=dataclasses.replace(
+    DEMO_WIDER_RENAMED.windows, allowed_lateness=timedelta(minutes=30)))
 DEMO_NOTED = dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),))
