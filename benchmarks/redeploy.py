@@ -12,6 +12,11 @@ pass costs the live path. The trickle stops at a fixed count; the stream catches
 Batch-only: in a warehouse of its own (fresh process), the changed definition archives the same topic whole, then
 backfills (with the Kafka tail: here none, the archive reaches the end) and hands off, each step timed; backfill +
 handoff is the batch-only time over the same history. The two `state` tables must be identical key by key.
+
+Then `switchyard rollback` under the demo definition, the changed one's stream caught up and no input arriving: the
+demo's kept tiles restored at a cut, the Kafka range past the archive merged, and a fresh `switchyard stream` under
+it; timed from the rollback's start to that stream's SWITCHED, and its state identical to the changed one's on the
+columns both declare.
 """
 
 from __future__ import annotations
@@ -84,6 +89,12 @@ class Result:
     batch_only_s: float | None = None          # backfill + handoff under the changed definition, same history
     ratio_to_batch_only: float | None = None   # to_serving_s / batch_only_s
     states: dict = field(default_factory=dict)
+    # then `switchyard rollback` under the recorded definition: its kept tiles restored at a cut, nothing tiled
+    rollback_s: float | None = None            # the rollback's process: start -> exit (handed off at its cut)
+    rollback_to_serving_s: float | None = None  # the rollback's start -> the recorded definition's SWITCHED again
+    rollback_rebase_s: float | None = None     # PAUSED -> HANDOFF_COMMITTED at its cut
+    rollback_to_redeploy: float | None = None  # rollback_to_serving_s / to_serving_s
+    rollback_states: dict = field(default_factory=dict)  # the rolled-back state vs the changed one's shared columns
 
 
 def _wait(condition, what: str, timeout: float, proc=None, log: Path | None = None) -> None:
@@ -181,7 +192,7 @@ def run(args) -> Result:
     stream_flags = ["--warehouse", live, "--bootstrap", args.bootstrap, "--caught-up-lag", str(args.rate * 5)]
     old = start_service(switchyard_command("stream", "--pipeline", DEMO.name, *stream_flags), log, env=env)
     trickle = Trickle(args.bootstrap, topic, args.rate, args.keys, args.seed, stop_at=args.rate * args.trickle_seconds)
-    new = None
+    new = rolled = changed_state = None
     try:
         _wait(lambda: _after(_statuses(tables), "CAUGHT_UP") is not None, "the stream caught up", args.timeout, old,
               log)
@@ -231,9 +242,30 @@ def run(args) -> Result:
             return bool(latest) and all(int(latest.get(str(p), 0)) >= o for p, o in end.items()) and \
                 not any(int(v) for v in behind.values()) and not progress.get("state_updates_behind")
         _wait(caught_up_to_end, "the changed definition caught up to the trickle's end", args.timeout, new, log)
+        changed_state = read_state(live)
+
+        print(f"rollback under {DEMO.name}: the kept tiles restored at a cut", flush=True)
+        started, seq = time.time(), max(e.seq for e in _statuses(tables))
+        back = run_fresh(switchyard_command("rollback", "--pipeline", DEMO.name, "--warehouse", live,
+                                            "--bootstrap", args.bootstrap), log, env=env, echo="  ")
+        result.rollback_s = round(time.time() - started, 2)
+        if back.returncode != 0:
+            raise RuntimeError(f"the rollback failed ({back.returncode}); see {log}")
+        new.wait(timeout=60)
+        rolled = start_service(switchyard_command("stream", "--pipeline", DEMO.name, *stream_flags), log, env=env)
+        _wait(lambda: _after(_statuses(tables), "SWITCHED", seq) is not None, "the recorded definition SWITCHED",
+              args.timeout, rolled, log)
+        entries = _statuses(tables)
+        result.rollback_to_serving_s = round(_wall(_after(entries, "SWITCHED", seq).at) - started, 2)
+        result.rollback_rebase_s = round((_after(entries, "HANDOFF_COMMITTED", seq).at -
+                                          _after(entries, "PAUSED", seq).at).total_seconds(), 2)
+        result.rollback_to_redeploy = round(result.rollback_to_serving_s / result.to_serving_s, 3)
+        result.rollback_states = compare_states(read_state(live), changed_state.drop_columns(["largest2"]))
+        print(f"rolled back and serving after {result.rollback_to_serving_s}s (the rebase at its cut "
+              f"{result.rollback_rebase_s}s)", flush=True)
     finally:
         trickle.halt()
-        for proc in (old, new):
+        for proc in (old, new, rolled):
             if proc is not None:
                 terminate(proc, 180)
 
@@ -244,7 +276,7 @@ def run(args) -> Result:
     result.batch_only = done.figures()
     result.batch_only_s = round(result.batch_only["backfill_s"] + result.batch_only["handoff_s"], 2)
     result.ratio_to_batch_only = round(result.to_serving_s / result.batch_only_s, 3)
-    result.states = compare_states(read_state(live), read_state(batch))
+    result.states = compare_states(changed_state, read_state(batch))
     if not args.keep_topics:
         delete_topics(args.bootstrap, [topic])
     return result
@@ -267,8 +299,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     result = run(args)
     figures = asdict(result)
-    print(json.dumps({k: v for k, v in figures.items() if k != "states"}, indent=2, default=str))
-    print(f"states identical: {result.states.get('identical')}")
+    print(json.dumps({k: v for k, v in figures.items() if k not in ("states", "rollback_states")}, indent=2,
+                     default=str))
+    print(f"states identical: {result.states.get('identical')}; rolled back identical to the changed state's shared "
+          f"columns: {result.rollback_states.get('identical')}")
     if args.json_file:
         write_json(args.json_file, figures)
-    return 0 if result.states.get("identical") else 1
+    return 0 if result.states.get("identical") and result.rollback_states.get("identical") else 1

@@ -208,6 +208,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("SWITCHYARD_SWITCH_BACK", "cost", "how a stream far behind decides to switch back to the batch path: "
             "`cost` (when a rebase is estimated to end sooner than streaming the backlog) or `lag` (whenever the lag "
             "stays above --switch-back-lag for --switch-back-after seconds)", _one_of("cost", "lag")),
+    Setting("SWITCHYARD_REDEPLOY_NICE", "10", "the niceness `switchyard redeploy` and `rollback` run at (their JVM "
+            "too, in local mode), so the live stream's batches go first while the redeploy's pass runs beside it on the "
+            "same cores (0: as any process)", _whole(0, 19, "niceness steps")),
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables",
             _whole(1, 1_000_000, "batches")),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)",
@@ -327,6 +330,7 @@ class Settings:
     shuffle_partitions: int | None
     state_partitions: int
     switch_back: str
+    redeploy_nice: int
     tidy_every: int
     lease_seconds: float
     max_record_bytes: int

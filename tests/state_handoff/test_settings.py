@@ -79,6 +79,8 @@ BAD = [
     ("SWITCHYARD_LEASE_SECONDS", "0", "SWITCHYARD_LEASE_SECONDS must be a number of seconds above 0 and at most "
                                       "86400, not '0'"),
     ("SWITCHYARD_LEASE_SECONDS", "nan", "above 0 and at most 86400, not 'nan'"),
+    ("SWITCHYARD_REDEPLOY_NICE", "20", "SWITCHYARD_REDEPLOY_NICE must be a whole number of niceness steps from 0 to "
+                                       "19, not '20'"),
     ("SWITCHYARD_TIDY_EVERY", "1.5", "SWITCHYARD_TIDY_EVERY must be a whole number of batches from 1 to "
                                      "1000000, not '1.5'"),
     ("SWITCHYARD_SHUFFLE_PARTITIONS", "0", "SWITCHYARD_SHUFFLE_PARTITIONS must be a whole number of partitions "
