@@ -226,9 +226,11 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                                 "pause": cut.as_details(),
                                 "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
                        compared=alike, windows_past=past if anew else None)
-        commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
-                     at_cut=at_cut)
-        past.unpersist()
+        try:
+            commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
+                         at_cut=at_cut)
+        finally:
+            past.unpersist()
         reconciliation = at_cut.reconciliation
         committed = details.of(committed_backfill_for(tables, request["request_id"]))
         if not committed.complete:

@@ -2,7 +2,8 @@
 one place (`as_details`: what `handoff_log.append` stores as the entry's JSON) and read in one place (`of`: the class
 of the entry's status, filled from that JSON). Requests (REBASE_REQUESTED, STOP_REQUESTED, START_REQUESTED,
 PREVIOUS_DROPPED) are not here: requests.py is their protocol, and `of` returns None for them rather than raising, so a
-reader walking the whole log asks every entry alike; `request_id` and `reason` read what requests and other entries both record.
+reader walking the whole log asks every entry alike; `request_id` and `reason` read what requests and other entries
+both record.
 
 Logs written before these types, or by another switchyard, still read: every field defaults to None, and a key an
 entry lacks reads as None, as `.get(key)` read it. A field left at None is not written, so an entry holds the keys its
