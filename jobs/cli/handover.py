@@ -52,26 +52,20 @@ def add_handover_commands(commands, common, spark_conf_option) -> None:
     common(stop)
     stop.set_defaults(handler=run_stop_command)
 
-    redeploy = commands.add_parser(
-        "redeploy", help="switch a changed definition in at a cut: the live stream stopped, the state recomputed "
-                         "sort-based from the archive and Kafka under the changed definition, handed off there")
-    pipeline_option(redeploy)
-    redeploy.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                          help="how long to wait for the live stream to stop (default 300)")
-    redeploy.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
-    redeploy.add_argument("--drop-previous", action="store_true",
-                          help="let go of the tiles kept for `switchyard rollback` (no JVM; nothing else is done)")
-    common(redeploy)
-    spark_conf_option(redeploy)
-    redeploy.set_defaults(handler=run_redeploy_command, rollback=False)
-
-    rollback = commands.add_parser(
-        "rollback", help="back to the definition the newest redeploy replaced, run under it: a redeploy at a cut "
-                         "whose tiles, kept, are restored instead of tiled again")
-    pipeline_option(rollback)
-    rollback.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
-                          help="how long to wait for the live stream to stop (default 300)")
-    rollback.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
-    common(rollback)
-    spark_conf_option(rollback)
-    rollback.set_defaults(handler=run_redeploy_command, rollback=True)
+    for name, rollback, what in (
+            ("redeploy", False, "switch a changed definition in at a cut: the live stream stopped, the state "
+                                "recomputed sort-based from the archive and Kafka under the changed definition, handed "
+                                "off there"),
+            ("rollback", True, "back to the definition the newest redeploy replaced, run under it: a redeploy at a "
+                               "cut whose tiles, kept, are restored instead of tiled again")):
+        command = commands.add_parser(name, help=what)
+        pipeline_option(command)
+        command.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                             help="how long to wait for the live stream to stop (default 300)")
+        command.add_argument("--accept-differences", action="store_true", help=ACCEPT_HELP)
+        if not rollback:
+            command.add_argument("--drop-previous", action="store_true", help="let go of the tiles kept for "
+                                 "`switchyard rollback` (no JVM; nothing else is done)")
+        common(command)
+        spark_conf_option(command)
+        command.set_defaults(handler=run_redeploy_command, rollback=rollback)
