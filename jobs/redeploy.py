@@ -147,7 +147,6 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         request = {**request, **({"accept_differences": True} if accept_differences else {})}
         new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
     drop_beside(tables)
-    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))  # the earlier one's
     out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
         f"{new.handoff_id}: `switchyard stream` streams it from there")
     return new

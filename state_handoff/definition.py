@@ -177,9 +177,11 @@ def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
     if then is None or any(record["parts"].get(k) != v for k, v in parts(pipeline).items()
                            if k not in ("aggregations", "windows")):
         return None
-    if windows_changed(pipeline, record) and (record.get("panes") != panes(pipeline) or any(
-            then.get(n) != d for n, d in now.items() if n.startswith("windows.")) or any(
-            n.startswith("windows.") and n not in now for n in then)):
+    def windowed(named: dict) -> dict:
+        return {n: d for n, d in named.items() if n.startswith("windows.")}
+
+    if windows_changed(pipeline, record) and (record.get("panes") != panes(pipeline)
+                                              or windowed(then) != windowed(now)):
         return None
     taken = {a.name for a in pipeline.aggregations if then.get(a.name) == now[a.name]}
     named = {}

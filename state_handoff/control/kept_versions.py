@@ -13,8 +13,10 @@ retention (a version the log no longer holds cannot be kept, and asking for it w
 rebase's reconciliation reads the paused state again whenever the rebase runs again (after a crash that came after
 the recomputed state replaced it), so that version stays until the new handoff's stream has taken over.
 
-What a vacuum of `tiles` must keep: the tiles of the definition the newest redeploy replaced, for `switchyard rollback`
-to restore in one metadata commit instead of tiling the archive again, until `switchyard redeploy --drop-previous`
+What a vacuum of `tiles` must keep: the version an open redeploy's tiles replaced (a crash may leave its tiles in the
+table for hours before `rebase --abandon` restores that version), then, handed off, the tiles of the definition it
+replaced, for `switchyard rollback` to restore in one metadata commit instead of tiling the archive again, until
+`switchyard redeploy --drop-previous`
 lets them go (a PREVIOUS_DROPPED) or Delta's log retention on `tiles` (`delta.logRetentionDuration`, 30 days unless
 set) no longer holds their version.
 """
@@ -82,8 +84,15 @@ def previous_definition(entries: list) -> dict | None:
 
 
 def kept_tiles_versions(tables: Tables) -> list[int]:
-    """The `tiles` versions whose files vacuum keeps: the previous definition's, until dropped."""
-    previous = previous_definition(handoff_log.entries(tables))
-    if previous is None or previous["dropped"] or previous["tiles_version"] is None:
-        return []
-    return [int(previous["tiles_version"])]
+    """The `tiles` versions whose files vacuum keeps: the one an open redeploy replaced (its tiles may already have
+    taken the table: `rebase --abandon` restores that version), and the previous definition's, until dropped."""
+    entries = handoff_log.entries(tables)
+    ended = {details.request_id(e) for e in entries
+             if e.status in (Status.HANDOFF_COMMITTED, Status.REBASE_ABANDONED, Status.REBASE_REFUSED)}
+    replaced = ((asked.request_id, (asked.fields.get("redeploy") or {}).get("tiles_version"))
+                for asked in requests.of_kind(entries, Status.REBASE_REQUESTED))
+    kept = {int(version) for request_id, version in replaced if version is not None and request_id not in ended}
+    previous = previous_definition(entries)
+    if previous is not None and not previous["dropped"] and previous["tiles_version"] is not None:
+        kept.add(int(previous["tiles_version"]))
+    return sorted(kept)

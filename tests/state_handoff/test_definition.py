@@ -138,3 +138,27 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
     assert "gains windows" in definition.refuse_redeploy(DEMO, definition.as_details(
         dataclasses.replace(DEMO, windows=None))["definition"])
     assert "drops windows" in definition.refuse_redeploy(dataclasses.replace(DEMO, windows=None), recorded)
+
+
+def test_vacuum_keeps_the_tiles_an_open_redeploy_replaced_and_then_the_previous_definitions(tmp_path):
+    """A redeploy's tiles replace `tiles` before its handoff: until that handoff, `rebase --abandon` restores the
+    version before them, and after it `switchyard rollback` does; a vacuum in between (a crash, a rerun hours later)
+    must keep that version's files either way, until --drop-previous."""
+    from switchyard.state_handoff.control import kept_versions, requests
+
+    tables = _made_with(tmp_path, DEMO)
+    handoff_log.append(tables, "h1", Status.HANDOFF_COMMITTED, start_offsets={0: 0},
+                       details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
+    asked = requests.ask(tables, Status.REBASE_REQUESTED, "h1", "test", reason="redeploy", redeploy={
+        "version": definition.version(DEMO_PLUS_ONE), "record": definition.as_details(DEMO)[definition.KEY],
+        "tiles_version": 7, "beside": None})
+    assert kept_versions.kept_tiles_versions(tables) == [7], "open: kept for an abandon"
+    handoff_log.append(tables, "h2", Status.BACKFILL_COMMITTED,
+                       details=BackfillCommitted(at_cut={"request_id": asked.request_id},
+                                                 **definition.as_details(DEMO_PLUS_ONE)))
+    handoff_log.append(tables, "h2", Status.HANDOFF_COMMITTED, start_offsets={0: 5},
+                       details=HandoffCommitted(topic="t", request_id=asked.request_id,
+                                                **definition.as_details(DEMO_PLUS_ONE)))
+    assert kept_versions.kept_tiles_versions(tables) == [7], "handed off: kept for a rollback"
+    requests.ask(tables, Status.PREVIOUS_DROPPED, "h2", "test", redeploy_request=asked.request_id, tiles_version=7)
+    assert kept_versions.kept_tiles_versions(tables) == []
