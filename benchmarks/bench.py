@@ -27,6 +27,8 @@ class Run:
     peak_jvm_mb: float
     peak_python_mb: float
     stages: dict = field(default_factory=dict)
+    peak_jvm_anon_mb: float = 0.0  # the JVM's anonymous memory at its own peak (RSS less mapped files)
+    peak_jvm_at: dict = field(default_factory=dict)  # at the RSS peak: seconds into the run, anon and file MB
 
     @property
     def records_per_s(self) -> float:
@@ -39,7 +41,7 @@ def _run(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int
         raise RuntimeError(f"bench worker {mode} failed ({arm.returncode}); see {log}")
     figures = arm.figures()
     return Run(mode, figures["seconds"], 0, round(arm.memory.peak_jvm_mb), round(arm.memory.peak_python_mb),
-               figures["stages"])
+               figures["stages"], round(arm.memory.peak_jvm_anon_mb), arm.memory.peak_jvm_at)
 
 
 def _state_checksum(spark, warehouse: str) -> tuple:
@@ -160,7 +162,8 @@ def run_bench(bootstrap: str, events: int, keys: int, partitions: int, fraction:
         result["goals"] = goals(result)
         write_json(json_file, result)
         for mode, r in runs.items():
-            out(f"{mode:<16} {r.seconds:>8.1f}s {r.records_per_s:>11,.0f} records/s  JVM {r.peak_jvm_mb} MB  "
+            out(f"{mode:<16} {r.seconds:>8.1f}s {r.records_per_s:>11,.0f} records/s  JVM {r.peak_jvm_mb} MB "
+                f"(anonymous {r.peak_jvm_anon_mb} MB; at the peak {r.peak_jvm_at})  "
                 f"on {spark_master()}, Spark {result['spark_version']}")
         out(goals_table(result["goals"]))
         if identical is False:

@@ -66,12 +66,14 @@ def _read(path: str, mode: str = "r"):
 
 
 def rss_bytes(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (the kernel's high-water mark), in bytes, of a live process; empty when it is gone."""
+    """VmRSS and VmHWM (the kernel's high-water mark), and VmRSS's parts RssAnon (the heap, native allocations) and
+    RssFile (mapped files: jars, and shuffle or cached blocks Spark maps to read), in bytes, of a live process; empty
+    when it is gone."""
     text = _read(f"/proc/{pid}/status") or ""
     found = {}
     for line in text.splitlines():
         name = line.split(":", 1)[0]
-        if name in ("VmRSS", "VmHWM"):
+        if name in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
             found[name] = int(line.split()[1]) * 1024
     return found
 
@@ -113,18 +115,23 @@ def process_kind(pid: int) -> str:
 
 class MemorySampler(threading.Thread):
     """Every `every` seconds while `pid` lives (or until stop()): its process tree's RSS, summed by JVM and by
-    Python at each sample (peaks in MB), and each process's own peak (VmHWM) by kind."""
+    Python at each sample (peaks in MB), and each process's own peak (VmHWM) by kind. For the JVMs also: the
+    sample's seconds since the start and its anonymous and file-mapped parts at their peak, and the anonymous part's
+    own peak (what the JVM holds, against pages of mapped files the kernel may take back)."""
 
     def __init__(self, pid: int, every: float = 0.5):
         super().__init__(daemon=True, name=f"memory-{pid}")
         self.pid, self.every = pid, every
         self.peak_jvm_mb = self.peak_python_mb = 0.0
+        self.started = time.monotonic()
+        self.peak_jvm_at: dict[str, float] = {}  # at the JVMs' peak: seconds since the start, anon and file MB
+        self.peak_jvm_anon_mb = 0.0
         self.peaks: dict[int, tuple[str, int]] = {}  # pid -> (kind, peak bytes)
         self._halt = threading.Event()
 
     def sample(self) -> tuple[float, float]:
         """(JVM MB, Python MB) of the tree now; each process's peak updated."""
-        jvm = python = 0
+        jvm = python = anon = mapped = 0
         for pid in [self.pid, *descendants(self.pid)]:
             status, kind = rss_bytes(pid), process_kind(pid)
             if not status or not kind:
@@ -132,9 +139,14 @@ class MemorySampler(threading.Thread):
             rss = status.get("VmRSS", 0)
             if kind == "java":
                 jvm += rss
+                anon, mapped = anon + status.get("RssAnon", 0), mapped + status.get("RssFile", 0)
             else:
                 python += rss
             self.peaks[pid] = (kind, max(status.get("VmHWM", 0), rss, self.peaks.get(pid, ("", 0))[1]))
+        if jvm / MB > self.peak_jvm_mb:
+            self.peak_jvm_at = {"s": round(time.monotonic() - self.started, 1), "anon_mb": round(anon / MB),
+                                "file_mb": round(mapped / MB)}
+        self.peak_jvm_anon_mb = max(self.peak_jvm_anon_mb, anon / MB)
         self.peak_jvm_mb = max(self.peak_jvm_mb, jvm / MB)
         self.peak_python_mb = max(self.peak_python_mb, python / MB)
         return jvm / MB, python / MB

@@ -51,8 +51,8 @@ from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
-from switchyard.jobs.rebase_requests import (committed_backfill_for, killed_stream, open_request, request_rebase,
-                                             resumable, wait_for_rebase)
+from switchyard.jobs.rebase_requests import (committed_backfill_for, open_request, request_rebase, resumable,
+                                             unsettled_stream, wait_for_rebase)
 from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff import definition
@@ -342,9 +342,9 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
                     out=logger.info) -> Handoff:
     """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
-    (`session` builds the SparkSession only then). A stream killed without a stop is first streamed until caught
-    up by `finish_stream(spark)` (jobs/stream: `stream_until_caught_up`), which replays its planned batch and
-    drains `state` (a stream that cannot run is reported, and the rebase goes on); without `finish_stream`, the
+    (`session` builds the SparkSession only then). A stream killed without a stop (or stopped mid-batch) is first
+    streamed until caught up by `finish_stream(spark)` (jobs/stream: `stream_until_caught_up`), which replays its
+    planned batch and drains `state` (a stream that cannot run is reported, and the rebase goes on); without `finish_stream`, the
     rebase is refused in one line naming that command."""
     if lease.stream_running(tables):
         if no_rebase:
@@ -357,14 +357,15 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
         new = wait_for_rebase(tables, request_id, timeout_s, out)
         out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
         return new
-    killed = killed_stream(tables)
-    if killed is not None:
+    unsettled = unsettled_stream(tables)
+    if unsettled is not None:
+        killed, how = unsettled
         if finish_stream is None:
-            raise UserError(f"the stream of handoff {killed} ended without a stop, maybe before `state` applied "
-                            f"every update it sent: run `switchyard stream --pipeline {pipeline.name} "
-                            f"--until-caught-up` first, then {reason} again")
-        warnings_to(out)(f"{reason} {pipeline.name}: the stream of handoff {killed} ended without a stop; streaming "
-                         "until caught up first, so that `state` holds every update it sent")
+            raise UserError(f"the stream of handoff {killed} {how}, maybe before `state` applied every update it "
+                            f"sent: run `switchyard stream --pipeline {pipeline.name} --until-caught-up` first, then "
+                            f"{reason} again")
+        warnings_to(out)(f"{reason} {pipeline.name}: the stream of handoff {killed} {how}; streaming until caught up "
+                         "first, so that `state` holds every update it sent")
         try:
             finish_stream(session())
         except Exception as err:  # noqa: BLE001 - a stream that cannot run (Kafka's retention passed it) is what a

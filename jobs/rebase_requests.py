@@ -1,7 +1,7 @@
 """A rebase's requests in the handoff log, read and written without Spark: a REBASE_REQUESTED asks the live stream
 (or the next `stream`) for a rebase; the request stays open until a HANDOFF_COMMITTED at its cut answers it, or, before
 its pause, a REBASE_REFUSED (jobs/rebase.py runs it). Also what decides a request's way on without Spark: whether the
-paused stream may still resume, whether a stream was killed without a stop, and giving a request up (`--abandon`)."""
+paused stream may still resume, whether a stream ended with updates `state` may lack, and giving a request up (`--abandon`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import time
 
 from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_planned_batch
+from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
@@ -106,15 +106,24 @@ def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
                    for b in stream_progress.batches(tables, handoff.handoff_id) if b.incarnation == incarnation)
 
 
-def killed_stream(tables: Tables) -> str | None:
-    """The current handoff, when the log's last word on it is that its stream runs (none does: the caller found no
-    stream live): a stream killed without a stop, maybe after sending a batch's updates and before `state` applied
-    them. Compared with that `state`, a rebase would find differences the stream never made."""
+def unsettled_stream(tables: Tables) -> tuple[str, str] | None:
+    """(the current handoff, how its stream ended) when `state` may lack updates that stream sent (none runs: the
+    caller found no stream live): the log's last word on it is that its stream runs (killed without a stop, maybe
+    after sending a batch's updates and before `state` applied them), or it stopped (or failed) with its keyed
+    query's last planned batch uncommitted (some of that batch's updates sent and applied, its checkpoint before it).
+    Compared with that `state`, a rebase would find differences the stream never made; a restart of the stream
+    replays the planned batch and drains `state`."""
     handoff = current_handoff(tables)
     if handoff is None:
         return None
     history = [e.status for e in handoff_log.entries(tables) if e.handoff_id == handoff.handoff_id]
-    return handoff.handoff_id if lifecycle.current(history) in lifecycle.RUNNING else None
+    if lifecycle.current(history) in lifecycle.RUNNING:
+        return handoff.handoff_id, "ended without a stop"
+    keyed = StreamPaths.of(tables, handoff.handoff_id).keyed_checkpoint
+    planned = last_planned_batch(keyed)
+    if planned is not None and planned != last_committed_batch(keyed):
+        return handoff.handoff_id, f"{lifecycle.current(history).lower()} in the middle of its keyed batch {planned}"
+    return None
 
 
 def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:

@@ -35,7 +35,7 @@ import logging
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.beside import drop_beside, tile_beside
 from switchyard.jobs.rebase import run_rebase
-from switchyard.jobs.rebase_requests import killed_stream, open_request, request_rebase
+from switchyard.jobs.rebase_requests import open_request, request_rebase, unsettled_stream
 from switchyard.jobs.stop import stop_stream
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.control import handoff_log, kept_versions, lease, requests
@@ -125,9 +125,9 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
             raise UserError(f"the stream of {pipeline.name} ended without STOPPED: see `switchyard status`, then "
                             "redeploy again")
-    killed = killed_stream(tables)
-    if killed is not None:
-        raise UserError(f"the stream of handoff {killed} ended without a stop, maybe before `state` applied every "
+    unsettled = unsettled_stream(tables)
+    if unsettled is not None:
+        raise UserError(f"the stream of handoff {unsettled[0]} {unsettled[1]}, maybe before `state` applied every "
                         f"update it sent: run `switchyard stream --pipeline {pipeline.name} --until-caught-up` under "
                         "the recorded definition first, then redeploy")
     with lease.hold(tables, REQUESTED_BY):

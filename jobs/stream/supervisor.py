@@ -115,7 +115,7 @@ class Supervisor:
                 handoff = current_handoff(self.tables)
                 request = rebase_requests.open_request(self.tables)
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
-                    if "paused" in request or rebase_requests.killed_stream(self.tables) != handoff.handoff_id:
+                    if "paused" in request or rebase_requests.unsettled_stream(self.tables) is None:
                         self.rebase(handoff, request, queries=None)
                     elif self.may_pause(handoff, request):  # refused and answered otherwise
                         # a stream killed without a stop: its queries run again, so the pause settles them
@@ -277,30 +277,34 @@ class Supervisor:
                                         once if replay_only else self.tables_trigger())
         return keyed, events, events_sink
 
-    def settle(self, handoff: Handoff, queries) -> None:
-        """For a pause: stopping a reader may interrupt a batch half done (half its updates sent, half its Delta
-        writes made). Restart each such reader alone until Spark has replayed that planned batch as planned,
-        then stop it before it plans another; then drain `state`."""
+    def settle(self, handoff: Handoff, queries, replay: tuple[str, ...] = (KEYED, EVENTS)) -> None:
+        """For a pause or a stop: stopping a reader may interrupt a batch half done (half its updates sent, half its
+        Delta writes made). Restart each such reader named in `replay` alone until Spark has replayed that planned
+        batch as planned, then stop it before it plans another; then drain `state`."""
         *readers, state = queries
         stop_all(readers)
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         for name, checkpoint in ((KEYED, paths.keyed_checkpoint), (EVENTS, paths.events_checkpoint)):
             planned = last_planned_batch(checkpoint)
-            if planned is None or planned == last_committed_batch(checkpoint):
+            if name not in replay or planned is None or planned == last_committed_batch(checkpoint):
                 continue
             query = next(q for q in self.start_readers(handoff, only=name, replay_only=True)[:2] if q is not None)
             while last_committed_batch(checkpoint) != planned:
                 if query.exception() is not None or not query.isActive:
-                    raise StreamFailed(f"query {query.name} failed while pausing: "
+                    raise StreamFailed(f"query {query.name} failed replaying its interrupted batch: "
                                        f"{query_error(query.exception() or 'stopped')}")
                 time.sleep(0.2)
             stop_all([query])
         self.drain(handoff, [state])
 
     def stop(self, handoff: Handoff, queries, result: StreamResult) -> StreamResult:
+        """A stop: the keyed batch a stop interrupted is replayed before `state` drains, so that `state` and the
+        keyed checkpoint end at the same batch (a rebase or redeploy after the stop folds from that checkpoint's
+        end). The events query's is left to the next start, or to a rebase's catch-up, which completes it as
+        planned."""
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         keep_recent_progress(queries, paths)
-        self.drain(handoff, queries)
+        self.settle(handoff, queries, replay=(KEYED,))
         result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
         self.log(handoff.handoff_id, Status.STOPPED, details=details.Stopped(reason=result.reason,
                                                                              offsets_behind=result.lag))

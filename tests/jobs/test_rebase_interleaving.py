@@ -4,6 +4,7 @@ rebase that read it."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -88,5 +89,43 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's
     for handoff in handoffs[1:]:
         assert details.of(handoff).reconciliation["keys_different"] == 0, lines
+    stream_until_caught_up(spark, tables, bootstrap)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def test_a_rebase_after_a_stop_in_the_middle_of_a_keyed_batch_streams_it_until_caught_up_first(spark, bootstrap,
+                                                                                               topic_name, tmp_path):
+    """A stop that interrupted a keyed batch after some of its updates reached the updates topic, which the drain
+    applied to `state`, leaves the keyed checkpoint's committed end before that batch (here made by removing the last
+    keyed commit of a stopped stream: every update of that batch sent and applied). A rebase folding the Kafka range
+    from that end would count the batch twice. An offline `rebase` refuses in one line naming `switchyard stream
+    --until-caught-up`; given the stream, it streams until caught up first (the restart replays the planned batch),
+    then rebases with no key different, and every table equals the oracle."""
+    from switchyard.jobs import stream as product_stream
+    from switchyard.state_handoff.checkpoints import last_committed_batch
+    from switchyard.state_handoff.control import details
+    from switchyard.state_handoff.handoff import current_handoff
+    from switchyard.state_handoff.stream_layout import StreamPaths
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    stream_until_caught_up(spark, tables, bootstrap)
+    keyed = StreamPaths.of(tables, current_handoff(tables).handoff_id).keyed_checkpoint
+    interrupted = last_committed_batch(keyed)
+    for name in (str(interrupted), f".{interrupted}.crc"):
+        (Path(keyed) / "commits" / name).unlink(missing_ok=True)
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=59))
+    with pytest.raises(UserError, match=rf"^the stream of handoff \w+ stopped in the middle of its keyed batch "
+                                        rf"{interrupted}, .* run `switchyard stream --pipeline demo --until-caught-up` "
+                                        r"first, then rebase again$"):
+        rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark)
+    lines: list[str] = []
+    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
+                    finish_stream=product_stream.stream_until_caught_up(PIPELINE, tables, bootstrap,
+                                                                         out=lines.append),
+                    out=lines.append)
+    assert any("streaming until caught up first" in line for line in lines), lines
+    handoffs = _handoffs(tables)
+    assert len(handoffs) == 2, lines
+    assert details.of(handoffs[1]).reconciliation["keys_different"] == 0, lines
     stream_until_caught_up(spark, tables, bootstrap)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
