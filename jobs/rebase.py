@@ -47,12 +47,13 @@ from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_ev
 from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
                                       retained_or_archived_range)
 from switchyard.jobs.backfill.beside import take_over
-from switchyard.jobs.backfill.reconciliation import described
+from switchyard.jobs.backfill.reconciliation import described, merged_over_all_keys
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase_requests import (committed_backfill_for, open_request, request_rebase, resumable,
                                              unsettled_stream, wait_for_rebase)
+from switchyard.jobs.rekey import rekey_updates_topic
 from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff import definition
@@ -169,14 +170,17 @@ def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
 
 
 def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
-                      cut: Cut) -> DataFrame:
-    """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut."""
-    columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
+                      cut: Cut, by_all_keys: bool = False) -> DataFrame:
+    """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut (merged
+    over all its keys with `by_all_keys`: a redeploy to another key, whose recorded state is keyed otherwise)."""
+    columns = partial_columns(pipeline.aggregations, keyed=True)
     reader = spark.read.format("delta")
     if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
         reader = reader.option("versionAsOf", cut.state_version)
-    drained = reader.load(tables.state).select(*columns)
+    drained = reader.load(tables.state).select(*(() if by_all_keys else pipeline.keys), *columns)
     rest = keyed_partials(pipeline, retained_or_archived_range(spark, tables, bootstrap, topic, cut.keyed, cut.offsets))
+    if by_all_keys:
+        return merged_over_all_keys(pipeline, drained.unionByName(rest.select(*columns)))
     return state_from_partials(pipeline, drained.unionByName(rest))
 
 
@@ -187,6 +191,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
     # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
     anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, redeploy["record"])
+    rekeyed = bool(redeploy) and definition.key_changed(pipeline, redeploy["record"])
 
     def gate(reconciliation: dict) -> datetime | None:
         """Between the reconciliation and the first write at the cut: differences stop the rebase unless
@@ -220,12 +225,12 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut), None,
+                       streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut, rekeyed), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
                                 "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
-                       compared=alike, windows_past=past if anew else None)
+                       compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed)
         try:
             commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
                          at_cut=at_cut)
@@ -247,7 +252,9 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                          f"state; {described(reconciliation)}")
     else:
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
-            f"({reconciliation['keys_recomputed']} keys)")
+            + ("merged over all keys (the key changed)" if rekeyed else f"({reconciliation['keys_recomputed']} keys)"))
+    if rekeyed:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
+        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, redeploy["record"], backfill, out)
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,

@@ -12,7 +12,8 @@ definition at a cut, exactly once, its history recomputed sort-based in batch.
    archive is read in batch, and both are merged into the state at the cut; the reconciliation compares what both
    definitions declare alike (the same name, the same declaration); the events path goes on as the stream made it
    when only keyed aggregations changed (they shape none of it), and changed windows are made again from the tiles
-   and the Kafka range past the archive, none of it late (jobs/backfill/commit.py: AtCut.windows_past);
+   and the Kafka range past the archive, none of it late (jobs/backfill/commit.py: AtCut.windows_past); a changed
+   key is compared over all keys, and the updates topic moved to it (jobs/rekey.py);
    BACKFILL_COMMITTED and HANDOFF_COMMITTED record the changed definition.
 Serving switches in one Delta commit: every version of `state` before the handoff's `state_version` holds the
 recorded definition's rows, every one from it on the changed definition's; the updates topic carries the recorded
@@ -36,6 +37,7 @@ from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.beside import drop_beside, tile_beside
 from switchyard.jobs.rebase import run_rebase
 from switchyard.jobs.rebase_requests import open_request, request_rebase, unsettled_stream
+from switchyard.jobs.serve import request_start
 from switchyard.jobs.stop import stop_stream
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.control import handoff_log, kept_versions, lease, requests
@@ -120,7 +122,8 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
     beside = restored or (tile_beside(spark, pipeline, tables, definition.recorded(handoff_log.entries(tables))[1],
                                       out) if finishing is None else None)
-    if lease.stream_running(tables):
+    stopped = lease.stream_running(tables)
+    if stopped:
         out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
             raise UserError(f"the stream of {pipeline.name} ended without STOPPED: see `switchyard status`, then "
@@ -149,4 +152,11 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     drop_beside(tables)
     out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
         f"{new.handoff_id}: `switchyard stream` streams it from there")
+    if stopped:  # the stop request the redeploy made is lifted: `switchyard serve`, run under this definition, streams
+        try:
+            request_start(tables, REQUESTED_BY)
+            out(f"redeploy {pipeline.name}: START_REQUESTED: `switchyard serve` under the changed definition streams "
+                "it")
+        except UserError:  # a stream of the changed definition already runs: nothing to ask for
+            pass
     return new

@@ -79,10 +79,10 @@ def panes(pipeline: Pipeline) -> str:
 
 
 def as_details(pipeline: Pipeline) -> dict:
-    """What a backfill's or handoff's log entry records of the definition it was made with (the panes beside the
-    version's parts: recorded, not part of the version)."""
+    """What a backfill's or handoff's log entry records of the definition it was made with (the panes and the key's
+    fields beside the version's parts: recorded, not part of the version)."""
     return {KEY: {"version": version(pipeline), "parts": parts(pipeline), "outputs": outputs(pipeline),
-                  "panes": panes(pipeline)}}
+                  "panes": panes(pipeline), "keys": list(pipeline.keys)}}
 
 
 def changes(record: dict, pipeline: Pipeline) -> list[str]:
@@ -145,9 +145,9 @@ def refuse_changed(pipeline: Pipeline, entries) -> None:
 
 
 # The parts a redeploy switches in at a cut: the keyed state, and the windows (with their late records), are
-# recomputed sort-based from the archive and the Kafka range past it; the dead letters are shaped by neither, so they
-# go on as the stream made them.
-REDEPLOYED = ("aggregations", "windows")
+# recomputed sort-based from the archive and the Kafka range past it; the dead letters are shaped by none of them (a
+# key field is a required field, so another key makes no record malformed), so they go on as the stream made them.
+REDEPLOYED = ("key", "aggregations", "windows")
 
 
 def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
@@ -164,7 +164,16 @@ def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
                                                                             now["windows"]):
         return ("it " + ("gains" if pipeline.windows is not None else "drops") + " windows: a redeploy switches in "
                 "changed windows, not windows added to or taken from a pipeline")
+    if key_changed(pipeline, record) and "keys" not in record:
+        return ("its key changed, and its recorded definition (made by an earlier switchyard) does not name its key's "
+                "fields, which the cut needs to take the old keys out of the updates topic: backfill once under the "
+                "recorded definition, then redeploy")
     return None
+
+
+def key_changed(pipeline: Pipeline, record: dict) -> bool:
+    """Whether a redeploy from the recorded definition to `pipeline` keys the state by other fields."""
+    return record["parts"].get("key") != parts(pipeline)["key"]
 
 
 def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
@@ -198,14 +207,16 @@ def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
 
 
 def windows_changed(pipeline: Pipeline, record: dict) -> bool:
-    """Whether a redeploy from the recorded definition to `pipeline` makes the windows again."""
-    return record["parts"].get("windows") != parts(pipeline)["windows"]
+    """Whether a redeploy from the recorded definition to `pipeline` makes the windows again (windows are per key,
+    so another key makes them again too)."""
+    return record["parts"].get("windows") != parts(pipeline)["windows"] or key_changed(pipeline, record)
 
 
 def compared(pipeline: Pipeline, record: dict) -> Pipeline:
     """`pipeline` with only the aggregations the recorded definition declared alike, under the same name: what a
     redeploy's reconciliation compares between the streamed state of the recorded definition and the one recomputed
-    at the cut (none: the keys alone)."""
+    at the cut (none: the keys alone). Under another key, the two are compared over all keys at once
+    (jobs/rekey.py)."""
     then, now = record.get("outputs") or {}, outputs(pipeline)
     return dataclasses.replace(pipeline, aggregations=tuple(a for a in pipeline.aggregations
                                                             if then.get(a.name) == now[a.name]))

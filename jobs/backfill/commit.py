@@ -18,7 +18,7 @@ from switchyard.jobs.aggregation import (SORT, TILE_START, backlog_watermark, ne
 from switchyard.jobs.backfill import backlog
 from switchyard.jobs.backfill.accounting import archive_accounting
 from switchyard.jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
-from switchyard.jobs.backfill.reconciliation import reconcile
+from switchyard.jobs.backfill.reconciliation import merged_over_all_keys, over_all_keys, reconcile
 from switchyard.jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
 from switchyard.jobs.log import warnings_to
@@ -61,6 +61,9 @@ class AtCut:
     # made again from every tile and these, split at the recomputed state's backlog watermark, and `late` is emptied:
     # up to the cut everything is backlog, none of it late (the events path keeps only its dead letters)
     windows_past: DataFrame | None = None
+    # a redeploy to another key: `streamed` is merged over all its keys, and so is the recomputed state before the two
+    # are compared
+    over_all_keys: bool = False
 
 
 def _write_windows(pipeline: Pipeline, tables: Tables, tiles: DataFrame, watermark: datetime,
@@ -164,7 +167,10 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             times.end("tiles_merge")
         state = merged.persist(StorageLevel.DISK_ONLY)
         if at_cut is not None:
-            at_cut.reconciliation = reconcile(at_cut.compared or pipeline, state, at_cut.streamed)
+            compared, recomputed = at_cut.compared or pipeline, state
+            if at_cut.over_all_keys:
+                compared, recomputed = over_all_keys(compared), merged_over_all_keys(compared, state)
+            at_cut.reconciliation = reconcile(compared, recomputed, at_cut.streamed)
             if at_cut.before_replace is not None:
                 at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import reduce
 from operator import and_
@@ -10,8 +11,24 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from switchyard.jobs.aggregation import state_from_partials
 from switchyard.state_handoff.aggregates import HLL_LG_K, partial_columns
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.spec import Field, Pipeline
+
+ALL_KEYS = "switchyard_all_keys"  # the one key of a state merged over all its keys
+
+
+def over_all_keys(pipeline: Pipeline) -> Pipeline:
+    """`pipeline` keyed by one constant: what two states keyed by different fields are compared by (a redeploy to
+    another key), each merged over all its keys."""
+    return dataclasses.replace(pipeline, key=ALL_KEYS, fields=(Field(ALL_KEYS, "string"), *pipeline.fields))
+
+
+def merged_over_all_keys(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
+    """Rows of keyed partials (of any key) merged into one: a count's total, a sum's, the smallest minimum, the
+    newest `last`, one sketch of every distinct value, ..."""
+    columns = partial_columns(pipeline.aggregations, keyed=True)
+    return state_from_partials(over_all_keys(pipeline), partials.select(F.lit("all").alias(ALL_KEYS), *columns))
 
 
 def _shown_key(keys: list) -> F.Column:

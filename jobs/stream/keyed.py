@@ -16,10 +16,7 @@ from switchyard.state_handoff.aggregates import event_as_partial, flatten_last, 
 from switchyard.state_handoff.io.kafka_security import spark_options
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths
-
-HANDOFF_HEADER = "switchyard.handoff"
-# Microseconds survive the round trip through the updates topic (Spark's JSON default keeps milliseconds).
-JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"}
+from switchyard.state_handoff.update_records import JSON_OPTIONS, handoff_headers, update_key
 
 
 def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
@@ -37,20 +34,12 @@ def merged_state(pipeline: Pipeline, partials: DataFrame) -> DataFrame:
             .select(*pipeline.keys, *flatten_last(pipeline.aggregations, keyed=True), EVENTS_SEEN))
 
 
-def update_key(pipeline: Pipeline) -> F.Column:
-    """An update record's Kafka key: the key's value, or for a composite key its fields as a JSON object."""
-    if len(pipeline.keys) == 1:
-        return F.col(pipeline.keys[0])
-    return F.to_json(F.struct(*pipeline.keys), JSON_OPTIONS)
-
-
 def update_messages(pipeline: Pipeline, changed: DataFrame, handoff_id: str) -> DataFrame:
     """Changed keys as updates-topic records: key, the whole state as JSON, the handoff as a header."""
     return changed.select(
-        update_key(pipeline).cast("binary").alias("key"),
+        update_key(pipeline.keys).cast("binary").alias("key"),
         F.to_json(F.struct(*[F.col(c) for c in changed.columns]), JSON_OPTIONS).cast("binary").alias("value"),
-        F.array(F.struct(F.lit(HANDOFF_HEADER).alias("key"), F.lit(handoff_id).cast("binary").alias("value")))
-        .alias("headers"))
+        handoff_headers(handoff_id).alias("headers"))
 
 
 def keyed_updates(pipeline: Pipeline, merged: DataFrame, handoff_id: str, version_base: int) -> DataFrame:

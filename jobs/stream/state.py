@@ -16,7 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from switchyard.jobs.delta_txn import TxnApp, keys_equal, merge_once
 from switchyard.jobs.seed import UPDATE_VERSION
-from switchyard.jobs.stream.keyed import HANDOFF_HEADER, JSON_OPTIONS
+from switchyard.state_handoff.update_records import HANDOFF_HEADER, JSON_OPTIONS
 from switchyard.jobs.stream.updates_topic import check_input_topic
 from switchyard.state_handoff import faults, stream_progress
 from switchyard.state_handoff.control import details, kept_versions

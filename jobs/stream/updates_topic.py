@@ -12,7 +12,7 @@ stream starts, before it reads any input or sends any update."""
 
 from __future__ import annotations
 
-from switchyard.jobs.stream.keyed import HANDOFF_HEADER
+from switchyard.state_handoff.update_records import HANDOFF_HEADER
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status

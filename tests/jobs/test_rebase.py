@@ -24,7 +24,7 @@ from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.stream_layout import stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
-from tests.support.compare import assert_state_matches, assert_windows_match, rows
+from tests.support.compare import assert_state_matches, assert_windows_match, key_of_row, rows
 from tests.support.streams import event_batches, start_stream, wait_until
 from tests.support.streams import tail_events
 
@@ -78,11 +78,12 @@ def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
 
 
 def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlog_to: int = 0,
-                                 window=oracle.WINDOW, lateness=oracle.LATENESS, renamed: dict | None = None):
+                                 window=oracle.WINDOW, lateness=oracle.LATENESS, renamed: dict | None = None,
+                                 keys: tuple[str, ...] = ("key",)):
     """The oracle sees one continuous stream from the first handoff: each later handoff starts at the cut where
     the previous one's events path ended, with the watermark it left. `backlog_to`: the index of the handoff whose
     cut ends the backlog instead (a redeploy made the windows, of `window` and `lateness`, again there); `renamed`:
-    state columns a redeploy renamed, by the demo's name."""
+    state columns a redeploy renamed, by the demo's name; `keys`: the key's fields (a redeploy to another key)."""
     handoffs = _handoffs(tables)
     first = handoff_log.offsets(handoffs[backlog_to])
     batches = []
@@ -97,11 +98,12 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlo
     records = oracle.read_topic(bootstrap, topic)
     archived = [r for r in records if r.offset < first.get(r.partition, 0)]
     tail = [r for r in records if r.offset >= first.get(r.partition, 0)]
-    expected = oracle.through_stream(archived, tail, batches, window, lateness)
+    key_of = oracle.by_key if keys == ("key",) else (lambda event: tuple(getattr(event, k) for k in keys))
+    expected = oracle.through_stream(archived, tail, batches, window, lateness, key_of)
 
-    assert_state_matches(spark, tables, expected, renamed)
-    assert_windows_match(spark, tables.windows, expected.final_windows(), window)
-    assert_windows_match(spark, tables.window_state, expected.open_windows(), window)
+    assert_state_matches(spark, tables, expected, renamed, keys)
+    assert_windows_match(spark, tables.windows, expected.final_windows(), window, keys)
+    assert_windows_match(spark, tables.window_state, expected.open_windows(), window, keys)
     late = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.late))
     dead = Counter((r.kafka_partition, r.kafka_offset) for r in rows(spark, tables.dead_letter))
     assert max(late.values()) == 1 and max(dead.values()) == 1, "a record late or dead-lettered twice"
@@ -110,7 +112,7 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlo
     # each well-formed record counts in exactly one of windows, window_state or late
     in_windows = sum(r.event_count for path in (tables.windows, tables.window_state) for r in rows(spark, path))
     assert in_windows + len(late) == sum(expected.well_formed.values())
-    final = Counter((r.key, r.window_start) for r in rows(spark, tables.windows))
+    final = Counter((key_of_row(r, keys), r.window_start) for r in rows(spark, tables.windows))
     assert max(final.values()) == 1, "a window final twice"
     return expected
 

@@ -5,7 +5,8 @@ oracle: every old column as the stream would have it, the new column over all hi
 updates topic switching at the recorded cut, every record aggregated, dead-lettered or late once. The same for
 windows widened, their lateness doubled and an aggregation added: every window made again over all history up to
 the cut, none of it late, and streamed on from there under the new windows; then an aggregation renamed, with
-nothing recomputed; then the lateness changed, with only the windows made again."""
+nothing recomputed; then the lateness changed, with only the windows made again. And a key changed: the state keyed
+by other fields, compared with the recorded one over all keys, the old keys taken out of the updates topic."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER, DEMO_WIDER_RENAMED
+from tests.support.changed_pipeline import (DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER,
+                                           DEMO_WIDER_RENAMED)
 from tests.support.streams import start_stream, tail_events, wait_until
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
@@ -84,9 +86,11 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
     entries = handoff_log.entries(tables)
     statuses = [e.status for e in entries]
     asked = next(e for e in entries if e.status == Status.REBASE_REQUESTED)
-    # no tiles run at the cut: the archive did not grow since the tiles made beside
-    assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 6] == [
-        "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED"], statuses
+    # no tiles run at the cut: the archive did not grow since the tiles made beside; the stop it asked for lifted
+    # (for `switchyard serve`) once the changed definition was handed off
+    assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 7] == [
+        "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED",
+        "START_REQUESTED"], statuses
     redeployed = requests.read(asked).fields["redeploy"]
     assert redeployed["beside"]["files"] and redeployed["beside"]["version"] == redeployed["version"]
     assert redeployed["version"] == definition.version(DEMO_PLUS_ONE)
@@ -286,3 +290,65 @@ def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstr
     stream(DEMO_WIDER_LATER)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=3, window=DEMO_WIDER.windows.size,
                                  lateness=DEMO_WIDER_LATER.windows.allowed_lateness, renamed={"amount_max": "largest"})
+
+
+def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates_topic(spark, bootstrap, topic_name,
+                                                                                      tmp_path):
+    """A pipeline keyed by `key` moves to the key (key, kind). Nothing of its state can be re-keyed: the whole history
+    is tiled again under the changed key and the windows (per key) are made again at the cut; the reconciliation
+    compares the two states merged over all their keys. The oracle keyed by (key, kind) holds across the handoffs,
+    and the updates topic, read as the compacted table it is, holds exactly the new keys with their state."""
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.state_handoff.handoff import run_handoff
+
+    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=61, malformed_rate=0.03,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(tmp_path / "wh"), DEMO_KIND.name)
+    run_archive(spark, DEMO_KIND, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
+                out=lambda *_: None)
+    run_backfill(spark, DEMO_KIND, tables, out=lambda *_: None)
+    run_handoff(spark, DEMO_KIND, tables, bootstrap)
+    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
+                                     max_offsets_per_trigger=400)
+
+    def stream(pipeline):
+        return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
+
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=61))
+    stream(DEMO_KIND)
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=62))  # past the stream: the cut's
+    said = []
+    cut = redeploy_pipeline(DEMO_BY_KIND, tables, bootstrap, lambda: spark, out=said.append)
+    assert any("(key)" in line or "key," in line for line in said if "definition version" in line), said
+    assert any("merged over all keys" in line for line in said), said
+    reconciliation = details.of(_handoffs(tables)[-1]).reconciliation
+    assert reconciliation["keys_different"] == 0 and reconciliation["keys_recomputed"] == 1, reconciliation
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=63))
+    stream(DEMO_BY_KIND)
+
+    assert [e.handoff_id for e in _handoffs(tables)][-1] == cut.handoff_id
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1, keys=("key", "kind"))
+    # the updates topic as a compacted table: a tombstone takes a key out
+    latest = {}
+    consumer = KafkaConsumer(last_started_with(tables), bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             enable_auto_commit=False, consumer_timeout_ms=5000)
+    try:
+        for record in consumer:
+            if record.value is None:
+                latest.pop(record.key, None)
+            else:
+                latest[record.key] = json.loads(record.value)
+    finally:
+        consumer.close()
+    state = {(r["key"], r["kind"]): r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
+    in_topic = {}
+    for key, value in latest.items():
+        fields = json.loads(key)
+        assert isinstance(fields, dict) and set(fields) == {"key", "kind"}, key  # no key of the recorded shape left
+        in_topic[(fields["key"], fields["kind"])] = value
+    assert set(in_topic) == set(state)
+    assert all(in_topic[k]["event_count"] == state[k]["event_count"] for k in state)

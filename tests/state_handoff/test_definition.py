@@ -20,7 +20,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.spec import Field, count, maximum
 from switchyard.state_handoff.tables import Tables
-from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE, DEMO_WIDER
+from tests.support.changed_pipeline import DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER
 
 
 def test_what_shapes_the_state_changes_the_version_and_nothing_else_does():
@@ -138,6 +138,13 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
     assert "gains windows" in definition.refuse_redeploy(DEMO, definition.as_details(
         dataclasses.replace(DEMO, windows=None))["definition"])
     assert "drops windows" in definition.refuse_redeploy(dataclasses.replace(DEMO, windows=None), recorded)
+    # another key: taken at a cut (its windows made again), unless the record does not name the key it replaces
+    kind_recorded = definition.as_details(DEMO_KIND)["definition"]
+    assert definition.refuse_redeploy(DEMO_BY_KIND, kind_recorded) is None
+    assert definition.windows_changed(DEMO_BY_KIND, kind_recorded) and definition.projection(
+        DEMO_BY_KIND, kind_recorded) is None
+    unnamed = {k: v for k, v in kind_recorded.items() if k != "keys"}  # as recorded before records named the key
+    assert "does not name its key's fields" in definition.refuse_redeploy(DEMO_BY_KIND, unnamed)
 
 
 def test_vacuum_keeps_the_tiles_an_open_redeploy_replaced_and_then_the_previous_definitions(tmp_path):

@@ -1,6 +1,8 @@
 """The demo pipeline as a team would change it, under the same name, so over the same tables: one aggregation added
 (`--pipeline tests.support.changed_pipeline:DEMO_PLUS_ONE`); its windows widened from one hour to two, with their
-lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed, then the lateness changed again; one field added (DEMO_NOTED, a change no cut takes)."""
+lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed, then the lateness changed again;
+one field added (DEMO_NOTED, a change no cut takes); a pipeline whose events always name their kind (DEMO_KIND) keyed
+by key and kind together (DEMO_BY_KIND)."""
 
 import dataclasses
 from datetime import timedelta
@@ -20,3 +22,7 @@ DEMO_WIDER_RENAMED = dataclasses.replace(DEMO_WIDER, aggregations=tuple(
 DEMO_WIDER_LATER = dataclasses.replace(DEMO_WIDER_RENAMED, windows=dataclasses.replace(
     DEMO_WIDER_RENAMED.windows, allowed_lateness=timedelta(minutes=30)))
 DEMO_NOTED = dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),))
+
+DEMO_KIND = dataclasses.replace(DEMO, fields=tuple(dataclasses.replace(f, required=True) if f.name == "kind" else f
+                                                   for f in DEMO.fields))
+DEMO_BY_KIND = dataclasses.replace(DEMO_KIND, key=("key", "kind"))

@@ -17,9 +17,16 @@ def close(a: float, b: float, scale: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-9 * max(scale, 1.0))
 
 
-def assert_state_matches(spark, tables, expected: oracle.Expected, renamed: dict[str, str] | None = None):
-    """`renamed`: a state column by the demo's name for it, where a changed definition renamed it."""
-    by_key = {r.key: r for r in rows(spark, tables.state)}
+def key_of_row(row, keys: tuple[str, ...] = ("key",)):
+    """A row's key as the oracle keys its events: the `key` column, or the tuple of a composite key's columns."""
+    return row[keys[0]] if len(keys) == 1 else tuple(row[k] for k in keys)
+
+
+def assert_state_matches(spark, tables, expected: oracle.Expected, renamed: dict[str, str] | None = None,
+                         keys: tuple[str, ...] = ("key",)):
+    """`renamed`: a state column by the demo's name for it, where a changed definition renamed it; `keys`: the
+    state's key columns (the oracle's `key_of` keys its events alike)."""
+    by_key = {key_of_row(r, keys): r for r in rows(spark, tables.state)}
     assert set(by_key) == set(expected.state)
     for key, want in expected.state.items():
         row = by_key[key].asDict()
@@ -31,8 +38,9 @@ def assert_state_matches(spark, tables, expected: oracle.Expected, renamed: dict
         assert (got.last_event_time, got.last_amount) == (want.last[2], want.last[3]), key
 
 
-def assert_windows_match(spark, path, expected_windows: dict, size: timedelta = timedelta(hours=1)):
-    by_window = {(r.key, r.window_start): r for r in rows(spark, path)}
+def assert_windows_match(spark, path, expected_windows: dict, size: timedelta = timedelta(hours=1),
+                         keys: tuple[str, ...] = ("key",)):
+    by_window = {(key_of_row(r, keys), r.window_start): r for r in rows(spark, path)}
     assert set(by_window) == set(expected_windows)
     for k, want in expected_windows.items():
         got = by_window[k]

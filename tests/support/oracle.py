@@ -76,6 +76,12 @@ class Event:
     event_id: str | None
     event_time: datetime  # naive UTC
     amount: float
+    kind: str | None = None
+
+
+def by_key(event: Event):
+    """The demo's key of an event; a pipeline keyed otherwise passes its own (`key_of`), e.g. (key, kind)."""
+    return event.key
 
 
 def json_object(value: bytes | None) -> tuple[str | None, dict | None]:
@@ -122,8 +128,9 @@ def classify(value: bytes | None) -> tuple[str | None, Event | None]:
     if not math.isfinite(amount):
         return "bad_amount", None
     event_id = obj.get("event_id")
+    kind = obj.get("kind")
     return None, Event(key, event_id if event_id is None or isinstance(event_id, str) else json.dumps(event_id),
-                       event_time, amount)
+                       event_time, amount, kind if isinstance(kind, str) else None)
 
 
 def window_start(t: datetime, size: timedelta = WINDOW) -> datetime:
@@ -190,8 +197,10 @@ class Expected:
         return {k: w for k, w in self.windows.items() if k[1] + self.window > wm}
 
 
-def backlog(records: list[KafkaRecord], window: timedelta = WINDOW, lateness: timedelta = LATENESS) -> Expected:
-    """What the backfill of exactly these records must produce (hourly windows, 10 minutes lateness unless given)."""
+def backlog(records: list[KafkaRecord], window: timedelta = WINDOW, lateness: timedelta = LATENESS,
+            key_of=by_key) -> Expected:
+    """What the backfill of exactly these records must produce (hourly windows, 10 minutes lateness unless given;
+    keyed by `key_of`)."""
     expected = Expected(window=window, lateness=lateness)
     for r in records:
         expected.read[r.partition] += 1
@@ -200,8 +209,8 @@ def backlog(records: list[KafkaRecord], window: timedelta = WINDOW, lateness: ti
             expected.dead_letter[(r.partition, r.offset)] = reason
             continue
         expected.well_formed[r.partition] += 1
-        expected.state[event.key].add(event)
-        expected.windows[(event.key, window_start(event.event_time, window))].add(event)
+        expected.state[key_of(event)].add(event)
+        expected.windows[(key_of(event), window_start(event.event_time, window))].add(event)
         expected.newest = max(expected.newest, event.event_time) if expected.newest else event.event_time
     return expected
 
@@ -231,7 +240,7 @@ class StreamExpected:
 
 
 def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches: list[dict[int, int]],
-                   window: timedelta = WINDOW, lateness: timedelta = LATENESS) -> StreamExpected:
+                   window: timedelta = WINDOW, lateness: timedelta = LATENESS, key_of=by_key) -> StreamExpected:
     """`batches` gives, per stream batch in order, the last offset read from each partition it touched; a batch
     reads the partition's records after the previous batch's last offset up to its own (offsets in between that no
     committed record holds, a transaction's markers or aborted records, are skipped).
@@ -240,7 +249,7 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches
     (newest well-formed event time of the batch - lateness); a tail record is late when its window ended
     at or before the watermark in force when its batch began.
     """
-    expected = backlog(archived, window, lateness)
+    expected = backlog(archived, window, lateness, key_of)
     state, windows = expected.state, expected.windows
     watermark = expected.backlog_watermark
     by_position = {(r.partition, r.offset): r for r in tail}
@@ -264,11 +273,11 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches
                     expected.dead_letter[(partition, offset)] = reason
                     continue
                 expected.well_formed[partition] += 1
-                state[event.key].add(event)
+                state[key_of(event)].add(event)
                 if window_start(event.event_time, window) + window <= watermark:
                     late.add((partition, offset))
                 else:
-                    windows[(event.key, window_start(event.event_time, window))].add(event)
+                    windows[(key_of(event), window_start(event.event_time, window))].add(event)
                 newest = max(newest, event.event_time) if newest else event.event_time
             read_to[partition] = last
         if newest is not None:
