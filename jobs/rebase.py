@@ -351,8 +351,8 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
     handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
     (`session` builds the SparkSession only then). A stream killed without a stop (or stopped mid-batch) is first
     streamed until caught up by `finish_stream(spark)` (jobs/stream: `stream_until_caught_up`), which replays its
-    planned batch and drains `state` (a stream that cannot run is reported, and the rebase goes on); without `finish_stream`, the
-    rebase is refused in one line naming that command."""
+    planned batch and drains `state` (a stream that cannot run is reported, and the rebase goes on); without
+    `finish_stream`, the rebase is refused in one line naming that command."""
     if lease.stream_running(tables):
         if no_rebase:
             owner = lease.owner(tables)

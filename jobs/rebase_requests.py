@@ -1,7 +1,8 @@
 """A rebase's requests in the handoff log, read and written without Spark: a REBASE_REQUESTED asks the live stream
 (or the next `stream`) for a rebase; the request stays open until a HANDOFF_COMMITTED at its cut answers it, or, before
 its pause, a REBASE_REFUSED (jobs/rebase.py runs it). Also what decides a request's way on without Spark: whether the
-paused stream may still resume, whether a stream ended with updates `state` may lack, and giving a request up (`--abandon`)."""
+paused stream may still resume, whether a stream ended with updates `state` may lack, and giving a request up
+(`--abandon`)."""
 
 from __future__ import annotations
 
