@@ -20,6 +20,7 @@ SCENARIOS = {
     "sort-vs-hash": ("benchmarks.sort_vs_hash", "the backfill's sort-based tiles aggregation against Spark's hash"),
     "seeding": ("benchmarks.seeding", "seeding the stream's keyed state: seed source vs transformWithStateInPandas"),
     "stream-start": ("benchmarks.stream_start", "a stream's start to SWITCHED, in fresh processes"),
+    "kafka-read": ("benchmarks.kafka_read", "a batch read of a Kafka range: fetch, parse and tiles, each timed"),
     "redeploy": ("benchmarks.redeploy", "a changed definition redeployed under a live stream vs batch-only over the "
                                         "same history"),
 }
