@@ -59,6 +59,20 @@ def test_an_archive_run_during_a_rebase_is_refused_and_the_rebase_finishes_exact
 
 
 
+def _rebase_streaming_first(spark, tables, bootstrap) -> list[str]:
+    """An offline `rebase` given the stream, as the command and Dagster give it; its lines, which say it streamed
+    until caught up first."""
+    from switchyard.jobs import stream as product_stream
+
+    lines: list[str] = []
+    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
+                    finish_stream=product_stream.stream_until_caught_up(PIPELINE, tables, bootstrap,
+                                                                         out=lines.append),
+                    out=lines.append)
+    assert any("streaming until caught up first" in line for line in lines), lines
+    return lines
+
+
 def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_up_first(spark, bootstrap, topic_name,
                                                                                          tmp_path):
     """A stream killed after its keyed query sent a batch's updates, before the state query merged them into
@@ -67,7 +81,6 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     it), it streams until caught up first: the stream restarts the dead one's queries, so the pause for the open
     request replays the batch and merges what was sent, and rebases with no key different; then this rebase, with
     none different either; every table equals the oracle."""
-    from switchyard.jobs import stream as product_stream
     from switchyard.state_handoff.control import details
     from tests.jobs.test_crash_points import crash
 
@@ -79,12 +92,7 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
                                         r"--pipeline demo --until-caught-up` first, then rebase again$"):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark)
     request_rebase(tables, "rebase", "dagster rebase_stream")  # asked of the stream that died: the stream's to run
-    lines: list[str] = []
-    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
-                    finish_stream=product_stream.stream_until_caught_up(PIPELINE, tables, bootstrap,
-                                                                         out=lines.append),
-                    out=lines.append)
-    assert any("streaming until caught up first" in line for line in lines), lines
+    lines = _rebase_streaming_first(spark, tables, bootstrap)
     handoffs = _handoffs(tables)
     assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's
     for handoff in handoffs[1:]:
@@ -101,7 +109,6 @@ def test_a_rebase_after_a_stop_in_the_middle_of_a_keyed_batch_streams_it_until_c
     from that end would count the batch twice. An offline `rebase` refuses in one line naming `switchyard stream
     --until-caught-up`; given the stream, it streams until caught up first (the restart replays the planned batch),
     then rebases with no key different, and every table equals the oracle."""
-    from switchyard.jobs import stream as product_stream
     from switchyard.state_handoff.checkpoints import last_committed_batch
     from switchyard.state_handoff.control import details
     from switchyard.state_handoff.handoff import current_handoff
@@ -118,12 +125,7 @@ def test_a_rebase_after_a_stop_in_the_middle_of_a_keyed_batch_streams_it_until_c
                                         rf"{interrupted}, .* run `switchyard stream --pipeline demo --until-caught-up` "
                                         r"first, then rebase again$"):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark)
-    lines: list[str] = []
-    rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark,
-                    finish_stream=product_stream.stream_until_caught_up(PIPELINE, tables, bootstrap,
-                                                                         out=lines.append),
-                    out=lines.append)
-    assert any("streaming until caught up first" in line for line in lines), lines
+    lines = _rebase_streaming_first(spark, tables, bootstrap)
     handoffs = _handoffs(tables)
     assert len(handoffs) == 2, lines
     assert details.of(handoffs[1]).reconciliation["keys_different"] == 0, lines

@@ -233,16 +233,20 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert refused.returncode == 2 and out.count("\n") == 1 and "were dropped" in out, out
 
 
-def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstrap, topic_name, tmp_path):
-    from switchyard.jobs.redeploy import redeploy_pipeline
+def _streamer(spark, tables: Tables, bootstrap: str):
+    """`stream(pipeline)`: that definition's stream in this process until caught up, in batches of 400 offsets."""
     from switchyard.jobs.stream import StreamSettings, run_stream
 
-    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
                                      max_offsets_per_trigger=400)
+    return lambda pipeline: run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
 
-    def stream(pipeline):
-        return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
+
+def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstrap, topic_name, tmp_path):
+    from switchyard.jobs.redeploy import redeploy_pipeline
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
+    stream = _streamer(spark, tables, bootstrap)
 
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=51))
     stream(DEMO)
@@ -302,7 +306,6 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
     from switchyard.jobs.backfill import run_backfill
     from switchyard.jobs.inputs.generate import run_generate
     from switchyard.jobs.redeploy import redeploy_pipeline
-    from switchyard.jobs.stream import StreamSettings, run_stream
     from switchyard.state_handoff.handoff import run_handoff
 
     run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=61, malformed_rate=0.03,
@@ -312,11 +315,7 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
                 out=lambda *_: None)
     run_backfill(spark, DEMO_KIND, tables, out=lambda *_: None)
     run_handoff(spark, DEMO_KIND, tables, bootstrap)
-    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
-                                     max_offsets_per_trigger=400)
-
-    def stream(pipeline):
-        return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
+    stream = _streamer(spark, tables, bootstrap)
 
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=61))
     stream(DEMO_KIND)
