@@ -27,9 +27,6 @@ reconciliation compares only what both definitions declare alike; when the windo
 the dead letters and the windows are made again at the cut over all history. Under any other definition it is
 refused.
 
-Steps 1 and 2 read the topic up to the cut three times over ([archive cut, C), [K, C), [E, C)): the range from the
-lowest of those starts is fetched and parsed once and kept on local disk for all three (jobs/rebase_reads.py).
-
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
 (jobs/sinks.py), so it never imports the stream.
@@ -43,16 +40,17 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from pyspark import StorageLevel
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
+from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
                                       retained_or_archived_range)
 from switchyard.jobs.backfill.beside import take_over
-from switchyard.jobs.backfill.reconciliation import described
+from switchyard.jobs.backfill.reconciliation import described, merged_over_all_keys
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
-from switchyard.jobs.rebase_reads import CutRecords, streamed_state_at, tiles_of
 from switchyard.jobs.rebase_requests import (committed_backfill_for, open_request, request_rebase, resumable,
                                              unsettled_stream, wait_for_rebase)
 from switchyard.jobs.rekey import rekey_updates_topic
@@ -126,11 +124,10 @@ def pause_cut(bootstrap: str, tables: Tables, handoff: Handoff, paths: StreamPat
 
 
 def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                    paths: StreamPaths, cut: Cut, records: CutRecords | None = None) -> datetime | None:
+                    paths: StreamPaths, cut: Cut) -> datetime | None:
     """The events path up to the cut as the stream's next batches, with the stream's own sink and transaction
     ids, so a rerun writes nothing twice: first a batch an interrupted run had planned, over exactly its planned
-    range (its writes may be half done), then [E, C). Returns the watermark at the cut. `records`: the rebase's
-    range, read once (a handoff overlapping the archive reads its own, with the Kafka keys it compares by)."""
+    range (its writes may be half done), then [E, C). Returns the watermark at the cut."""
     checkpoint = paths.events_checkpoint
     sink = EventsSink(pipeline, tables, handoff,
                       TxnApp(f"switchyard-{pipeline.name}-{handoff.handoff_id}-events", checkpoint,
@@ -143,12 +140,9 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
             return sink.watermark_before(batch_id)
         # a batch the stream planned carries the range the stream's own attempt recorded, if it got that far
         offsets = sink.planned_range(batch_id) if planned else stream_progress.offset_range(start, end)
-        if handoff.overlap is None and records is not None:
-            parsed = records.parsed(start, end, pipeline)
-        else:
-            parsed = parse_events(pipeline, kafka_range(spark, bootstrap, handoff.topic, start, end, with_key=True)
-                                  if handoff.overlap else
-                                  retained_or_archived_range(spark, tables, bootstrap, handoff.topic, start, end))
+        records = (kafka_range(spark, bootstrap, handoff.topic, start, end, with_key=True) if handoff.overlap else
+                   retained_or_archived_range(spark, tables, bootstrap, handoff.topic, start, end))
+        parsed = parse_events(pipeline, records)
         if handoff.overlap is not None:
             parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
         sink(parsed, batch_id, offsets=offsets)  # recorded over the same range: done; over another: refused
@@ -163,6 +157,31 @@ def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, boo
         run(start, ends, planned, planned=True)
         next_id = planned + 1
     return run(cut.events, cut.offsets, next_id)
+
+
+def tiles_of(pipeline: Pipeline, records: DataFrame) -> DataFrame:
+    """Well-formed records as tiles, sort-based, as the backfill makes them."""
+    return tiles_from_events(pipeline, parse_events(pipeline, records).where(F.col("error").isNull()), SORT)
+
+
+def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
+    """Well-formed records as keyed partials, sort-based, as the backfill's tiles carry them."""
+    return tiles_of(pipeline, records).select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True))
+
+
+def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
+                      cut: Cut, by_all_keys: bool = False) -> DataFrame:
+    """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut (merged
+    over all its keys with `by_all_keys`: a redeploy to another key, whose recorded state is keyed otherwise)."""
+    columns = partial_columns(pipeline.aggregations, keyed=True)
+    reader = spark.read.format("delta")
+    if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
+        reader = reader.option("versionAsOf", cut.state_version)
+    drained = reader.load(tables.state).select(*(() if by_all_keys else pipeline.keys), *columns)
+    rest = keyed_partials(pipeline, retained_or_archived_range(spark, tables, bootstrap, topic, cut.keyed, cut.offsets))
+    if by_all_keys:
+        return merged_over_all_keys(pipeline, drained.unionByName(rest.select(*columns)))
+    return state_from_partials(pipeline, drained.unionByName(rest))
 
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
@@ -182,7 +201,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
         return catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
-                               handoff, paths, cut, records)
+                               handoff, paths, cut)
 
     backfill = committed_backfill_for(tables, request["request_id"])
     if backfill is None:
@@ -200,18 +219,13 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
             faults.reach("redeploy.after_tiles")
         tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
                      if first or whole else BackfillResult(None, None, None))
-        # every step below reads a part of [the lowest of their starts, C): fetched and parsed once
-        records = CutRecords(spark, pipeline, tables, bootstrap, handoff.topic,
-                             {p: min(archive_end.get(p, 0), cut.keyed.get(p, archive_end.get(p, 0)),
-                                     cut.events.get(p, archive_end.get(p, 0))) for p in cut.offsets},
-                             cut.offsets)
-        past = tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
+        past = tiles_of(pipeline, kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets))
         if anew:  # read twice: the state and the windows
             past = past.persist(StorageLevel.DISK_ONLY)
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       streamed_state_at(spark, alike, tables, records, cut, rekeyed), None,
+                       streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut, rekeyed), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
@@ -222,7 +236,6 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                          at_cut=at_cut)
         finally:
             past.unpersist()
-            records.unpersist()
         reconciliation = at_cut.reconciliation
         committed = details.of(committed_backfill_for(tables, request["request_id"]))
         if not committed.complete:
