@@ -24,8 +24,9 @@ checkpoint are never planned by the stream's query over another range.
 A redeploy (jobs/redeploy.py) is a rebase whose request carries `redeploy`: it runs under the changed definition,
 whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
 reconciliation compares only what both definitions declare alike; when the windows changed, the catch-up writes only
-the dead letters and the windows are made again at the cut over all history. Under any other definition it is
-refused.
+the dead letters and the windows are made again at the cut over all history; when its records parse otherwise, the
+dead letters are made again over all history too (jobs/backfill/reparse.py) and nothing is compared. Under any other
+definition it is refused.
 
 The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
@@ -48,6 +49,7 @@ from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, com
                                       retained_or_archived_range)
 from switchyard.jobs.backfill.beside import take_over
 from switchyard.jobs.backfill.reconciliation import described, merged_over_all_keys
+from switchyard.jobs.backfill.reparse import archived_dead_letters, remake_past_archive
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
@@ -189,9 +191,11 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
     redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
+    record = redeploy["record"] if redeploy else None
     # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
-    anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, redeploy["record"])
-    rekeyed = bool(redeploy) and definition.key_changed(pipeline, redeploy["record"])
+    anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, record)
+    rekeyed = bool(redeploy) and definition.key_changed(pipeline, record)
+    reparsed = bool(redeploy) and definition.reparsed(pipeline, record)  # the dead letters made again too
 
     def gate(reconciliation: dict) -> datetime | None:
         """Between the reconciliation and the first write at the cut: differences stop the rebase unless
@@ -200,8 +204,12 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
             raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
         out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
-        return catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
-                               handoff, paths, cut)
+        watermark = catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
+                                    handoff, paths, cut)
+        if reparsed:
+            at_cut.details["dead_letters_remade"] = remake_past_archive(spark, pipeline, tables, bootstrap,
+                                                                        handoff.topic, archive_end, cut.events)
+        return watermark
 
     backfill = committed_backfill_for(tables, request["request_id"])
     if backfill is None:
@@ -212,7 +220,12 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         first, last = days_to_tile(tables, request.get("from"), request.get("to"))
         # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
         # every archived day tiled now
-        whole = bool(redeploy) and not take_over(spark, pipeline, tables, redeploy.get("beside"), out)
+        beside = redeploy.get("beside") if redeploy else None
+        if reparsed and (beside or {}).get("dead_letter_version") is None:
+            beside = None  # without the archive's dead letters made beside, every day is tiled at the cut with its
+        whole = bool(redeploy) and not take_over(spark, pipeline, tables, beside, out)
+        if reparsed:
+            archived_dead_letters(spark, tables, archive_end, None if whole else beside)
         if whole:
             first = last = None
         elif redeploy:
@@ -223,14 +236,16 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         if anew:  # read twice: the state and the windows
             past = past.persist(StorageLevel.DISK_ONLY)
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
-        alike = definition.compared(pipeline, redeploy["record"]) if redeploy else pipeline
+        alike = definition.compared(pipeline, record) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut, rekeyed), None,
+                       None if reparsed else streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut,
+                                                               rekeyed), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
                                 "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
-                       compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed)
+                       compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed,
+                       not_compared="its records parse otherwise under the changed definition" if reparsed else None)
         try:
             commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
                          at_cut=at_cut)
@@ -250,11 +265,14 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
                          f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
                          f"state; {described(reconciliation)}")
+    elif reconciliation.get("not_compared"):
+        out(f"rebase {pipeline.name}: reconciliation not made: {reconciliation['not_compared']}; the dead letters "
+            "were made again over all history, and the accounting counts every record once")
     else:
         out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
             + ("merged over all keys (the key changed)" if rekeyed else f"({reconciliation['keys_recomputed']} keys)"))
-    if rekeyed:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
-        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, redeploy["record"], backfill, out)
+    if rekeyed or reparsed:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
+        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, record, backfill, out)
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,

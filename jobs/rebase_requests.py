@@ -153,16 +153,19 @@ def abandon_rebase(tables: Tables, requested_by: str, out=logger.info) -> None:
             raise UserError(f"the paused rebase of {tables.pipeline} (request {request['request_id']}) has already "
                             f"written the events path past the paused stream's checkpoint, so handoff "
                             f"{handoff.handoff_id} cannot stream again and the rebase cannot be abandoned: {finish}")
-        _restore_tiles(tables, request)
+        _restore_tables(tables, request)
         handoff_log.append(tables, handoff.handoff_id, Status.REBASE_ABANDONED, details=details.RebaseAbandoned(
             request_id=request["request_id"], reason=reason, cut=request["paused"].cut))
     out(f"rebase {tables.pipeline}: the paused rebase (request {request['request_id']}) is abandoned; "
         f"`switchyard stream` resumes handoff {handoff.handoff_id} from its checkpoint with its streamed state")
 
 
-def _restore_tiles(tables: Tables, request: dict) -> None:
+def _restore_tables(tables: Tables, request: dict) -> None:
     """A redeploy given up: its tiles, of the changed definition, replaced the whole table; the table is restored
-    to its version before them, so the recorded definition's next rebase merges its own tiles."""
-    before = (request.get("redeploy") or {}).get("tiles_version")
-    if before is not None and storage.exists(storage.join(tables.tiles, "_delta_log")):
-        delta_upkeep.restore(tables.tiles, before)
+    to its version before them, so the recorded definition's next rebase merges its own tiles. So is `dead_letter`,
+    which a redeploy whose records parse otherwise makes again (jobs/backfill/reparse.py)."""
+    redeploy = request.get("redeploy") or {}
+    for path, before in ((tables.tiles, redeploy.get("tiles_version")),
+                         (tables.dead_letter, redeploy.get("dead_letter_version"))):
+        if before is not None and storage.exists(storage.join(path, "_delta_log")):
+            delta_upkeep.restore(path, before)

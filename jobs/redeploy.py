@@ -13,7 +13,9 @@ definition at a cut, exactly once, its history recomputed sort-based in batch.
    definitions declare alike (the same name, the same declaration); the events path goes on as the stream made it
    when only keyed aggregations changed (they shape none of it), and changed windows are made again from the tiles
    and the Kafka range past the archive, none of it late (jobs/backfill/commit.py: AtCut.windows_past); a changed
-   key is compared over all keys, and the updates topic moved to it (jobs/rekey.py);
+   key is compared over all keys, and the updates topic moved to it (jobs/rekey.py); records parsed otherwise (a
+   changed input, fields or event time) have their dead letters made again over all history as well, the archive's
+   beside the stream (jobs/backfill/reparse.py), and nothing is compared;
    BACKFILL_COMMITTED and HANDOFF_COMMITTED record the changed definition.
 Serving switches in one Delta commit: every version of `state` before the handoff's `state_version` holds the
 recorded definition's rows, every one from it on the changed definition's; the updates topic carries the recorded
@@ -139,7 +141,8 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
             _, record = definition.recorded(handoff_log.entries(tables))
             request_rebase(tables, "rollback" if rollback else "redeploy", REQUESTED_BY, figures={"redeploy": {
                 "version": definition.version(pipeline), "record": record,
-                "tiles_version": table_version(tables.tiles), "beside": beside}},
+                "tiles_version": table_version(tables.tiles), "dead_letter_version": table_version(
+                    tables.dead_letter), "beside": beside}},
                 accept_differences=accept_differences)
             request = open_request(tables)
             out(f"redeploy {pipeline.name}: definition version {record['version']} -> "

@@ -12,7 +12,8 @@ as the stream made them. Two things differ from a redeploy under the same key:
   the old way: here the cut sends a tombstone for each key of the recorded state the changed one does not hold, then
   every key of the changed state, so a reader of the topic has the old keys up to the cut and the new ones after it.
 Both are sent again when a rerun finishes the redeploy at its cut: a tombstone, or a key's whole state, sent twice
-changes nothing."""
+changes nothing. A redeploy whose records parse otherwise (jobs/backfill/reparse.py) moves the topic the same way:
+any key's state may have changed, and a key may be gone."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables,
         tables.state)
     now = spark.read.format("delta").option("versionAsOf", backfill.state_version).load(tables.state)
     kept = now.select(update_key(pipeline.keys).cast("binary").alias(KAFKA_KEY))
-    gone = (then.select(update_key(record["keys"]).cast("binary").alias(KAFKA_KEY)).distinct()
+    gone = (then.select(update_key(record.get("keys") or pipeline.keys).cast("binary").alias(KAFKA_KEY)).distinct()
             .join(kept, KAFKA_KEY, "left_anti"))
     headers = handoff_headers(backfill.handoff_id).alias("headers")
     writer_options = {**spark_options(bootstrap), "kafka.acks": "all", "topic": topic}
@@ -56,5 +57,6 @@ def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables,
                 F.to_json(F.struct(*[F.col(c) for c in now.columns]), JSON_OPTIONS).cast("binary").alias("value"),
                 headers)
      .write.format("kafka").options(**writer_options).save())
-    out(f"rebase {pipeline.name}: the updates topic {topic} moved to the key ({', '.join(pipeline.keys)}): the "
-        f"recorded keys tombstoned, every key of the state at the cut sent")
+    out(f"rebase {pipeline.name}: the updates topic {topic} moved to the changed definition, keyed by "
+        f"({', '.join(pipeline.keys)}): the recorded keys it does not hold tombstoned, every key of the state at the "
+        "cut sent")

@@ -314,11 +314,21 @@ def dead_letter_rows(pipeline: Pipeline, malformed: DataFrame, phase: str, event
 def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
     """Tables the stream appends to but the backfill may not have made (no malformed or late records yet),
     created empty through delta-rs: Spark's empty writes cost a job and a commit each."""
-    import pyarrow as pa
     from deltalake import DeltaTable
 
+    for path, (schema, partition_by) in appended_tables(pipeline, tables).items():
+        if not storage.exists(storage.join(path, "_delta_log")):
+            DeltaTable.create(path, schema, mode="ignore", partition_by=partition_by,
+                              storage_options=storage.delta_options(path))
+
+
+def appended_tables(pipeline: Pipeline, tables: Tables) -> dict:
+    """The tables only the stream's events path appends to, each as (its pyarrow schema, its partition columns):
+    `late`'s schema follows the pipeline's key fields and event time."""
+    import pyarrow as pa
+
     utc = pa.timestamp("us", tz="UTC")
-    wanted = {
+    return {
         tables.dead_letter: (pa.schema([("kafka_partition", pa.int32()), ("kafka_offset", pa.int64()),
                                         ("value", pa.binary()), ("value_bytes", pa.int64()), ("reason", pa.string()),
                                         ("phase", pa.string()),
@@ -329,7 +339,3 @@ def ensure_tables(pipeline: Pipeline, tables: Tables) -> None:
                                  (pipeline.event_time, utc), ("window_start", utc),
                                  ("watermark", utc), ("value", pa.binary()), ("recorded_at", utc)]), None),
     }
-    for path, (schema, partition_by) in wanted.items():
-        if not storage.exists(storage.join(path, "_delta_log")):
-            DeltaTable.create(path, schema, mode="ignore", partition_by=partition_by,
-                              storage_options=storage.delta_options(path))

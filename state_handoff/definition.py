@@ -145,9 +145,11 @@ def refuse_changed(pipeline: Pipeline, entries) -> None:
 
 
 # The parts a redeploy switches in at a cut: the keyed state, and the windows (with their late records), are
-# recomputed sort-based from the archive and the Kafka range past it; the dead letters are shaped by none of them (a
-# key field is a required field, so another key makes no record malformed), so they go on as the stream made them.
-REDEPLOYED = ("key", "aggregations", "windows")
+# recomputed sort-based from the archive and the Kafka range past it. A change of how records parse (REPARSED) also
+# makes the dead letters again over all history (jobs/reparse.py); else they are shaped by none of the changed parts (a
+# key field is a required field, so another key makes no record malformed) and go on as the stream made them.
+REPARSED = ("input", "fields", "event_time")
+REDEPLOYED = ("key", "aggregations", "windows", *REPARSED)
 
 
 def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
@@ -156,9 +158,7 @@ def refuse_redeploy(pipeline: Pipeline, record: dict) -> str | None:
     now = parts(pipeline)
     other = [name for name in now if record["parts"].get(name) != now[name] and name not in REDEPLOYED]
     if other:
-        return (f"a change of its {', '.join(other)} reshapes what its stream's events path made (dead letters, "
-                "late records, windows), which a redeploy at a cut keeps: only a change of its keyed aggregations or "
-                "its windows is switched in")
+        return f"a change of its {', '.join(other)} is not one a redeploy at a cut knows how to switch in"
     unwindowed = _digest(None)
     if record["parts"].get("windows") != now["windows"] and unwindowed in (record["parts"].get("windows"),
                                                                             now["windows"]):
@@ -206,10 +206,18 @@ def projection(pipeline: Pipeline, record: dict) -> dict[str, str] | None:
     return named
 
 
+def reparsed(pipeline: Pipeline, record: dict) -> bool:
+    """Whether a redeploy from the recorded definition to `pipeline` parses records otherwise (its input format, its
+    fields or its event time changed): which records are dead letters, and what the others hold, may change."""
+    now = parts(pipeline)
+    return any(record["parts"].get(name) != now[name] for name in REPARSED)
+
+
 def windows_changed(pipeline: Pipeline, record: dict) -> bool:
     """Whether a redeploy from the recorded definition to `pipeline` makes the windows again (windows are per key,
-    so another key makes them again too)."""
-    return record["parts"].get("windows") != parts(pipeline)["windows"] or key_changed(pipeline, record)
+    so another key makes them again too, and so do records parsed otherwise)."""
+    return (record["parts"].get("windows") != parts(pipeline)["windows"] or key_changed(pipeline, record)
+            or reparsed(pipeline, record))
 
 
 def compared(pipeline: Pipeline, record: dict) -> Pipeline:

@@ -6,7 +6,8 @@ import os
 from dataclasses import dataclass, replace
 
 TABLES = ("archive", "tiles", "backlog", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
-          "stream_batches", "leases", "archive_lease", "pipeline_settings", "redeploy_tiles")
+          "stream_batches", "leases", "archive_lease", "pipeline_settings", "redeploy_tiles",
+          "redeploy_dead_letter")
 
 
 @dataclass(frozen=True)

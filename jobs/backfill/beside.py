@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import SORT, TILE_START, tiles_from_events
+from switchyard.jobs.backfill import reparse
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
 from switchyard.state_handoff import definition
@@ -22,7 +23,7 @@ from switchyard.state_handoff.aggregates import WINDOW_PREFIX, partial_columns, 
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
-from switchyard.state_handoff.parsing import parse_events
+from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
@@ -44,10 +45,17 @@ def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, record:
     readable, _ = check_files(archive, False, out)
     out(f"redeploy {pipeline.name}: tiling {len(readable)} archive files under the changed definition, beside the "
         "live stream")
-    parsed = parse_events(pipeline, read_archive(spark, tables, readable)).where(F.col("error").isNull())
-    (tiles_from_events(pipeline, parsed, SORT).write.format("delta").mode("overwrite")
-     .option("overwriteSchema", "true").partitionBy("event_date").save(tables.path(TABLE)))
-    return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)),
+    parsed = parse_events(pipeline, read_archive(spark, tables, readable))
+    reparsed = definition.reparsed(pipeline, record)
+    if reparsed:  # its dead letters too (jobs/backfill/reparse.py): one parse for both
+        parsed = cached_for_two_passes(pipeline, parsed)
+    try:
+        (tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).write.format("delta")
+         .mode("overwrite").option("overwriteSchema", "true").partitionBy("event_date").save(tables.path(TABLE)))
+        dead = {"dead_letter_version": reparse.dead_letters_beside(pipeline, tables, parsed)} if reparsed else {}
+    finally:
+        parsed.unpersist()
+    return {"version": definition.version(pipeline), "table_version": table_version(tables.path(TABLE)), **dead,
             "files": sorted(storage.relative(f.path, tables.archive) for f in readable),
             "seconds": round(time.monotonic() - started, 3)}
 
@@ -114,7 +122,8 @@ def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: d
 
 
 def drop_beside(tables: Tables) -> None:
-    """Once the changed definition is handed off, its tiles made beside are in `tiles`: the table goes."""
-    path = tables.path(TABLE)
-    if storage.exists(path):
-        storage.delete_tree(path)
+    """Once the changed definition is handed off, its tiles (and dead letters) made beside are in `tiles` (and
+    `dead_letter`): the tables go."""
+    for path in (tables.path(TABLE), tables.path(reparse.TABLE)):
+        if storage.exists(path):
+            storage.delete_tree(path)

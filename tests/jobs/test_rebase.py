@@ -79,11 +79,12 @@ def _read_everything(tables: Tables, bootstrap: str, topic: str) -> bool:
 
 def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlog_to: int = 0,
                                  window=oracle.WINDOW, lateness=oracle.LATENESS, renamed: dict | None = None,
-                                 keys: tuple[str, ...] = ("key",)):
+                                 keys: tuple[str, ...] = ("key",), classified=oracle.classify):
     """The oracle sees one continuous stream from the first handoff: each later handoff starts at the cut where
     the previous one's events path ended, with the watermark it left. `backlog_to`: the index of the handoff whose
     cut ends the backlog instead (a redeploy made the windows, of `window` and `lateness`, again there); `renamed`:
-    state columns a redeploy renamed, by the demo's name; `keys`: the key's fields (a redeploy to another key)."""
+    state columns a redeploy renamed, by the demo's name; `keys`: the key's fields (a redeploy to another key);
+    `classified`: how the oracle parses a value (a redeploy whose records parse otherwise, over all history)."""
     handoffs = _handoffs(tables)
     first = handoff_log.offsets(handoffs[backlog_to])
     batches = []
@@ -99,7 +100,7 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlo
     archived = [r for r in records if r.offset < first.get(r.partition, 0)]
     tail = [r for r in records if r.offset >= first.get(r.partition, 0)]
     key_of = oracle.by_key if keys == ("key",) else (lambda event: tuple(getattr(event, k) for k in keys))
-    expected = oracle.through_stream(archived, tail, batches, window, lateness, key_of)
+    expected = oracle.through_stream(archived, tail, batches, window, lateness, key_of, classified)
 
     assert_state_matches(spark, tables, expected, renamed, keys)
     assert_windows_match(spark, tables.windows, expected.final_windows(), window, keys)

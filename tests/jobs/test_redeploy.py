@@ -331,7 +331,12 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
 
     assert [e.handoff_id for e in _handoffs(tables)][-1] == cut.handoff_id
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1, keys=("key", "kind"))
-    # the updates topic as a compacted table: a tombstone takes a key out
+    _assert_topic_holds_the_state(tables, bootstrap, ("key", "kind"))
+
+
+def _assert_topic_holds_the_state(tables: Tables, bootstrap: str, keys: tuple[str, ...]) -> None:
+    """The updates topic, read as the compacted table it is (a tombstone takes a key out), holds exactly the keys
+    of `state`, each with its count."""
     latest = {}
     consumer = KafkaConsumer(last_started_with(tables), bootstrap_servers=bootstrap, auto_offset_reset="earliest",
                              enable_auto_commit=False, consumer_timeout_ms=5000)
@@ -343,13 +348,75 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
                 latest[record.key] = json.loads(record.value)
     finally:
         consumer.close()
-    state = {(r["key"], r["kind"]): r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
-    old_shape = [key for key in latest if not key.startswith(b"{")]
-    assert not old_shape, f"keys of the recorded shape left in the updates topic: {old_shape[:3]}"
+    state = {tuple(r[k] for k in keys): r for r in DeltaTable(tables.state).to_pyarrow_table().to_pylist()}
     in_topic = {}
-    for key, value in latest.items():
-        fields = json.loads(key)
-        assert set(fields) == {"key", "kind"}, key
-        in_topic[(fields["key"], fields["kind"])] = value
+    if len(keys) > 1:
+        old_shape = [key for key in latest if not key.startswith(b"{")]
+        assert not old_shape, f"keys of the recorded shape left in the updates topic: {old_shape[:3]}"
+        for key, value in latest.items():
+            fields = json.loads(key)
+            assert set(fields) == set(keys), key
+            in_topic[tuple(fields[k] for k in keys)] = value
+    else:
+        in_topic = {(key.decode(),): value for key, value in latest.items()}
     assert set(in_topic) == set(state)
     assert all(in_topic[k]["event_count"] == state[k]["event_count"] for k in state)
+
+
+def _kindless(records: list[tuple], every: int = 4) -> list[tuple]:
+    """`records` (tail_events') with every `every`th JSON object's `kind` taken out."""
+    changed = []
+    for i, (key, value, partition, headers) in enumerate(records):
+        body = json.loads(value) if value and value.startswith(b"{") and i % every == 0 else None
+        if isinstance(body, dict) and "kind" in body:
+            del body["kind"]
+            value = json.dumps(body).encode()
+        changed.append((key, value, partition, headers))
+    return changed
+
+
+def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made_again(spark, bootstrap, topic_name,
+                                                                                       tmp_path):
+    """The demo's optional `kind` made required (DEMO_KIND): a change of how records parse. Records without a kind
+    the recorded definition aggregated (archived, archived after it streamed them, streamed past the archive, and past
+    the stream at the cut) are dead letters under the changed one: the dead letters are made again over all history
+    (beside the stream for the archive, at the cut for the rest), the state, windows and late records too, and the
+    oracle parsing every record as the changed definition does holds across the handoffs."""
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.state_handoff.handoff import run_handoff
+    from tests.support import oracle
+
+    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=71, malformed_rate=0.03,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(tmp_path / "wh"), DEMO.name)
+    run_archive(spark, DEMO, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
+                out=lambda *_: None)
+    run_backfill(spark, DEMO, tables, out=lambda *_: None)
+    run_handoff(spark, DEMO, tables, bootstrap)
+    stream = _streamer(spark, tables, bootstrap)
+    produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 2, 20), 80, seed=71)))
+    stream(DEMO)
+    # the archive grows over what the stream read; then more is streamed past it, and more arrives past the stream
+    run_archive(spark, DEMO, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
+                out=lambda *_: None)
+    produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 3, 2), 40, seed=72)))
+    stream(DEMO)
+    produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 3, 4), 40, seed=73)))
+    said = []
+    redeploy_pipeline(DEMO_KIND, tables, bootstrap, lambda: spark, out=said.append)
+    assert any("(fields)" in line or "fields," in line for line in said if "definition version" in line), said
+    assert any("reconciliation not made" in line for line in said), said
+    committed = [e for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED][-1]
+    remade = details.of(committed).at_cut["dead_letters_remade"]
+    assert remade["read"] == remade["well_formed"] + remade["dead_lettered"] and remade["dead_lettered"] > 0, remade
+    assert not os.path.exists(tables.path("redeploy_dead_letter")), "dropped once handed off"
+    produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 3, 6), 40, seed=74)))
+    stream(DEMO_KIND)
+
+    expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables, backlog_to=1,
+                                            classified=oracle.kind_required)
+    assert sum(reason == "missing_kind" for reason in expected.dead_letter.values()) >= 40
+    _assert_topic_holds_the_state(tables, bootstrap, ("key",))

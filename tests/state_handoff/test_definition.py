@@ -123,8 +123,8 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
                        details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     for pipeline, said in (("demo", "there is nothing to redeploy"),
-                           ("tests.support.changed_pipeline:DEMO_NOTED",
-                            "cannot be redeployed at a cut: a change of its fields reshapes")):
+                           ("tests.support.changed_pipeline:DEMO_UNWINDOWED",
+                            "cannot be redeployed at a cut: it drops windows")):
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "redeploy", "--pipeline", pipeline,
                                "--warehouse", tables.warehouse, "--bootstrap", "127.0.0.1:9"],
@@ -145,6 +145,11 @@ def test_redeploy_refuses_before_any_jvm_what_a_cut_cannot_take(tmp_path):
         DEMO_BY_KIND, kind_recorded) is None
     unnamed = {k: v for k, v in kind_recorded.items() if k != "keys"}  # as recorded before records named the key
     assert "does not name its key's fields" in definition.refuse_redeploy(DEMO_BY_KIND, unnamed)
+    # a field made required: records parse otherwise, so the dead letters and windows are made again at the cut
+    assert definition.refuse_redeploy(DEMO_KIND, recorded) is None
+    assert definition.reparsed(DEMO_KIND, recorded) and definition.windows_changed(DEMO_KIND, recorded)
+    assert definition.projection(DEMO_KIND, recorded) is None
+    assert not definition.reparsed(DEMO_BY_KIND, kind_recorded) and not definition.reparsed(DEMO_PLUS_ONE, recorded)
 
 
 def test_vacuum_keeps_the_tiles_an_open_redeploy_replaced_and_then_the_previous_definitions(tmp_path):

@@ -1,14 +1,14 @@
 """The demo pipeline as a team would change it, under the same name, so over the same tables: one aggregation added
 (`--pipeline tests.support.changed_pipeline:DEMO_PLUS_ONE`); its windows widened from one hour to two, with their
 lateness doubled and one aggregation added (DEMO_WIDER), then one aggregation renamed, then the lateness changed again;
-one field added (DEMO_NOTED, a change no cut takes); a pipeline whose events always name their kind (DEMO_KIND) keyed
-by key and kind together (DEMO_BY_KIND)."""
+its windows taken away (DEMO_UNWINDOWED, a change no cut takes); its `kind` made required (DEMO_KIND: records without
+one are malformed), and that keyed by key and kind together (DEMO_BY_KIND)."""
 
 import dataclasses
 from datetime import timedelta
 
 from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.spec import Field, maximum
+from switchyard.state_handoff.spec import maximum
 
 DEMO = get_pipeline("demo")
 DEMO_PLUS_ONE = dataclasses.replace(DEMO, aggregations=DEMO.aggregations + (maximum("largest2", "amount"),))
@@ -21,7 +21,7 @@ DEMO_WIDER_RENAMED = dataclasses.replace(DEMO_WIDER, aggregations=tuple(
 # ... and then its windows' lateness changed: the tiles serve as they are, the windows are made again at the cut
 DEMO_WIDER_LATER = dataclasses.replace(DEMO_WIDER_RENAMED, windows=dataclasses.replace(
     DEMO_WIDER_RENAMED.windows, allowed_lateness=timedelta(minutes=30)))
-DEMO_NOTED = dataclasses.replace(DEMO, fields=DEMO.fields + (Field("note", "string", required=False),))
+DEMO_UNWINDOWED = dataclasses.replace(DEMO, windows=None)
 
 DEMO_KIND = dataclasses.replace(DEMO, fields=tuple(dataclasses.replace(f, required=True) if f.name == "kind" else f
                                                    for f in DEMO.fields))

@@ -197,14 +197,22 @@ class Expected:
         return {k: w for k, w in self.windows.items() if k[1] + self.window > wm}
 
 
+def kind_required(value: bytes | None) -> tuple[str | None, Event | None]:
+    """`classify` for the demo with its `kind` made a required field: an event without a kind is malformed."""
+    reason, event = classify(value)
+    if event is not None and event.kind is None:
+        return "missing_kind", None
+    return reason, event
+
+
 def backlog(records: list[KafkaRecord], window: timedelta = WINDOW, lateness: timedelta = LATENESS,
-            key_of=by_key) -> Expected:
+            key_of=by_key, classified=classify) -> Expected:
     """What the backfill of exactly these records must produce (hourly windows, 10 minutes lateness unless given;
-    keyed by `key_of`)."""
+    keyed by `key_of`; each value parsed by `classified`)."""
     expected = Expected(window=window, lateness=lateness)
     for r in records:
         expected.read[r.partition] += 1
-        reason, event = classify(r.value)
+        reason, event = classified(r.value)
         if reason:
             expected.dead_letter[(r.partition, r.offset)] = reason
             continue
@@ -240,7 +248,8 @@ class StreamExpected:
 
 
 def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches: list[dict[int, int]],
-                   window: timedelta = WINDOW, lateness: timedelta = LATENESS, key_of=by_key) -> StreamExpected:
+                   window: timedelta = WINDOW, lateness: timedelta = LATENESS, key_of=by_key,
+                   classified=classify) -> StreamExpected:
     """`batches` gives, per stream batch in order, the last offset read from each partition it touched; a batch
     reads the partition's records after the previous batch's last offset up to its own (offsets in between that no
     committed record holds, a transaction's markers or aborted records, are skipped).
@@ -249,7 +258,7 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches
     (newest well-formed event time of the batch - lateness); a tail record is late when its window ended
     at or before the watermark in force when its batch began.
     """
-    expected = backlog(archived, window, lateness, key_of)
+    expected = backlog(archived, window, lateness, key_of, classified)
     state, windows = expected.state, expected.windows
     watermark = expected.backlog_watermark
     by_position = {(r.partition, r.offset): r for r in tail}
@@ -268,7 +277,7 @@ def through_stream(archived: list[KafkaRecord], tail: list[KafkaRecord], batches
                     continue
                 seen.add((partition, offset))
                 expected.read[partition] += 1
-                reason, event = classify(record.value)
+                reason, event = classified(record.value)
                 if reason:
                     expected.dead_letter[(partition, offset)] = reason
                     continue
