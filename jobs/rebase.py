@@ -47,9 +47,9 @@ from pyspark.sql import functions as F
 from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
 from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
                                       retained_or_archived_range)
-from switchyard.jobs.backfill.beside import take_over
+from switchyard.jobs.backfill.beside import take_over_at_cut
 from switchyard.jobs.backfill.reconciliation import described, merged_over_all_keys
-from switchyard.jobs.backfill.reparse import archived_dead_letters, remake_past_archive
+from switchyard.jobs.backfill.reparse import remake_past_archive
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
@@ -220,16 +220,9 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         first, last = days_to_tile(tables, request.get("from"), request.get("to"))
         # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
         # every archived day tiled now
-        beside = redeploy.get("beside") if redeploy else None
-        if reparsed and (beside or {}).get("dead_letter_version") is None:
-            beside = None  # without the archive's dead letters made beside, every day is tiled at the cut with its
-        whole = bool(redeploy) and not take_over(spark, pipeline, tables, beside, out)
-        if reparsed:
-            archived_dead_letters(spark, tables, archive_end, None if whole else beside)
+        whole = bool(redeploy) and not take_over_at_cut(spark, pipeline, tables, redeploy, archive_end, out)
         if whole:
             first = last = None
-        elif redeploy:
-            faults.reach("redeploy.after_tiles")
         tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
                      if first or whole else BackfillResult(None, None, None))
         past = tiles_of(pipeline, kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets))

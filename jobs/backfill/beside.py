@@ -18,7 +18,7 @@ from switchyard.jobs.aggregation import SORT, TILE_START, tiles_from_events
 from switchyard.jobs.backfill import reparse
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
-from switchyard.state_handoff import definition
+from switchyard.state_handoff import definition, faults
 from switchyard.state_handoff.aggregates import WINDOW_PREFIX, partial_columns, partial_names
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
@@ -119,6 +119,24 @@ def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: d
      .options(**fencing.spark_options(tables.tiles)).partitionBy("event_date").save(tables.tiles))
     out(f"redeploy {pipeline.name}: the tiles made beside the live stream replace the recorded definition's")
     return True
+
+
+def take_over_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, redeploy: dict,
+                     archive_end: dict[int, int], out=logger.info) -> bool:
+    """At a redeploy's cut (`redeploy`: its request's record): the tiles made beside replace `tiles` (take_over),
+    and when records parse otherwise, every archived record's dead letter is replaced by those made beside, or
+    dropped when there are none (jobs/backfill/reparse.py). False: every archived day is to be tiled at the cut, its
+    dead letters with it."""
+    beside = redeploy.get("beside")
+    reparsed = definition.reparsed(pipeline, redeploy["record"])
+    if reparsed and (beside or {}).get("dead_letter_version") is None:
+        beside = None  # tiles restored or projected carry no dead letters of the changed parse
+    taken = take_over(spark, pipeline, tables, beside, out)
+    if reparsed:
+        reparse.archived_dead_letters(spark, tables, archive_end, beside if taken else None)
+    if taken:
+        faults.reach("redeploy.after_tiles")
+    return taken
 
 
 def drop_beside(tables: Tables) -> None:

@@ -42,9 +42,17 @@ def scratch(tmp_path):
     return folder
 
 
+def _pip_cache(scratch: Path) -> str:
+    """The pip cache this machine's installs fill (the checkout's `make setup` among them); one of the scratch
+    folder's own when pip keeps none."""
+    found = subprocess.run([sys.executable, "-m", "pip", "cache", "dir"], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 and found.stdout.strip() else str(scratch / "cache" / "pip")
+
+
 def _shell_env(scratch: Path, wheel: Path, bootstrap: str) -> dict[str, str]:
     """A user's shell: the project's venv (once made) first on PATH, then a `python3` that is a plain interpreter;
-    nothing of switchyard's checkout or settings, a user cache of its own."""
+    nothing of switchyard's checkout or settings, a user cache of its own (the jars resolved into it), and the
+    machine's pip cache, as a user who has installed Python packages before has one."""
     shim = scratch / "shim"
     shim.mkdir()
     (shim / "python3").symlink_to(Path(sys._base_executable).resolve())
@@ -54,7 +62,8 @@ def _shell_env(scratch: Path, wheel: Path, bootstrap: str) -> dict[str, str]:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("SWITCHYARD_", "PYTHON", "VIRTUAL_ENV", "PIP_"))}
     return {**keep, "PATH": os.pathsep.join([str(venv_bin), str(shim), *path]), "VIRTUAL_ENV": str(venv_bin.parent),
             "SWITCHYARD_SOURCE": str(wheel), "PIP_CONSTRAINT": str(PROJECT_ROOT / "constraints.txt"),
-            "XDG_CACHE_HOME": str(scratch / "cache"), "SWITCHYARD_WAREHOUSE": str(scratch / "warehouse"),
+            "XDG_CACHE_HOME": str(scratch / "cache"), "PIP_CACHE_DIR": _pip_cache(scratch),
+            "SWITCHYARD_WAREHOUSE": str(scratch / "warehouse"),
             "SWITCHYARD_BOOTSTRAP": bootstrap, "SWITCHYARD_SPARK_PROFILE": "test",
             "DAGSTER_HOME": str(scratch / "dagster_home")}
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from datetime import date, datetime
 
+import pytest
 from deltalake import DeltaTable
 from kafka import KafkaConsumer
 
@@ -375,17 +376,25 @@ def _kindless(records: list[tuple], every: int = 4) -> list[tuple]:
     return changed
 
 
+def _offsets_in(path: str) -> set[tuple[int, int]]:
+    return {(r["kafka_partition"], r["kafka_offset"])
+            for r in DeltaTable(path).to_pyarrow_table(columns=["kafka_partition", "kafka_offset"]).to_pylist()}
+
+
 def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made_again(spark, bootstrap, topic_name,
-                                                                                       tmp_path):
+                                                                                       tmp_path, monkeypatch):
     """The demo's optional `kind` made required (DEMO_KIND): a change of how records parse. Records without a kind
     the recorded definition aggregated (archived, archived after it streamed them, streamed past the archive, and past
     the stream at the cut) are dead letters under the changed one: the dead letters are made again over all history
     (beside the stream for the archive, at the cut for the rest), the state, windows and late records too, and the
-    oracle parsing every record as the changed definition does holds across the handoffs."""
+    oracle parsing every record as the changed definition does holds across the handoffs. A first attempt that dies
+    at the cut and is given up puts `dead_letter` back as it was."""
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
     from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.jobs.rebase_requests import abandon_rebase
     from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.state_handoff import faults
     from switchyard.state_handoff.handoff import run_handoff
     from tests.support import oracle
 
@@ -405,6 +414,27 @@ def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made
     produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 3, 2), 40, seed=72)))
     stream(DEMO)
     produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 3, 4), 40, seed=73)))
+
+    # a first attempt dies at the cut once the archived records' dead letters were replaced (in this process: the
+    # crash point raises); given up, it leaves `dead_letter` and `tiles` as the recorded definition made them
+    dead_before, tiles_before = _offsets_in(tables.dead_letter), DeltaTable(tables.tiles).version()
+
+    class Died(BaseException):
+        pass
+
+    def die_at(point: str) -> None:
+        if point == "redeploy.after_tiles":
+            raise Died(point)
+
+    monkeypatch.setattr(faults, "reach", die_at)
+    with pytest.raises(Died):
+        redeploy_pipeline(DEMO_KIND, tables, bootstrap, lambda: spark, out=lambda *_: None)
+    monkeypatch.undo()
+    assert _offsets_in(tables.dead_letter) != dead_before, "the archived records' dead letters were replaced"
+    abandon_rebase(tables, "test")
+    assert _offsets_in(tables.dead_letter) == dead_before
+    assert set(DeltaTable(tables.tiles).file_uris()) == set(DeltaTable(tables.tiles, version=tiles_before).file_uris())
+
     said = []
     redeploy_pipeline(DEMO_KIND, tables, bootstrap, lambda: spark, out=said.append)
     assert any("(fields)" in line or "fields," in line for line in said if "definition version" in line), said
