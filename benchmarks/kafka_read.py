@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
 
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.backfill import kafka_range
-    from switchyard.jobs.rebase import tiles_of
+    from switchyard.jobs.rebase_cut import tiles_of
     from switchyard.state_handoff.io.kafka_io import offset_bounds
     from switchyard.state_handoff.parsing import parse_events
     from switchyard.state_handoff.pipelines import get_pipeline
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     raw = kafka_range(spark, args.bootstrap, args.topic, start, end)
     figures: dict = {"topic": args.topic, "records": records, "spark_version": spark.version, "seconds": {}}
     for name, frame in (("fetch", raw), ("fetch_again", raw), ("fetch_and_parse", parse_events(pipeline, raw)),
-                        ("fetch_parse_and_tiles", tiles_of(pipeline, raw))):
+                        ("fetch_parse_and_tiles", tiles_of(pipeline, parse_events(pipeline, raw)))):
         started = time.monotonic()
         frame.write.format("noop").mode("overwrite").save()
         figures["seconds"][name] = round(time.monotonic() - started, 1)

@@ -6,8 +6,9 @@ events query at E, per partition. The cut C is the topic's end at the pause (at 
    read in batch and compared with the streamed state folded up to C (the reconciliation); a difference stops
    the rebase here, with nothing written at the cut (RECONCILIATION_FAILED: the paused stream streams on),
    unless the request accepts differences;
-2. the events path catches up over [E, C) in one batch, with the stream's own sink and watermark, so
-   dead letters, late records and windows are exactly the stream's at C (a final window is never re-emitted);
+2. the events path catches up over [E, C) in batches (as many as the stream would take it in, bounded by
+   jobs/rebase_cut.py's CATCH_UP_BATCH), with the stream's own sink and watermark, so dead letters, late records
+   and windows are exactly the stream's at C (a final window is never re-emitted);
 3. the recomputed state replaces the streamed one; BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream
    then seeds from the recomputed state.
 Before the pause, everything the steps read is checked: the archive's files, and Kafka still retaining every
@@ -28,7 +29,9 @@ the dead letters and the windows are made again at the cut over all history; whe
 dead letters are made again over all history too (jobs/backfill/reparse.py) and nothing is compared. Under any other
 definition it is refused.
 
-The stream runs it between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
+The cut itself, its records fetched and parsed once for steps 1 and 2, the events path's catch-up to it and the
+streamed state folded up to it are jobs/rebase_cut.py.
+The stream runs a rebase between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream_layout.py, state_handoff/checkpoints.py) and the events sink
 (jobs/sinks.py), so it never imports the stream.
 """
@@ -37,39 +40,31 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import SparkSession
 
-from switchyard.jobs.aggregation import SORT, state_from_partials, tiles_from_events
-from switchyard.jobs.backfill import (AtCut, BackfillResult, backfill_tiles, commit_state, kafka_range,
-                                      retained_or_archived_range)
+from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
 from switchyard.jobs.backfill.beside import take_over_at_cut
-from switchyard.jobs.backfill.reconciliation import described, merged_over_all_keys
+from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.backfill.reparse import remake_past_archive
-from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
+from switchyard.jobs.rebase_cut import Cut, CutRecords, catch_up_events, pause_cut, streamed_state_at, tiles_of
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase_requests import (committed_backfill_for, open_request, request_rebase, resumable,
                                              unsettled_stream, wait_for_rebase)
 from switchyard.jobs.rekey import rekey_updates_topic
-from switchyard.jobs.sinks import EventsSink, mark_overlap
-from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff import faults
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import details, handoff_log, lease
-from switchyard.state_handoff.checkpoints import (batch_end_offsets, committed_end_offsets,
-                                                  last_committed_batch, last_planned_batch, planned_end_offsets)
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.handoff import Handoff, current_handoff, from_entry
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
-from switchyard.state_handoff.io.kafka_io import latest_offsets
-from switchyard.state_handoff.parsing import parse_events
 from switchyard.state_handoff.spec import Pipeline
 from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
@@ -77,26 +72,6 @@ from switchyard.state_handoff.tables import Tables
 logger = logging.getLogger(__name__)
 
 CUT = "cut"
-
-
-@dataclass(frozen=True)
-class Cut:
-    offsets: dict[int, int]   # exclusive end per partition: the next handoff starts here
-    keyed: dict[int, int]     # where the keyed query's last committed batch ended
-    events: dict[int, int]    # where the events query's last committed batch ended
-    # the `state` version holding the drained streamed state (at `keyed`): what the reconciliation folds [keyed, cut)
-    # into, however often the rebase runs again after the recomputed state replaced it (None: a pause recorded
-    # before cuts named it, read at the latest version)
-    state_version: int | None = None
-
-    def as_details(self) -> dict:
-        return {**{name: {str(p): o for p, o in sorted(getattr(self, name).items())}
-                   for name in ("offsets", "keyed", "events")}, "state_version": self.state_version}
-
-    @staticmethod
-    def from_details(recorded: dict) -> "Cut":
-        return Cut(*({int(p): int(o) for p, o in recorded[name].items()} for name in ("offsets", "keyed", "events")),
-                   state_version=recorded.get("state_version"))
 
 
 class ReconciliationFailed(UserError):
@@ -108,82 +83,6 @@ class ReconciliationFailed(UserError):
             f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
             f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
             "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
-
-
-def pause_cut(bootstrap: str, tables: Tables, handoff: Handoff, paths: StreamPaths) -> Cut:
-    """The cut of a stopped stream: the topic's end now, where each reader's batches ended (for the events
-    query, its last planned batch, which the catch-up completes as planned), and the version of the drained state."""
-    from deltalake import DeltaTable
-
-    start = handoff.start_offsets
-    keyed = committed_end_offsets(paths.keyed_checkpoint, handoff.topic) or {}
-    events = planned_end_offsets(paths.events_checkpoint, handoff.topic) or {}
-    latest = latest_offsets(bootstrap, [handoff.topic])[handoff.topic]
-    keyed = {p: keyed.get(p, start.get(p, 0)) for p in latest}
-    events = {p: events.get(p, start.get(p, 0)) for p in latest}
-    drained = DeltaTable(tables.state, storage_options=storage.delta_options(tables.state)).version()
-    return Cut({p: max(hi, keyed[p], events[p]) for p, hi in latest.items()}, keyed, events, drained)
-
-
-def catch_up_events(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                    paths: StreamPaths, cut: Cut) -> datetime | None:
-    """The events path up to the cut as the stream's next batches, with the stream's own sink and transaction
-    ids, so a rerun writes nothing twice: first a batch an interrupted run had planned, over exactly its planned
-    range (its writes may be half done), then [E, C). Returns the watermark at the cut."""
-    checkpoint = paths.events_checkpoint
-    sink = EventsSink(pipeline, tables, handoff,
-                      TxnApp(f"switchyard-{pipeline.name}-{handoff.handoff_id}-events", checkpoint,
-                             missing="unstreamed"))
-    str(sink.app)  # the checkpoint's incarnation, read once now: every batch below is tagged with it
-
-    def run(start: dict[int, int], end: dict[int, int], batch_id: int, planned: bool = False) -> datetime | None:
-        # an empty planned batch still gets its row: the batch after it takes its watermark from there
-        if not planned and all(end[p] <= start.get(p, 0) for p in end):
-            return sink.watermark_before(batch_id)
-        # a batch the stream planned carries the range the stream's own attempt recorded, if it got that far
-        offsets = sink.planned_range(batch_id) if planned else stream_progress.offset_range(start, end)
-        records = (kafka_range(spark, bootstrap, handoff.topic, start, end, with_key=True) if handoff.overlap else
-                   retained_or_archived_range(spark, tables, bootstrap, handoff.topic, start, end))
-        parsed = parse_events(pipeline, records)
-        if handoff.overlap is not None:
-            parsed = mark_overlap(pipeline, parsed, spark.read.parquet(handoff.overlap.path), handoff.overlap)
-        sink(parsed, batch_id, offsets=offsets)  # recorded over the same range: done; over another: refused
-        return sink.last.watermark_after
-
-    committed, planned = last_committed_batch(checkpoint), last_planned_batch(checkpoint)
-    next_id = 0 if committed is None else committed + 1
-    if planned is not None and planned >= next_id:
-        before = batch_end_offsets(checkpoint, committed, handoff.topic) if committed is not None else {}
-        ends = batch_end_offsets(checkpoint, planned, handoff.topic)
-        start = {p: before.get(p, handoff.start_offsets.get(p, 0)) for p in ends}
-        run(start, ends, planned, planned=True)
-        next_id = planned + 1
-    return run(cut.events, cut.offsets, next_id)
-
-
-def tiles_of(pipeline: Pipeline, records: DataFrame) -> DataFrame:
-    """Well-formed records as tiles, sort-based, as the backfill makes them."""
-    return tiles_from_events(pipeline, parse_events(pipeline, records).where(F.col("error").isNull()), SORT)
-
-
-def keyed_partials(pipeline: Pipeline, records: DataFrame) -> DataFrame:
-    """Well-formed records as keyed partials, sort-based, as the backfill's tiles carry them."""
-    return tiles_of(pipeline, records).select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True))
-
-
-def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
-                      cut: Cut, by_all_keys: bool = False) -> DataFrame:
-    """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut (merged
-    over all its keys with `by_all_keys`: a redeploy to another key, whose recorded state is keyed otherwise)."""
-    columns = partial_columns(pipeline.aggregations, keyed=True)
-    reader = spark.read.format("delta")
-    if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
-        reader = reader.option("versionAsOf", cut.state_version)
-    drained = reader.load(tables.state).select(*(() if by_all_keys else pipeline.keys), *columns)
-    rest = keyed_partials(pipeline, retained_or_archived_range(spark, tables, bootstrap, topic, cut.keyed, cut.offsets))
-    if by_all_keys:
-        return merged_over_all_keys(pipeline, drained.unionByName(rest.select(*columns)))
-    return state_from_partials(pipeline, drained.unionByName(rest))
 
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
@@ -205,7 +104,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
         watermark = catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
-                                    handoff, paths, cut)
+                                    handoff, paths, cut, records)
         if reparsed:
             at_cut.details["dead_letters_remade"] = remake_past_archive(spark, pipeline, tables, bootstrap,
                                                                         handoff.topic, archive_end, cut.events)
@@ -225,14 +124,18 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
             first = last = None
         tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
                      if first or whole else BackfillResult(None, None, None))
-        past = tiles_of(pipeline, kafka_range(spark, bootstrap, handoff.topic, archive_end, cut.offsets))
+        # every step below reads a part of [the lowest of their starts, C): fetched and parsed once
+        records = CutRecords(spark, pipeline, tables, bootstrap, handoff.topic,
+                             {p: min(archive_end.get(p, 0), cut.keyed.get(p, archive_end.get(p, 0)),
+                                     cut.events.get(p, archive_end.get(p, 0))) for p in cut.offsets},
+                             cut.offsets)
+        past = tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
         if anew:  # read twice: the state and the windows
             past = past.persist(StorageLevel.DISK_ONLY)
         # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, record) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       None if reparsed else streamed_state_at(spark, alike, tables, bootstrap, handoff.topic, cut,
-                                                               rekeyed), None,
+                       None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
@@ -244,6 +147,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                          at_cut=at_cut)
         finally:
             past.unpersist()
+            records.unpersist()
         reconciliation = at_cut.reconciliation
         committed = details.of(committed_backfill_for(tables, request["request_id"]))
         if not committed.complete:

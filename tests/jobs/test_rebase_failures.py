@@ -102,7 +102,7 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     """The events path caught up to a cut writes its next batch id over [E, C); asked for that batch id again over
     [E, C') it refuses in one line instead of skipping every write as done (which would lose [C, C')); asked
     again over [E, C) it writes nothing twice."""
-    from switchyard.jobs.rebase import Cut, catch_up_events
+    from switchyard.jobs.rebase_cut import Cut, catch_up_events
     from switchyard.state_handoff.handoff import current_handoff
     from switchyard.state_handoff.io.kafka_io import offset_bounds
     from switchyard.state_handoff.stream_layout import StreamPaths

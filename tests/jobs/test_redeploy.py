@@ -30,7 +30,7 @@ from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
 from tests.support.changed_pipeline import (DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER,
                                            DEMO_WIDER_RENAMED)
-from tests.support.streams import start_stream, tail_events, wait_until
+from tests.support.streams import event_batches, start_stream, tail_events, wait_until
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
 
@@ -234,6 +234,24 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert refused.returncode == 2 and out.count("\n") == 1 and "were dropped" in out, out
 
 
+def _handed_off(spark, bootstrap: str, topic: str, tmp_path, pipeline, seed: int):
+    """Two days of generated events (3% malformed) on `topic`, half of them archived, backfilled and handed off
+    under `pipeline`: its tables, and its `stream` (_streamer)."""
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.state_handoff.handoff import run_handoff
+
+    run_generate(bootstrap, topic, events=1200, keys=20, partitions=2, days=2, seed=seed, malformed_rate=0.03,
+                 out=open(os.devnull, "w"))
+    tables = Tables(str(tmp_path / "wh"), pipeline.name)
+    run_archive(spark, pipeline, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),
+                out=lambda *_: None)
+    run_backfill(spark, pipeline, tables, out=lambda *_: None)
+    run_handoff(spark, pipeline, tables, bootstrap)
+    return tables, _streamer(spark, tables, bootstrap)
+
+
 def _streamer(spark, tables: Tables, bootstrap: str):
     """`stream(pipeline)`: that definition's stream in this process until caught up, in batches of 400 offsets."""
     from switchyard.jobs.stream import StreamSettings, run_stream
@@ -303,21 +321,9 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
     is tiled again under the changed key and the windows (per key) are made again at the cut; the reconciliation
     compares the two states merged over all their keys. The oracle keyed by (key, kind) holds across the handoffs,
     and the updates topic, read as the compacted table it is, holds exactly the new keys with their state."""
-    from switchyard.jobs.archive import archive_cut, run_archive
-    from switchyard.jobs.backfill import run_backfill
-    from switchyard.jobs.inputs.generate import run_generate
     from switchyard.jobs.redeploy import redeploy_pipeline
-    from switchyard.state_handoff.handoff import run_handoff
 
-    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=61, malformed_rate=0.03,
-                 out=open(os.devnull, "w"))
-    tables = Tables(str(tmp_path / "wh"), DEMO_KIND.name)
-    run_archive(spark, DEMO_KIND, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
-                out=lambda *_: None)
-    run_backfill(spark, DEMO_KIND, tables, out=lambda *_: None)
-    run_handoff(spark, DEMO_KIND, tables, bootstrap)
-    stream = _streamer(spark, tables, bootstrap)
-
+    tables, stream = _handed_off(spark, bootstrap, topic_name, tmp_path, DEMO_KIND, seed=61)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=61))
     stream(DEMO_KIND)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=62))  # past the stream: the cut's
@@ -389,23 +395,14 @@ def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made
     (beside the stream for the archive, at the cut for the rest), the state, windows and late records too, and the
     oracle parsing every record as the changed definition does holds across the handoffs. A first attempt that dies
     at the cut and is given up puts `dead_letter` back as it was."""
+    from switchyard.jobs import rebase_cut
     from switchyard.jobs.archive import archive_cut, run_archive
-    from switchyard.jobs.backfill import run_backfill
-    from switchyard.jobs.inputs.generate import run_generate
     from switchyard.jobs.rebase_requests import abandon_rebase
     from switchyard.jobs.redeploy import redeploy_pipeline
     from switchyard.state_handoff import faults
-    from switchyard.state_handoff.handoff import run_handoff
     from tests.support import oracle
 
-    run_generate(bootstrap, topic_name, events=1200, keys=20, partitions=2, days=2, seed=71, malformed_rate=0.03,
-                 out=open(os.devnull, "w"))
-    tables = Tables(str(tmp_path / "wh"), DEMO.name)
-    run_archive(spark, DEMO, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=0.5),
-                out=lambda *_: None)
-    run_backfill(spark, DEMO, tables, out=lambda *_: None)
-    run_handoff(spark, DEMO, tables, bootstrap)
-    stream = _streamer(spark, tables, bootstrap)
+    tables, stream = _handed_off(spark, bootstrap, topic_name, tmp_path, DEMO, seed=71)
     produce(bootstrap, topic_name, _kindless(tail_events(2, datetime(2026, 1, 2, 20), 80, seed=71)))
     stream(DEMO)
     # the archive grows over what the stream read; then more is streamed past it, and more arrives past the stream
@@ -435,8 +432,13 @@ def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made
     assert _offsets_in(tables.dead_letter) == dead_before
     assert set(DeltaTable(tables.tiles).file_uris()) == set(DeltaTable(tables.tiles, version=tiles_before).file_uris())
 
+    # [E, C) caught up in several batches, as a burst's is (the oracle follows the batches recorded)
+    monkeypatch.setattr(rebase_cut, "CATCH_UP_BATCH", 20)
+    old_handoff = _handoffs(tables)[0].handoff_id
+    batches_before = len(event_batches(tables, old_handoff))
     said = []
     redeploy_pipeline(DEMO_KIND, tables, bootstrap, lambda: spark, out=said.append)
+    assert len(event_batches(tables, old_handoff)) >= batches_before + 3, "the catch-up took [E, C) in batches"
     assert any("(fields)" in line or "fields," in line for line in said if "definition version" in line), said
     assert any("reconciliation not made" in line for line in said), said
     committed = [e for e in handoff_log.entries(tables) if e.status == Status.BACKFILL_COMMITTED][-1]
