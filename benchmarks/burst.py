@@ -157,7 +157,9 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
     result = {
         "events": events, "rate": rate, "parameters": args, "machine": machine(memory=False),
         "seconds_to_caught_up": {"A": a.caught_up_s, "B": b.caught_up_s},
-        "speedup_A_over_B": speedup, "aim_2x_met": speedup is not None and speedup >= 2.0,
+        # the goal: at 10^7 and more, switching back at least 1.5x faster; below, never slower
+        "speedup_A_over_B": speedup, "aim_A_over_B": _aim(events),
+        "aim_met": speedup is not None and speedup >= _aim(events),
         "seconds_to_burst_read": {"A": a.burst_read_s, "B": b.burst_read_s},
         # B's rebase moves its readers past the burst at once, with the input that came during the rebase still
         # ahead of them: past the burst *and* under the stream's own bar is the stricter common finish line.
@@ -171,6 +173,12 @@ def run_burst_bench(bootstrap: str, events: int = 1_000_000, rate: int = 1000, j
     if not comparison["identical"]:
         raise RuntimeError(f"A and B ended in different state: {json.dumps(comparison, default=str)[:2000]}")
     return result
+
+
+def _aim(events: int) -> float:
+    """The A/B the switch back aims at: at least 1.5 for a burst of 10^7 records or more, else no slower (1.0; the
+    run-to-run spread is read beside it)."""
+    return 1.5 if events >= 10_000_000 else 1.0
 
 
 def _first_under(arm: Arm, bar: int) -> float | None:
@@ -201,7 +209,8 @@ def burst_table(result: dict) -> str:
                  f"{f(read_a / read_b if read_a and read_b else None, '{:.2f}')})")
     lines.append(f"past the burst and under the caught-up bar of {result['parameters']['caught_up_lag']:,} offsets "
                  f"behind: A {f(under['A'])} s, B {f(under['B'])} s (A/B {f(ratio, '{:.2f}')})")
-    lines.append(f"speedup A/B = {f(speedup, '{:.2f}')} (aim >= 2: {'met' if result['aim_2x_met'] else 'missed'}); "
+    lines.append(f"speedup A/B = {f(speedup, '{:.2f}')} (aim >= {result['aim_A_over_B']}: "
+                 f"{'met' if result['aim_met'] else 'missed'}); "
                  f"states identical: {result['states_identical']} ({result['comparison']['rows'][0]:,} keys); "
                  f"trickle {result['trickle_records']:,} records in each arm")
     for key, arm in result["arms"].items():
