@@ -179,8 +179,10 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             at_cut.reconciliation = ({"keys_different": 0, "keys_recomputed": state.count(), "examples": [],
                                       "not_compared": at_cut.not_compared} if at_cut.not_compared
                                      else reconcile(compared, recomputed, at_cut.streamed))
-            if at_cut.before_replace is not None:
+            times.end("reconciliation")
+            if at_cut.before_replace is not None:  # a rebase's: the events path caught up to the cut
                 at_cut.watermark = at_cut.before_replace(at_cut.reconciliation)
+                times.end("catch_up")
         (state.withColumn(UPDATE_VERSION, F.lit(0).cast("long"))
          .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
          .options(**fencing.spark_options(tables.state)).save(tables.state))
