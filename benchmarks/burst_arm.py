@@ -64,6 +64,8 @@ class Arm:
     paused_s: float | None = None
     handoff_committed_s: float | None = None
     rebase_s: float | None = None               # the rebase's own figure: pause -> HANDOFF_COMMITTED
+    rebase_tiles_s: dict | None = None          # of it, the tiles run's steps (archived days not yet tiled)
+    rebase_commit_s: dict | None = None         # of it, the commit's steps (BACKFILL_COMMITTED's commit_s)
     switched_again_s: float | None = None       # burst -> SWITCHED of the new handoff
     rebases: int = 0
     reconciliation_keys_different: int | None = None
@@ -274,6 +276,8 @@ class ArmRun:
                     arm.peak_offsets_behind = max(arm.peak_offsets_behind, behind or 0)
                 elif e.status == Status.PAUSED and arm.paused_s is None:
                     arm.paused_s = s
+                elif e.status == Status.BACKFILL_COMMITTED and arm.rebase_commit_s is None:
+                    arm.rebase_tiles_s, arm.rebase_commit_s = details.of(e).tiles_s, details.of(e).commit_s
                 elif e.status == Status.HANDOFF_COMMITTED and arm.handoff_committed_s is None:
                     arm.handoff_committed_s, arm.rebase_s = s, details.of(e).rebase_s
                 elif e.status == Status.SWITCHED and arm.switched_again_s is None:

@@ -51,7 +51,8 @@ from switchyard.jobs.backfill.beside import take_over_at_cut
 from switchyard.jobs.backfill.reconciliation import described
 from switchyard.jobs.backfill.reparse import remake_past_archive
 from switchyard.jobs.log import warnings_to
-from switchyard.jobs.rebase_cut import Cut, CutRecords, catch_up_events, pause_cut, streamed_state_at, tiles_of
+from switchyard.jobs.rebase_cut import (Cut, CutRecords, TilesAtCut, catch_up_events, pause_cut, streamed_state_at,
+                                       tiles_of)
 from switchyard.jobs.rebase_checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase_requests import (committed_backfill_for, open_request, request_rebase, resumable,
                                              unsettled_stream, wait_for_rebase)
@@ -129,13 +130,16 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                              {p: min(archive_end.get(p, 0), cut.keyed.get(p, archive_end.get(p, 0)),
                                      cut.events.get(p, archive_end.get(p, 0))) for p in cut.offsets},
                              cut.offsets)
-        past = tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
+        # a rebase under the same definition tiles the records both states fold in once; a redeploy's streamed
+        # state is of the recorded definition, compared on what the two definitions declare alike
+        shared = None if redeploy else TilesAtCut(pipeline, records, archive_end, cut)
+        past = shared.past if shared else tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
         if anew:  # read twice: the state and the windows
             past = past.persist(StorageLevel.DISK_ONLY)
-        # the streamed state, of the recorded definition: compared on what the two definitions declare alike
         alike = definition.compared(pipeline, record) if redeploy else pipeline
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed), None,
+                       None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed,
+                                                               shared.streamed_rest if shared else None), None,
                        details={"request_id": request["request_id"], "reason": request.get("reason"),
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
@@ -147,6 +151,8 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                          at_cut=at_cut)
         finally:
             past.unpersist()
+            if shared:
+                shared.unpersist()
             records.unpersist()
         reconciliation = at_cut.reconciliation
         committed = details.of(committed_backfill_for(tables, request["request_id"]))

@@ -186,15 +186,39 @@ def keyed_partials(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
 
 
 def streamed_state_at(spark: SparkSession, pipeline: Pipeline, tables: Tables, records: CutRecords, cut: Cut,
-                      by_all_keys: bool = False) -> DataFrame:
+                      by_all_keys: bool = False, rest: DataFrame | None = None) -> DataFrame:
     """The drained streamed state (at K) folded with the records of [K, C): the stream's state at the cut (merged
-    over all its keys with `by_all_keys`: a redeploy to another key, whose recorded state is keyed otherwise)."""
+    over all its keys with `by_all_keys`: a redeploy to another key, whose recorded state is keyed otherwise).
+    `rest`: the keyed partials of [K, C), when made already (`TilesAtCut`)."""
     columns = partial_columns(pipeline.aggregations, keyed=True)
     reader = spark.read.format("delta")
     if cut.state_version is not None:  # not what a crashed earlier attempt may have replaced it with
         reader = reader.option("versionAsOf", cut.state_version)
     drained = reader.load(tables.state).select(*(() if by_all_keys else pipeline.keys), *columns)
-    rest = keyed_partials(pipeline, records.parsed(cut.keyed, cut.offsets, pipeline))
+    if rest is None:
+        rest = keyed_partials(pipeline, records.parsed(cut.keyed, cut.offsets, pipeline))
     if by_all_keys:
         return merged_over_all_keys(pipeline, drained.unionByName(rest.select(*columns)))
     return state_from_partials(pipeline, drained.unionByName(rest))
+
+
+class TilesAtCut:
+    """The tiles of the two Kafka ranges a rebase folds into keyed state: [archive cut, C) for the recomputed state,
+    [K, C) for the streamed state. The part both cover, [max(archive cut, K), C), is tiled once and kept on local
+    disk (after a burst it is nearly all of both); each range's own part below it is tiled on its own."""
+
+    def __init__(self, pipeline: Pipeline, records: CutRecords, archive_end: Offsets, cut: Cut):
+        both = {p: max(archive_end.get(p, 0), cut.keyed.get(p, 0)) for p in cut.offsets}
+        self.pipeline = pipeline
+        self.shared = tiles_of(pipeline, records.parsed(both, cut.offsets)).persist(StorageLevel.DISK_ONLY)
+        self.past = self._with(records, archive_end, both, self.shared)
+        self.streamed_rest = self._with(records, cut.keyed, both, self.shared).select(
+            *pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True))
+
+    def _with(self, records: CutRecords, start: Offsets, both: Offsets, shared: DataFrame) -> DataFrame:
+        if not _ranges(start, both):
+            return shared
+        return tiles_of(self.pipeline, records.parsed(start, both)).unionByName(shared)
+
+    def unpersist(self) -> None:
+        self.shared.unpersist()

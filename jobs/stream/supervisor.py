@@ -277,34 +277,37 @@ class Supervisor:
                                         once if replay_only else self.tables_trigger())
         return keyed, events, events_sink
 
-    def settle(self, handoff: Handoff, queries, replay: tuple[str, ...] = (KEYED, EVENTS)) -> None:
+    def settle(self, handoff: Handoff, queries) -> None:
         """For a pause or a stop: stopping a reader may interrupt a batch half done (half its updates sent, half its
-        Delta writes made). Restart each such reader named in `replay` alone until Spark has replayed that planned
-        batch as planned, then stop it before it plans another; then drain `state`."""
+        Delta writes made). The keyed query's is replayed, so that `state` and the keyed checkpoint end at the same
+        batch (a rebase or redeploy folds from that checkpoint's end): restarted alone until Spark has replayed that
+        planned batch as planned, then stopped before it plans another; then `state` drains. The events query's is
+        left to the next start of the stream, or to a rebase's catch-up, which completes it over its planned range
+        with the stream's own transaction ids (jobs/rebase_cut.py): replaying it here cost a pause as much again."""
         *readers, state = queries
+        times = StepTimes()
         stop_all(readers)
-        paths = StreamPaths.of(self.tables, handoff.handoff_id)
-        for name, checkpoint in ((KEYED, paths.keyed_checkpoint), (EVENTS, paths.events_checkpoint)):
-            planned = last_planned_batch(checkpoint)
-            if name not in replay or planned is None or planned == last_committed_batch(checkpoint):
-                continue
-            query = next(q for q in self.start_readers(handoff, only=name, replay_only=True)[:2] if q is not None)
+        times.end("readers_stopped")
+        checkpoint = StreamPaths.of(self.tables, handoff.handoff_id).keyed_checkpoint
+        planned = last_planned_batch(checkpoint)
+        if planned is not None and planned != last_committed_batch(checkpoint):
+            query = self.start_readers(handoff, only=KEYED, replay_only=True)[0]
             while last_committed_batch(checkpoint) != planned:
                 if query.exception() is not None or not query.isActive:
                     raise StreamFailed(f"query {query.name} failed replaying its interrupted batch: "
                                        f"{query_error(query.exception() or 'stopped')}")
                 time.sleep(0.2)
             stop_all([query])
+            times.end(f"keyed_batch_{planned}_replayed")
         self.drain(handoff, [state])
+        times.end("state_drained")
+        self.out(f"settled the queries of {handoff.handoff_id} in {sum(times.parts.values()):.1f}s: {times.describe()}")
 
     def stop(self, handoff: Handoff, queries, result: StreamResult) -> StreamResult:
-        """A stop: the keyed batch a stop interrupted is replayed before `state` drains, so that `state` and the
-        keyed checkpoint end at the same batch (a rebase or redeploy after the stop folds from that checkpoint's
-        end). The events query's is left to the next start, or to a rebase's catch-up, which completes it as
-        planned."""
+        """A stop: the queries settled (`settle`), then STOPPED."""
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         keep_recent_progress(queries, paths)
-        self.settle(handoff, queries, replay=(KEYED,))
+        self.settle(handoff, queries)
         result.batches = len(stream_progress.batches(self.tables, handoff.handoff_id))
         self.log(handoff.handoff_id, Status.STOPPED, details=details.Stopped(reason=result.reason,
                                                                              offsets_behind=result.lag))
