@@ -28,7 +28,7 @@ stop:
 	@deploy/demo.sh --stop
 
 test: setup
-	@deploy/run_tests.sh -m "not extended" -n 3 --dist loadfile --no-loadscope-reorder --durations=40
+	@deploy/run_tests.sh -m "not extended" -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 # The slower end-to-end proofs whose parts `make test` runs: the whole switch on a Spark cluster, three brokers and
 # the object store (test_scale_out), the backlog on the cluster, the switch on the store.

@@ -23,9 +23,9 @@ from tests.support.spark_connect import spark_connect  # noqa: F401 (fixture)
 os.environ.setdefault("SWITCHYARD_STATE_PARTITIONS", "2")
 
 
-# `make test` runs each file on one of three workers (--dist loadfile), in the order collected (--no-loadscope-reorder):
-# the files that take longest start first, so that the last ones to start are short and no worker waits long
-# for the others at the end. By their time in `make test` (pytest's --durations=0, summed per file), longest first;
+# `make test` runs each file on one of two workers (--dist loadfile), in the order collected (--no-loadscope-reorder):
+# the files that take longest start first, so that the last ones to start are short and neither worker waits long
+# for the other at the end. By their time in `make test` (pytest's --durations=0, summed per file), longest first;
 # the files not named follow in the order collected.
 LONGEST_FIRST = (
     "tests/jobs/test_redeploy.py",
