@@ -13,7 +13,8 @@ merges every tile.
 
 The next commit starts from that merge when every tile file it covered is still in `tiles` (Delta keeps files it
 replaced out of the snapshot: a day tiled again removes its old files). It then reads only the files added since,
-which a day's tiles run wrote, and merges them in: the cost follows the new days, plus one row per key. A day tiled
+which a day's tiles run wrote, and merges them in: the cost follows the new days, plus one row per key; a rebase
+that tiled no day (a switch back, say) keeps `backlog` as the earlier commit left it and merges nothing. A day tiled
 again over itself, a record at another version, or a merge whose files are gone (vacuumed) make the commit merge
 every tile, as the first one did.
 """
@@ -131,6 +132,12 @@ def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles:
     if also is not None:
         partials = partials.unionByName(also.select(*columns))
     return state_from_partials(pipeline, partials), earlier
+
+
+def is_unchanged(earlier: Merged | None, table: str) -> bool:
+    """Whether the earlier merge, in `table`, is this commit's merge as it stands: no day was tiled since (and the
+    columns and tile files are the same, or `earlier_merge` had returned None)."""
+    return earlier is not None and earlier.table == table and not earlier.new_days
 
 
 def _columns(pipeline: Pipeline) -> list[str]:

@@ -165,10 +165,16 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         merge_record = None
         columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
-            (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-             .options(**fencing.spark_options(tables.backlog)).save(tables.backlog))
-            merge_record = backlog.record(pipeline, "backlog", backlog.table_version(tables.backlog), tiles_version)
-            merged = state_from_partials(pipeline, spark.read.format("delta").load(tables.backlog).select(*columns)
+            if backlog.is_unchanged(earlier, "backlog"):  # no day tiled since: `backlog` is this merge already
+                out(f"  the tiles' merge kept from the earlier commit (backlog version {earlier.version})")
+                backlog_version = earlier.version
+            else:
+                (merged.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+                 .options(**fencing.spark_options(tables.backlog)).save(tables.backlog))
+                backlog_version = backlog.table_version(tables.backlog)
+            merge_record = backlog.record(pipeline, "backlog", backlog_version, tiles_version)
+            merged = state_from_partials(pipeline, spark.read.format("delta").option("versionAsOf", backlog_version)
+                                         .load(tables.backlog).select(*columns)
                                          .unionByName(at_cut.kafka_partials.select(*columns)))
             times.end("tiles_merge")
         state = merged.persist(StorageLevel.DISK_ONLY)

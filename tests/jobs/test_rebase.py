@@ -169,6 +169,11 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
     assert [r["reason"] for r in asked] == ["backfill", "switch back"], asked
     assert asked[1]["behind"] > 1200 and asked[1]["behind_for_s"] >= 2
     assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"
+    # the switch back tiled no day: its commit started from the backfill's merge of the tiles and kept it as it was
+    merges = [details.of(e).backlog for e in entries if e.status == Status.BACKFILL_COMMITTED][-2:]
+    assert merges[0]["table"] == merges[1]["table"] == "backlog" and merges[0]["version"] == merges[1]["version"]
+    assert f"the tiles' merge kept from the earlier commit (backlog version {merges[0]['version']})" \
+        in log.read_text(), log.read_text()[-3000:]
     status = pipeline_status(tables)
     assert status["rebases"] == 2 and status["last_reconciliation_keys_different"] == 0
     assert status["handoff_id"] == _handoffs(tables)[-1].handoff_id != first.handoff_id
