@@ -49,6 +49,11 @@ class Merged:
     new_days: tuple[date, ...]  # the days whose tile files were added since it
     windows: dict | None = None  # the `windows` and `window_state` versions it wrote from the tiles alone
 
+    @property
+    def in_backlog_as_is(self) -> bool:
+        """The merge is in `backlog` and no day was tiled since: that version is this commit's merge already."""
+        return self.table == "backlog" and not self.new_days
+
 
 def _delta(path: str, version: int | None = None):
     from deltalake import DeltaTable
@@ -132,12 +137,6 @@ def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles:
     if also is not None:
         partials = partials.unionByName(also.select(*columns))
     return state_from_partials(pipeline, partials), earlier
-
-
-def is_unchanged(earlier: Merged | None, table: str) -> bool:
-    """Whether the earlier merge, in `table`, is this commit's merge as it stands: no day was tiled since (and the
-    columns and tile files are the same, or `earlier_merge` had returned None)."""
-    return earlier is not None and earlier.table == table and not earlier.new_days
 
 
 def _columns(pipeline: Pipeline) -> list[str]:

@@ -165,7 +165,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
         merge_record = None
         columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
-            if backlog.is_unchanged(earlier, "backlog"):  # no day tiled since: `backlog` is this merge already
+            if earlier is not None and earlier.in_backlog_as_is:
                 out(f"  the tiles' merge kept from the earlier commit (backlog version {earlier.version})")
                 backlog_version = earlier.version
             else:
