@@ -22,6 +22,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
 from switchyard.state_handoff.io.kafka_security import client_kwargs
+from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 
 
@@ -44,6 +45,8 @@ class LatencyReport:
     seconds_to_switched: float | None = None
     seconds_to_caught_up: float | None = None
     switched_in_process_s: float | None = None  # the stream process's own start (its supervisor's) to SWITCHED
+    # where each query's batches spent their time over the last rate measured (batch_phases)
+    batches: dict = field(default_factory=dict)
 
     def table(self) -> str:
         lines = [f"stream latency, Kafka timestamp in -> update out ({self.trigger})",
@@ -52,6 +55,29 @@ class LatencyReport:
             lines.append(f"{r.rate:>8} {r.sent:>8} {r.matched:>8} {r.p50_ms:>8.0f} {r.p95_ms:>8.0f} "
                          f"{r.p99_ms:>8.0f} {r.max_ms:>8.0f}")
         return "\n".join(lines)
+
+
+def batch_phases(recent: dict[str, list[dict]], last: int = 60) -> dict:
+    """Per query, the median and the largest of each phase over its last `last` batches that read rows, from the
+    recent progress a stream keeps when it stops (jobs/stream/queries.py: keep_recent_progress): Spark's own phases
+    (`duration_ms`: planning, the batch's jobs as `addBatch`, the offset and commit logs) and the state store's
+    (`state_ms`)."""
+    import statistics
+
+    phases = {}
+    for query, progress in recent.items():
+        batches = [p for p in progress if p["rows"] > 0][-last:]
+        if not batches:
+            continue
+        figures = {"batches": len(batches), "rows_median": statistics.median(p["rows"] for p in batches)}
+        for group in ("duration_ms", "state_ms"):
+            names = sorted({name for p in batches for name in p.get(group, {})})
+            for name in names:
+                values = [p.get(group, {}).get(name, 0) for p in batches]
+                figures[f"{group.removesuffix('_ms')}.{name}"] = {"median": statistics.median(values),
+                                                                 "max": max(values)}
+        phases[query] = figures
+    return phases
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -177,6 +203,9 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
             out(report.table().splitlines()[-1])
     finally:
         terminate(proc, timeout=120)
+    recent = StreamPaths.of(tables, handoff.handoff_id).root / "recent_progress.json"
+    if Path(str(recent)).exists():
+        report.batches = batch_phases(json.loads(Path(str(recent)).read_text()))
     return report
 
 
@@ -251,6 +280,11 @@ def main(argv: list[str]) -> int:
     print(report.table())
     in_process = (f" ({report.switched_in_process_s:.1f}s from the stream's own start)"
                   if report.switched_in_process_s is not None else "")
+    for query, figures in report.batches.items():
+        timed = {name: f["median"] for name, f in figures.items() if isinstance(f, dict) and f["median"] >= 5
+                 and not name.endswith(("rows", "SstFileSize"))}
+        print(f"{query}: {figures['batches']} batches of median {figures['rows_median']:,.0f} rows, median ms: "
+              + ", ".join(f"{name} {ms:,.0f}" for name, ms in timed.items()))
     print(f"SWITCHED {report.seconds_to_switched:.1f}s{in_process} and CAUGHT_UP {report.seconds_to_caught_up:.1f}s "
           "after stream start")
     figures = dataclasses.asdict(report)

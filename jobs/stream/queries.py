@@ -90,10 +90,25 @@ def recent_progress(query) -> list[dict]:
     return json.loads("[" + printed.removeprefix("Array(").removesuffix(")") + "]")
 
 
+def _state_store_ms(operators: list[dict]) -> dict:
+    """A batch's state-store time, summed over its stateful operators: the updates, the commit, and the commit's
+    own steps as the RocksDB provider reports them (its flush, checkpoint and the upload of a snapshot)."""
+    times: dict = {}
+    for operator in operators:
+        for name in ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs"):
+            times[name] = times.get(name, 0) + operator.get(name, 0)
+        for name, value in (operator.get("customMetrics") or {}).items():
+            if name.startswith("rocksdbCommit") or name == "rocksdbSstFileSize":
+                times[name] = times.get(name, 0) + value
+        times["rows"] = times.get("rows", 0) + operator.get("numRowsTotal", 0)
+    return times
+
+
 def keep_recent_progress(queries, paths: StreamPaths) -> None:
     """Each query's last batches (rows, per-phase durations) beside the checkpoints, for where the time goes."""
     try:
-        history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"]}
+        history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"],
+                             **({"state_ms": _state_store_ms(p["stateOperators"])} if p.get("stateOperators") else {})}
                             for p in recent_progress(q)] for q in queries}
         write_json_atomically(paths.root / "recent_progress.json", history)
     except Exception:  # a diagnostic: never what keeps a stop from draining and logging STOPPED

@@ -46,3 +46,35 @@ def test_the_latency_goals_read_p99_at_1000_per_s_and_the_highest_rate_within_2_
     assert verdict["highest_rate_measured_with_p99_within"] == 16000  # at the bound is within
     none = latency_goals([rate(24000, 3650)])
     assert none["p99_at_1000_per_s_met"] is None and none["highest_rate_measured_with_p99_within"] is None
+
+
+def test_a_latency_run_reports_each_querys_phases_over_the_batches_that_read_rows():
+    from benchmarks.latency import batch_phases
+
+    def batch(n, rows, add, commit=None):
+        return {"batch_id": n, "rows": rows, "duration_ms": {"addBatch": add, "triggerExecution": add + 100},
+                **({"state_ms": {"commitTimeMs": commit}} if commit is not None else {})}
+
+    recent = {"demo-keyed": [batch(0, 0, 5000, 900), batch(1, 500, 300, 10), batch(2, 700, 500, 30),
+                             batch(3, 600, 400, 20)],
+              "demo-state": [batch(0, 0, 10)]}
+    phases = batch_phases(recent)
+    assert set(phases) == {"demo-keyed"}, "a query with no batch that read rows has no figures"
+    keyed = phases["demo-keyed"]
+    assert keyed["batches"] == 3 and keyed["rows_median"] == 600
+    assert keyed["duration.addBatch"] == {"median": 400, "max": 500}
+    assert keyed["duration.triggerExecution"] == {"median": 500, "max": 600}
+    assert keyed["state.commitTimeMs"] == {"median": 20, "max": 30}
+    assert batch_phases(recent, last=1)["demo-keyed"]["duration.addBatch"] == {"median": 400, "max": 400}
+
+
+def test_a_stopped_stream_keeps_each_batchs_state_store_times_summed_over_its_operators():
+    from switchyard.jobs.stream.queries import _state_store_ms
+
+    operators = [{"numRowsTotal": 100, "allUpdatesTimeMs": 12, "allRemovalsTimeMs": 0, "commitTimeMs": 200,
+                  "customMetrics": {"rocksdbCommitFileSyncLatencyMs": 150, "rocksdbCommitFlushLatency": 20,
+                                    "rocksdbGetCount": 7, "rocksdbSstFileSize": 4096}},
+                 {"numRowsTotal": 50, "allUpdatesTimeMs": 3, "commitTimeMs": 10, "customMetrics": {}}]
+    assert _state_store_ms(operators) == {"allUpdatesTimeMs": 15, "allRemovalsTimeMs": 0, "commitTimeMs": 210,
+                                          "rocksdbCommitFileSyncLatencyMs": 150, "rocksdbCommitFlushLatency": 20,
+                                          "rocksdbSstFileSize": 4096, "rows": 150}
