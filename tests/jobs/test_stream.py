@@ -94,6 +94,8 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     # each query's last batches, kept at the stop for where the time went
     recent = json.loads(storage.read_text(stream_dir(tables, handoff.handoff_id) / "recent_progress.json"))
     assert set(recent) == {"demo-keyed", "demo-events", "demo-state"}
+    keyed = [b for b in recent["demo-keyed"] if b["rows"]]
+    assert keyed and all(b["state_ms"]["commitTimeMs"] >= 0 and b["state_ms"]["rows"] > 0 for b in keyed), keyed
     assert [b["batch_id"] for b in recent["demo-events"] if b["rows"]] == \
         [b.batch_id for b in stream_progress.batches(tables, handoff.handoff_id)]
 
