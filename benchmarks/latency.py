@@ -22,7 +22,7 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
 from switchyard.state_handoff.io.kafka_security import client_kwargs
-from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.stream_layout import StreamPaths, read_json
 from switchyard.state_handoff.tables import Tables
 
 
@@ -203,9 +203,9 @@ def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds:
             out(report.table().splitlines()[-1])
     finally:
         terminate(proc, timeout=120)
-    recent = StreamPaths.of(tables, handoff.handoff_id).root / "recent_progress.json"
-    if Path(str(recent)).exists():
-        report.batches = batch_phases(json.loads(Path(str(recent)).read_text()))
+    recent = read_json(StreamPaths.of(tables, handoff.handoff_id).recent_progress)
+    if recent is not None:
+        report.batches = batch_phases(recent)
     return report
 
 

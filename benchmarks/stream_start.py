@@ -64,7 +64,7 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None) -> di
     tables = Tables(str(warehouse), PIPELINE.name)
     switched = handoff_log.latest(tables, Status.SWITCHED)
     figures = details.of(switched)
-    progress = read_json(StreamPaths.of(tables, switched.handoff_id).root / "recent_progress.json")
+    progress = read_json(StreamPaths.of(tables, switched.handoff_id).recent_progress)
     first = progress[f"{PIPELINE.name}-keyed"][0]
     shutil.rmtree(warehouse, ignore_errors=True)
     return {"jvm_options": jvm_options or "", "since_process_start_s": figures.seconds_since_process_start,

@@ -60,6 +60,11 @@ class StreamPaths:
     def progress(self) -> Uri:
         return self.root / "progress.json"
 
+    @property
+    def recent_progress(self) -> Uri:
+        """Each query's last batches, kept when the stream stops (jobs/stream/queries.py: keep_recent_progress)."""
+        return self.root / "recent_progress.json"
+
     @staticmethod
     def of(tables: Tables, handoff_id: str) -> "StreamPaths":
         return StreamPaths(stream_dir(tables, handoff_id))

@@ -110,6 +110,6 @@ def keep_recent_progress(queries, paths: StreamPaths) -> None:
         history = {q.name: [{"batch_id": p["batchId"], "rows": p["numInputRows"], "duration_ms": p["durationMs"],
                              **({"state_ms": _state_store_ms(p["stateOperators"])} if p.get("stateOperators") else {})}
                             for p in recent_progress(q)] for q in queries}
-        write_json_atomically(paths.root / "recent_progress.json", history)
+        write_json_atomically(paths.recent_progress, history)
     except Exception:  # a diagnostic: never what keeps a stop from draining and logging STOPPED
         pass

@@ -28,7 +28,7 @@ from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.io.kafka_io import admin_client, produce, topic_config
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.status import pipeline_status
-from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.stream_layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 from tests.support.cli import cli_here
 from tests.support.streams import (QUIET, assert_matches_oracle, event_batches, latest_total, start_stream, stop_stream,
@@ -92,7 +92,7 @@ def test_switch_to_stream_matches_oracle(spark, bootstrap, topic_name, tmp_path)
     assert status["phase"] == "stopped" and status["offsets_behind"] == {str(p): 0 for p in range(4)}
     assert status["state_updates_behind"] == 0  # the stop drained every update into `state`
     # each query's last batches, kept at the stop for where the time went
-    recent = json.loads(storage.read_text(stream_dir(tables, handoff.handoff_id) / "recent_progress.json"))
+    recent = json.loads(storage.read_text(StreamPaths.of(tables, handoff.handoff_id).recent_progress))
     assert set(recent) == {"demo-keyed", "demo-events", "demo-state"}
     keyed = [b for b in recent["demo-keyed"] if b["rows"]]
     assert keyed and all(b["state_ms"]["commitTimeMs"] >= 0 and b["state_ms"]["rows"] > 0 for b in keyed), keyed
@@ -216,8 +216,6 @@ def test_a_batch_another_driver_planned_in_the_checkpoint_is_run_not_fatal(spark
     events checkpoint's offset log by hand while the stream idles: the stream's next plan meets it
     (CONCURRENT_STREAM_LOG_UPDATE), it starts its queries again from the checkpoint, runs the planned batch, and
     ends equal to the oracle."""
-    from switchyard.state_handoff.stream_layout import StreamPaths
-
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
     offsets = Path(StreamPaths.of(tables, handoff.handoff_id).events_checkpoint) / "offsets"
