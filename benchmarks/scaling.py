@@ -1,6 +1,7 @@
-"""How the bench's cost grows with size: each arm's wall time against the events written (log-log) and B's JVM
-peak beside it (flat when the sort spills rather than grows), charted from several `bench --json` results. Results
-of different Spark versions draw one line per arm and version: the newest solid, older ones dashed or dotted."""
+"""How the bench's cost grows with size: each arm's wall time against the events written (log-log), B / C-every-table
+(measured within one run, so comparable across days a machine runs at different speeds) and B's JVM peak (flat when
+the sort spills rather than grows), charted from several `bench --json` results. Results of different Spark
+versions draw one line per arm and version: the newest solid, older ones dashed or dotted."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ def scaling(results: list[dict]) -> dict:
             if run:
                 row[f"{mode}_s"] = run["seconds"]
                 row[f"{mode}_jvm_mb"] = run["peak_jvm_mb"]
+        if "switchyard_s" in row and "batch_full_s" in row:
+            row["switchyard_over_batch_full"] = round(row["switchyard_s"] / row["batch_full_s"], 3)
     order = sorted(sizes, key=lambda size: (size[0], _version_order(size[1])))
     return {"sizes": [sizes[size] for size in order]}
 
@@ -55,7 +58,7 @@ def _versions(rows: list[dict]) -> list[str | None]:
 
 
 def _chart(rows: list[dict], chart: str) -> None:
-    fig, (times, memory) = pyplot().subplots(1, 2, figsize=(11, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (times, ratio, memory) = pyplot().subplots(1, 3, figsize=(15, 4.5), gridspec_kw={"width_ratios": [3, 2, 2]})
     versions = _versions(rows)
     several = len(versions) > 1
     styles = dict(zip(versions, STYLES * len(versions)))
@@ -67,6 +70,11 @@ def _chart(rows: list[dict], chart: str) -> None:
                 times.plot(*zip(*points), marker=marker, linestyle=line, color=color,
                            label=f"{label}, {_spark(version)}" if several else label)
     for version, (line, marker) in styles.items():
+        ratios = [(r["events"], r["switchyard_over_batch_full"]) for r in rows
+                  if r["spark_version"] == version and "switchyard_over_batch_full" in r]
+        if ratios:
+            ratio.plot(*zip(*ratios), marker=marker, linestyle=line, color="#2a7ab9",
+                       label=_spark(version) if several else None)
         peaks = [(r["events"], r["switchyard_jvm_mb"]) for r in rows
                  if r["spark_version"] == version and "switchyard_jvm_mb" in r]
         if peaks:
@@ -78,6 +86,13 @@ def _chart(rows: list[dict], chart: str) -> None:
     times.set_ylabel("wall time to an up-to-date state (s)")
     times.legend(fontsize="small")
     times.grid(True, which="both", alpha=0.3)
+    ratio.set_xscale("log")
+    ratio.axhline(1.0, color="#a9d8ab", linewidth=1)
+    ratio.set_xlabel("events written")
+    ratio.set_ylabel("B / C, every table")
+    ratio.grid(True, which="both", alpha=0.3)
+    if several and any("switchyard_over_batch_full" in r for r in rows):
+        ratio.legend(fontsize="small")
     all_peaks = [r["switchyard_jvm_mb"] for r in rows if "switchyard_jvm_mb" in r]
     if all_peaks:
         memory.set_xscale("log")
@@ -104,11 +119,13 @@ def run_scaling(json_files: list[str], chart: str, out=print) -> dict:
     table = scaling(results)
     rows = table["sizes"]
     _chart(rows, chart)
-    out(f"{'events':>12} {'Spark':>8} " + " ".join(f"{label:>16}" for _, label, _ in ARMS) + f" {'B JVM MB':>9}")
+    out(f"{'events':>12} {'Spark':>8} " + " ".join(f"{label:>16}" for _, label, _ in ARMS)
+        + f" {'B JVM MB':>9} {'B/C-full':>8}")
     for r in rows:
         out(f"{r['events']:>12,} {r['spark_version'] or UNKNOWN:>8} "
             + " ".join(f"{r[f'{m}_s']:>15.1f}s" if f"{m}_s" in r else f"{'-':>16}" for m, _, _ in ARMS)
-            + f" {r.get('switchyard_jvm_mb', '-'):>9}")
+            + f" {r.get('switchyard_jvm_mb', '-'):>9}"
+            + (f" {r['switchyard_over_batch_full']:>8.2f}" if "switchyard_over_batch_full" in r else f" {'-':>8}"))
     write_json(Path(chart).with_suffix(".json"), table)
     return table
 

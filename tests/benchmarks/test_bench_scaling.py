@@ -74,3 +74,26 @@ def test_each_spark_version_is_a_line_of_its_own_the_newest_solid(tmp_path, monk
                             for n in (10**5, 10**6) for v in ("4.0.0", "4.2.0")])["sizes"]
     scaling._chart(rows, str(tmp_path / "c.png"))
     assert drawn == {"B switchyard, Spark 4.2.0": "-", "B switchyard, Spark 4.0.0": "--"}
+
+
+def test_b_over_c_every_table_is_kept_and_charted_where_a_result_has_both(tmp_path, monkeypatch):
+    from benchmarks import scaling
+
+    drawn = {}
+    monkeypatch.setattr(scaling, "save_figure", lambda fig, path: drawn.update(
+        {ax.get_ylabel(): [tuple(map(tuple, line.get_xydata())) for line in ax.get_lines()] for ax in fig.axes}))
+    results = [{**_result(10**6, {"switchyard": 30.0, "batch_full": 20.0}, {"switchyard": 1, "batch_full": 1}),
+                "spark_version": "4.2.0"},
+               {**_result(10**8, {"switchyard": 1160.0, "batch_full": 1000.0}, {"switchyard": 1, "batch_full": 1}),
+                "spark_version": "4.2.0"},
+               {**_result(10**7, {"switchyard": 60.0}, {"switchyard": 1}), "spark_version": "4.2.0"}]  # B alone
+    files = []
+    for i, result in enumerate(results):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(result))
+    lines: list[str] = []
+    table = scaling.run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append)
+
+    assert [r.get("switchyard_over_batch_full") for r in table["sizes"]] == [1.5, None, 1.16]
+    assert drawn["B / C, every table"][0] == ((10**6, 1.5), (10**8, 1.16))  # then the line at 1
+    assert lines[0].split()[-1] == "B/C-full" and [line.split()[-1] for line in lines[1:]] == ["1.50", "-", "1.16"]
