@@ -91,7 +91,7 @@ def _chart(rows: list[dict], chart: str) -> None:
     ratio.set_xlabel("events written")
     ratio.set_ylabel("B / C, every table")
     ratio.grid(True, which="both", alpha=0.3)
-    if several and any("switchyard_over_batch_full" in r for r in rows):
+    if ratio.get_legend_handles_labels()[0]:  # a line per Spark version, labelled when there are several
         ratio.legend(fontsize="small")
     all_peaks = [r["switchyard_jvm_mb"] for r in rows if "switchyard_jvm_mb" in r]
     if all_peaks:

@@ -12,16 +12,21 @@ def _result(events: int, seconds: dict[str, float], jvm_mb: dict[str, int]) -> d
     return {"events": events, "runs": {mode: {"seconds": s, "peak_jvm_mb": jvm_mb[mode]} for mode, s in seconds.items()}}
 
 
+def _scaled(tmp_path, results: list[dict]) -> tuple[dict, list[str]]:
+    """`run_scaling` over the results, each written as a `bench --json` file: its table and the lines it printed."""
+    files = []
+    for i, result in enumerate(results):
+        files.append(tmp_path / f"r{i}.json")
+        files[-1].write_text(json.dumps(result))
+    lines: list[str] = []
+    return run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append), lines
+
+
 def test_sizes_merge_by_events_and_every_arm_is_charted(tmp_path):
     small = _result(10**6, {"streaming_only": 80.0, "switchyard": 70.0, "batch_only": 27.0, "batch_full": 34.0},
                     {"streaming_only": 2200, "switchyard": 1600, "batch_only": 1100, "batch_full": 1300})
     large_bc = _result(3 * 10**7, {"switchyard": 600.0, "batch_only": 240.0}, {"switchyard": 2500, "batch_only": 2100})
-    files = []
-    for i, result in enumerate((large_bc, small)):  # out of order on purpose
-        files.append(tmp_path / f"r{i}.json")
-        files[-1].write_text(json.dumps(result))
-    lines: list[str] = []
-    table = run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append)
+    table, lines = _scaled(tmp_path, [large_bc, small])  # out of order on purpose
 
     assert [r["events"] for r in table["sizes"]] == [10**6, 3 * 10**7]
     assert table["sizes"][0]["streaming_only_s"] == 80.0 and "streaming_only_s" not in table["sizes"][1]
@@ -48,12 +53,7 @@ def test_results_of_two_spark_versions_keep_a_row_each_and_older_results_count_a
                                    {"switchyard": 1500, "batch_full": 1200})),
                on("4.10.0", _result(10**5, {"switchyard": 30.0}, {"switchyard": 1100})),
                on(None, _result(10**6, {"switchyard": 70.0}, {"switchyard": 1700}))]  # written before the bench said
-    files = []
-    for i, result in enumerate(results):
-        files.append(tmp_path / f"r{i}.json")
-        files[-1].write_text(json.dumps(result))
-    lines: list[str] = []
-    table = run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append)
+    table, lines = _scaled(tmp_path, results)
 
     assert [(r["events"], r["spark_version"]) for r in table["sizes"]] == [
         (10**5, "4.10.0"), (10**6, None), (10**6, "4.0.0"), (10**6, "4.2.0")]  # by size, then oldest version first
@@ -87,12 +87,7 @@ def test_b_over_c_every_table_is_kept_and_charted_where_a_result_has_both(tmp_pa
                {**_result(10**8, {"switchyard": 1160.0, "batch_full": 1000.0}, {"switchyard": 1, "batch_full": 1}),
                 "spark_version": "4.2.0"},
                {**_result(10**7, {"switchyard": 60.0}, {"switchyard": 1}), "spark_version": "4.2.0"}]  # B alone
-    files = []
-    for i, result in enumerate(results):
-        files.append(tmp_path / f"r{i}.json")
-        files[-1].write_text(json.dumps(result))
-    lines: list[str] = []
-    table = scaling.run_scaling([str(f) for f in files], str(tmp_path / "scaling.png"), out=lines.append)
+    table, lines = _scaled(tmp_path, results)
 
     assert [r.get("switchyard_over_batch_full") for r in table["sizes"]] == [1.5, None, 1.16]
     assert drawn["B / C, every table"][0] == ((10**6, 1.5), (10**8, 1.16))  # then the line at 1
