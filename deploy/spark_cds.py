@@ -19,6 +19,8 @@ from switchyard.deploy.paths import jar_dir
 from switchyard.state_handoff import settings
 
 ENV = "SWITCHYARD_SPARK_CDS"  # false (or 0) starts drivers without the archive
+# What the archive's workload covers (deploy/spark_cds_build.py): a new one builds a new archive at the next setup.
+WORKLOAD = 2
 
 
 def archive_path() -> Path:
@@ -28,7 +30,8 @@ def archive_path() -> Path:
 
     java = Path(java_executable()).resolve()
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")) + spark_extra_jars()
-    key = [str(java), java.stat().st_mtime_ns, pyspark.__version__, [(str(j), j.stat().st_size) for j in jars]]
+    key = [str(java), java.stat().st_mtime_ns, pyspark.__version__, [(str(j), j.stat().st_size) for j in jars],
+           WORKLOAD]
     return jar_dir("cds") / f"spark-driver-{hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]}.jsa"
 
 

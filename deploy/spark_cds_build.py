@@ -21,11 +21,14 @@ from switchyard.state_handoff import settings
 
 def _workload(spark) -> None:
     """What a switchyard driver does, small: Delta writes and a MERGE, JSON parsing, a shuffle, a stateful
-    streaming query on RocksDB, the Kafka source planned (no broker needed)."""
+    streaming query on RocksDB, interpreted (as the test profile runs) and compiled (as every other driver does);
+    then a pipeline's whole way through a broker of its own (_pipeline)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     root = tempfile.mkdtemp(prefix="switchyard-cds-")
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")  # first interpreted, as the test profile runs
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     rows = spark.range(2000).select(F.to_json(F.struct((F.col("id") % 97).alias("k"), F.col("id").alias("v")))
                                     .alias("value"))
     parsed = rows.select(F.from_json("value", "k long, v long").alias("e")).select("e.*")
@@ -43,6 +46,47 @@ def _workload(spark) -> None:
     while (query.lastProgress is None or query.lastProgress["batchId"] < 2) and time.monotonic() < deadline:
         time.sleep(0.5)
     query.stop()
+    # the rest compiled, as a driver of the default profile runs it: Janino's classes, the generated code's
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
+    spark.conf.set("spark.sql.codegen.factoryMode", "FALLBACK")
+    _pipeline(spark, Path(root))
+
+
+def _pipeline(spark, root: Path) -> None:
+    """The demo pipeline archived, backfilled, handed off and streamed until caught up, on a broker started for it
+    (127.0.0.1, stopped after): the Kafka clients' classes (admin, consumer, producer, the Spark connector's reader
+    and sink), the seed's file source, the stream's supervisor and its Delta-writing queries. Without the broker's
+    jars (an installed copy) the archive holds the rest."""
+    from switchyard.deploy import kafka_broker
+    from switchyard.deploy.local_server import free_ports
+    from switchyard.jobs.archive import archive_cut, run_archive
+    from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.inputs.generate import run_generate
+    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.tables import Tables
+
+    broker = kafka_broker.Broker.at(free_ports(2), root / "kafka")
+    try:
+        print(kafka_broker.start(broker), flush=True)
+    except Exception as err:  # the archive only makes drivers start faster: without the broker it holds less
+        print(f"no broker for the pipeline's classes ({err}); the archive holds the rest", flush=True)
+        return
+    try:
+        pipeline, topic, quiet = get_pipeline("demo"), "cds", (lambda *_: None)
+        with open(os.devnull, "w") as devnull:
+            run_generate(broker.bootstrap, topic, events=600, keys=20, partitions=2, days=2, seed=1,
+                         malformed_rate=0.03, out=devnull)
+        tables = Tables(str(root / "warehouse"), pipeline.name)
+        run_archive(spark, pipeline, tables, broker.bootstrap, topic,
+                    archive_cut(broker.bootstrap, topic, fraction=0.5), out=quiet)
+        run_backfill(spark, pipeline, tables, out=quiet)
+        run_handoff(spark, pipeline, tables, broker.bootstrap)
+        run_stream(spark, pipeline, tables, broker.bootstrap,
+                   StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=quiet)
+    finally:
+        kafka_broker.stop(broker)
 
 
 def build() -> Path:
@@ -60,7 +104,7 @@ def build() -> Path:
                                                                   "-Xlog:cds=error,cds+dynamic=error"]))
     from pyspark import SparkContext
 
-    spark = build_spark("switchyard-cds", profile="test")
+    spark = build_spark("switchyard-cds", profile="default")  # the UI's classes too; the test profile's below
     _workload(spark)
     spark.stop()
     gateway = SparkContext._gateway

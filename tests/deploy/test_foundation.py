@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, produce
 
@@ -86,3 +87,14 @@ def test_the_driver_maps_the_class_archive_setup_made(spark):
                              "-cp", jvm.java.lang.System.getProperty("java.class.path"), "-version"],
                             capture_output=True, text=True)
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
+    # it holds a stream's way, not only a session's: the Kafka clients the connector reads and sends with, the
+    # admin client its offsets come from, the keyed query's state store, Delta's MERGE and the UI's server
+    listed = subprocess.run([java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
+                             "-XX:+PrintSharedArchiveAndExit", "-cp", jvm.java.lang.System.getProperty("java.class.path"),
+                             "-version"], capture_output=True, text=True)
+    archived = {line.split()[1] for line in listed.stdout.splitlines() if re.match(r"\d+: \S", line)}
+    wanted = {"org.apache.kafka.clients.consumer.KafkaConsumer", "org.apache.kafka.clients.producer.KafkaProducer",
+              "org.apache.kafka.clients.admin.KafkaAdminClient", "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+              "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+              "org.apache.spark.sql.delta.commands.MergeIntoCommand", "org.apache.spark.ui.SparkUI"}
+    assert wanted <= archived, f"not in the archive: {sorted(wanted - archived)} ({len(archived)} classes in it)"
