@@ -89,9 +89,10 @@ def test_the_driver_maps_the_class_archive_setup_made(spark):
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
     # it holds a stream's way, not only a session's: the Kafka clients the connector reads and sends with, the
     # admin client its offsets come from, the keyed query's state store, Delta's MERGE and the UI's server
+    classpath = jvm.java.lang.System.getProperty("java.class.path")
     listed = subprocess.run([java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
-                             "-XX:+PrintSharedArchiveAndExit", "-cp", jvm.java.lang.System.getProperty("java.class.path"),
-                             "-version"], capture_output=True, text=True)
+                             "-XX:+PrintSharedArchiveAndExit", "-cp", classpath, "-version"],
+                            capture_output=True, text=True)
     archived = {line.split()[1] for line in listed.stdout.splitlines() if re.match(r"\d+: \S", line)}
     wanted = {"org.apache.kafka.clients.consumer.KafkaConsumer", "org.apache.kafka.clients.producer.KafkaProducer",
               "org.apache.kafka.clients.admin.KafkaAdminClient", "org.apache.spark.sql.kafka010.KafkaSourceProvider",
