@@ -49,7 +49,7 @@ def switched_pipeline(base: Path, bootstrap: str) -> None:
     produce(bootstrap, topic, tail)
 
 
-def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None, conf: tuple[str, ...] = ()) -> dict:
+def trial(base: Path, work: Path, bootstrap: str, jvm_options: str = "", conf: tuple[str, ...] = ()) -> dict:
     warehouse = work / "trial"
     shutil.rmtree(warehouse, ignore_errors=True)
     shutil.copytree(base, warehouse)
@@ -68,7 +68,7 @@ def trial(base: Path, work: Path, bootstrap: str, jvm_options: str | None, conf:
     progress = read_json(StreamPaths.of(tables, switched.handoff_id).recent_progress)
     first = progress[f"{PIPELINE.name}-keyed"][0]
     shutil.rmtree(warehouse, ignore_errors=True)
-    return {"jvm_options": jvm_options or "", "conf": list(conf),
+    return {"jvm_options": jvm_options, "conf": list(conf),
             "since_process_start_s": figures.seconds_since_process_start, "in_process_s": figures.seconds_since_start,
             "startup_s": figures.startup_s, "first_keyed_batch_ms": first["duration_ms"]}
 

@@ -104,7 +104,7 @@ def build() -> Path:
                                                                   "-Xlog:cds=error,cds+dynamic=error"]))
     from pyspark import SparkContext
 
-    spark = build_spark("switchyard-cds", profile="default")  # the UI's classes too; the test profile's below
+    spark = build_spark("switchyard-cds", profile="default")  # the UI's too; _workload runs the test profile's way
     _workload(spark)
     spark.stop()
     gateway = SparkContext._gateway

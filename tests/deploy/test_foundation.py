@@ -83,13 +83,13 @@ def test_the_driver_maps_the_class_archive_setup_made(spark):
     jvm = spark.sparkContext._jvm
     arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert f"-XX:SharedArchiveFile={archive}" in arguments, arguments
+    classpath = jvm.java.lang.System.getProperty("java.class.path")
     mapped = subprocess.run([java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
-                             "-cp", jvm.java.lang.System.getProperty("java.class.path"), "-version"],
+                             "-cp", classpath, "-version"],
                             capture_output=True, text=True)
     assert mapped.returncode == 0, mapped.stdout + mapped.stderr
     # it holds a stream's way, not only a session's: the Kafka clients the connector reads and sends with, the
     # admin client its offsets come from, the keyed query's state store, Delta's MERGE and the UI's server
-    classpath = jvm.java.lang.System.getProperty("java.class.path")
     listed = subprocess.run([java_executable(), "-Xshare:on", f"-XX:SharedArchiveFile={archive}",
                              "-XX:+PrintSharedArchiveAndExit", "-cp", classpath, "-version"],
                             capture_output=True, text=True)
