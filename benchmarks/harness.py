@@ -174,6 +174,47 @@ class MemorySampler(threading.Thread):
 
 # ---------------------------------------------------------------- a run in a fresh process
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) a live process has used, in seconds; 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler(threading.Thread):
+    """Every `every` seconds while `pid` lives (or until stop()): the CPU seconds its process tree's live processes
+    have used, with the wall time (time.time()) of the sample; cores_between() is their average use of cores."""
+
+    def __init__(self, pid: int, every: float = 1.0):
+        super().__init__(daemon=True, name=f"cpu-{pid}")
+        self.pid, self.every = pid, every
+        self.samples: list[tuple[float, dict[int, float]]] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set() and Path(f"/proc/{self.pid}").exists():
+            self.samples.append((time.time(), {p: cpu_seconds(p) for p in [self.pid, *descendants(self.pid)]}))
+            self._halt.wait(self.every)
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join()
+
+    def cores_between(self, start: float, end: float) -> float | None:
+        """The tree's average cores in use from the first sample at or after `start` to the last at or before `end`
+        (a process counted while it lived in both), or None with fewer than two samples there."""
+        inside = [(at, cpu) for at, cpu in self.samples if start <= at <= end]
+        if len(inside) < 2:
+            return None
+        (first_at, first), (last_at, last) = inside[0], inside[-1]
+        used = sum(last[p] - first[p] for p in last if p in first)
+        return round(used / (last_at - first_at), 3)
+
+
 @dataclass
 class FreshRun:
     returncode: int

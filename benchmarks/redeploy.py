@@ -33,7 +33,7 @@ from pathlib import Path
 
 from benchmarks.burst import compare_states
 from benchmarks.burst_inputs import Trickle, backlog_record
-from benchmarks.harness import (ROOT, add_connection, delete_topics, machine, run_fresh, start_service,
+from benchmarks.harness import (ROOT, CpuSampler, add_connection, delete_topics, machine, run_fresh, start_service,
                                 switchyard_command, terminate, worker_command, write_json)
 from switchyard.state_handoff.pipelines import get_pipeline
 from switchyard.state_handoff.spec import maximum
@@ -84,6 +84,11 @@ class Result:
     old_latency_p99_s: float | None = None
     old_latency_matched: int = 0
     old_latency_unanswered: int = 0            # inputs of that span no update of the recorded definition names
+    # the recorded definition's stream (its Python and its JVM): cores in use on average, alone under the trickle
+    # before the redeploy, then while the pass ran beside it (the cores the pass did not have, of machine_cores)
+    old_stream_cores_alone: float | None = None
+    old_stream_cores_beside: float | None = None
+    machine_cores: int = field(default_factory=lambda: os.cpu_count() or 1)
     reconciliation_keys_different: int | None = None
     batch_only: dict = field(default_factory=dict)
     batch_only_s: float | None = None          # backfill + handoff under the changed definition, same history
@@ -197,6 +202,8 @@ def run(args) -> Result:
         _wait(lambda: _after(_statuses(tables), "CAUGHT_UP") is not None, "the stream caught up", args.timeout, old,
               log)
         trickle.start()
+        cpu = CpuSampler(old.pid)
+        cpu.start()
         time.sleep(args.warmup_seconds)
         print(f"stream live under a trickle of {args.rate:,}/s; redeploy under {REFERENCE}", flush=True)
         started, seq = time.time(), max(e.seq for e in _statuses(tables))
@@ -227,10 +234,15 @@ def run(args) -> Result:
             args.bootstrap, topic, details.of(old_start).updates_topic or last_started_with(tables), since,
             (_wall(stop.at) - STOP_MARGIN_S) * 1000, old_start.handoff_id)
         result.old_latency_matched = len(latencies)
+        cpu.stop()
+        result.old_stream_cores_alone = cpu.cores_between(started - args.warmup_seconds, started)
+        result.old_stream_cores_beside = cpu.cores_between(started, _wall(stop.at) - STOP_MARGIN_S)
         result.old_latency_p50_s, result.old_latency_p99_s = _quantile(latencies, 0.5), _quantile(latencies, 0.99)
         print(f"serving after {result.to_serving_s}s (the pass beside {result.beside_s}s, the rebase at the cut "
               f"{result.rebase_s}s, no definition updating for {result.serving_gap_s}s); the recorded definition's "
-              f"update latency meanwhile p99 {result.old_latency_p99_s}s over {len(latencies)} inputs", flush=True)
+              f"update latency meanwhile p99 {result.old_latency_p99_s}s over {len(latencies)} inputs, its stream "
+              f"using {result.old_stream_cores_beside} of {result.machine_cores} cores (alone "
+              f"{result.old_stream_cores_alone})", flush=True)
         trickle.join(timeout=args.trickle_seconds + 120)
         end = {p: hi for p, (_, hi) in offset_bounds(args.bootstrap, topic).items()}
 

@@ -210,7 +210,8 @@ SETTINGS: tuple[Setting, ...] = (
             "stays above --switch-back-lag for --switch-back-after seconds)", _one_of("cost", "lag")),
     Setting("SWITCHYARD_REDEPLOY_NICE", "10", "the niceness `switchyard redeploy` and `rollback` run at (their JVM "
             "too, in local mode), so the live stream's batches go first while the redeploy's pass runs beside it on the "
-            "same cores (0: as any process)", _whole(0, 19, "niceness steps")),
+            "same cores; with Linux autogroups, in a session of its own whose autogroup carries it, since the stream "
+            "runs in another (0: as any process, in the caller's session)", _whole(0, 19, "niceness steps")),
     Setting("SWITCHYARD_TIDY_EVERY", "100", "batches between two compactions and vacuums of a stream's tables",
             _whole(1, 1_000_000, "batches")),
     Setting("SWITCHYARD_LEASE_SECONDS", "60", "how long a pipeline's lease lasts unrenewed (renewed every sixth)",

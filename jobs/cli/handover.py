@@ -5,10 +5,11 @@ refusals come before any JVM starts or Kafka is contacted."""
 from __future__ import annotations
 
 import logging
-import os
+import sys
 
 from switchyard.jobs.cli.pipeline import (ACCEPT_HELP, command_spark, pipeline_and_tables, pipeline_option,
                                         settle_settings)
+from switchyard.jobs.cli.priority import yield_cores
 from switchyard.state_handoff import settings
 
 logger = logging.getLogger(__name__)
@@ -23,9 +24,12 @@ def run_redeploy_command(args) -> int:
         return 0
     command = "rollback" if args.rollback else "redeploy"
     settle_settings(tables, f"switchyard {command}")  # the pipeline-wide settings; the definition is what changes
-    nice = settings.value("SWITCHYARD_REDEPLOY_NICE")
-    if nice:  # before the JVM starts, so it runs at this niceness too; the live stream's batches go first
-        os.nice(nice)
+    # before the JVM starts, so it runs at this niceness too, in a session of its own: the live stream's batches go
+    # first, whichever session runs it
+    code = yield_cores(settings.value("SWITCHYARD_REDEPLOY_NICE"), [sys.executable, "-m", "switchyard.jobs.cli",
+                                                                   *args.argv])
+    if code is not None:
+        return code
     redeploy_pipeline(pipeline, tables, args.bootstrap, lambda: command_spark(args, command),
                       timeout_s=args.timeout, accept_differences=args.accept_differences, rollback=args.rollback)
     return 0

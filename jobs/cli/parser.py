@@ -123,7 +123,9 @@ CLASSIC_ONLY = ("stream", "serve")
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # what a command run again in a child of its own is given (jobs/cli/priority.py)
     name = command_name(args)
 
     def run() -> int:

@@ -21,6 +21,7 @@ import pytest
 from deltalake import DeltaTable
 from kafka import KafkaConsumer
 
+from switchyard.jobs.cli.priority import autogroups
 from switchyard.jobs.stream.updates_topic import last_started_with, written_by
 from switchyard.state_handoff import definition
 from switchyard.state_handoff.control import details, handoff_log, requests
@@ -31,6 +32,7 @@ from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_every
 from tests.support.changed_pipeline import (DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER,
                                            DEMO_WIDER_RENAMED)
 from tests.support.streams import event_batches, start_stream, tail_events, wait_until
+from tests.support.yielding import JvmPriority
 
 CHANGED = "tests.support.changed_pipeline:DEMO_PLUS_ONE"
 
@@ -63,8 +65,14 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
         assert refused.returncode == 2 and out.count("\n") == 1, out
         assert f"`switchyard redeploy --pipeline {DEMO.name}` switches the changed one in at a cut" in out, out
         redeploy = _cli(tables, bootstrap, "redeploy", "--pipeline", CHANGED)
+        jvm = JvmPriority(redeploy.pid)
         produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=42))  # while it runs
         out, _ = redeploy.communicate(timeout=600)
+        # its JVM yielded the cores at the default niceness, in a session other than the live stream's
+        assert jvm.seen(), "no JVM seen under the redeploy"
+        assert jvm.nice == 10 and jvm.session != os.getsid(old.pid), jvm.where()
+        if autogroups():
+            assert jvm.autogroup == 10, jvm.where()  # the weight the scheduler gives its session against the stream's
         assert redeploy.returncode == 0, out + log.read_text()[-3000:]
         assert old.wait(timeout=120) == 0, "the recorded definition's stream stopped cleanly: " + log.read_text()
     finally:
