@@ -73,6 +73,7 @@ class Result:
     events: int
     rate: int
     machine: str
+    trigger_seconds: float = 0.0               # the streams' keyed query trigger (0: batches back to back)
     setup_s: float | None = None
     redeploy_s: float | None = None            # the redeploy's process: start -> exit (handed off at the cut)
     to_serving_s: float | None = None          # the redeploy's start -> the changed definition's SWITCHED
@@ -183,7 +184,7 @@ def run(args) -> Result:
     log, topic = out / "redeploy.log", f"bench.redeploy.{args.events}.{int(time.time())}"
     live, batch = str(out / "live"), str(out / "batch")
     tables = Tables(live, DEMO.name)
-    result = Result(args.events, args.rate, machine())
+    result = Result(args.events, args.rate, machine(), args.trigger_seconds)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     create_topic(args.bootstrap, topic, partitions=args.partitions)
@@ -194,7 +195,8 @@ def run(args) -> Result:
         raise RuntimeError(f"the setup failed ({done.returncode}); see {log}")
     result.setup_s = round(done.seconds, 1)
 
-    stream_flags = ["--warehouse", live, "--bootstrap", args.bootstrap, "--caught-up-lag", str(args.rate * 5)]
+    stream_flags = ["--warehouse", live, "--bootstrap", args.bootstrap, "--caught-up-lag", str(args.rate * 5),
+                    "--trigger-seconds", str(args.trigger_seconds)]
     old = start_service(switchyard_command("stream", "--pipeline", DEMO.name, *stream_flags), log, env=env)
     trickle = Trickle(args.bootstrap, topic, args.rate, args.keys, args.seed, stop_at=args.rate * args.trickle_seconds)
     new = rolled = changed_state = None
@@ -300,6 +302,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rate", type=int, default=1000, help="the live stream's steady input, events/s")
     parser.add_argument("--trickle-seconds", type=int, default=240, help="how long the trickle runs at most")
     parser.add_argument("--warmup-seconds", type=float, default=15.0)
+    parser.add_argument("--trigger-seconds", type=float, default=0.0,
+                        help="each stream's keyed query trigger (`switchyard stream --trigger-seconds`; default 0: "
+                             "its batches back to back)")
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=7)
