@@ -59,7 +59,8 @@ def _parents() -> dict[int, int]:
     return parents
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: its children, theirs, and so on (read from /proc)."""
     parents = _parents()
     found, todo = [], [pid]
     while todo:
@@ -85,7 +86,7 @@ def kill_process_tree() -> None:
     while its child was being created would leave that child orphaned and alive, outside the tree).
     """
     me, stopped = os.getpid(), []
-    while new := [pid for pid in _descendants(me) if pid not in stopped]:
+    while new := [pid for pid in descendants(me) if pid not in stopped]:
         for pid in new:
             _signal(pid, signal.SIGSTOP)
         stopped += new

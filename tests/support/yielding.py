@@ -7,23 +7,7 @@ import os
 import threading
 import time
 
-
-def _descendants(root: int) -> list[int]:
-    parents = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as fh:
-                    parents[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [child for child, parent in parents.items() if parent == pid]
-        found += children
-        frontier += children
-    return found
+from switchyard.state_handoff.faults import descendants
 
 
 class JvmPriority(threading.Thread):
@@ -38,7 +22,7 @@ class JvmPriority(threading.Thread):
     def run(self) -> None:
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline and os.path.exists(f"/proc/{self.root}"):
-            for pid in _descendants(self.root):
+            for pid in descendants(self.root):
                 try:
                     with open(f"/proc/{pid}/comm") as fh:
                         if fh.read().strip() != "java":
