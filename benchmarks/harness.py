@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from switchyard.jobs.cli.parser import common_options
+from switchyard.state_handoff.faults import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1024 * 1024
@@ -85,21 +86,6 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
     fields = stat[stat.rindex(")") + 2:].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children, their children, ...)."""
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        stat = _read(f"/proc/{entry}/stat") if entry.isdigit() else None
-        if stat:
-            tree.setdefault(int(stat[stat.rindex(")") + 2:].split()[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in tree.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def process_kind(pid: int) -> str:
@@ -173,16 +159,6 @@ class MemorySampler(threading.Thread):
 
 
 # ---------------------------------------------------------------- a run in a fresh process
-
-def cpu_seconds(pid: int) -> float:
-    """The CPU time (user + system) a live process has used, in seconds; 0 once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 class CpuSampler(threading.Thread):
     """Every `every` seconds while `pid` lives (or until stop()): the CPU seconds its process tree's live processes
