@@ -64,9 +64,8 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
     elif mode == "switchyard":
         from switchyard.jobs.backfill import KeptTiles, backfill_tiles, commit_state
 
-        kept = KeptTiles()  # as `switchyard backfill --kafka-tail` runs them: the tail parsed with the archive, the
-        # commit reading the tiles its run kept
-        tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet, keep=kept, kafka_tail_from=bootstrap)
+        kept = KeptTiles()  # as `switchyard backfill` runs them: the commit reads the tiles its run kept
+        tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet, keep=kept)
         stage("backfill_tiles")
         commit_state(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap, kept=kept)
         stage("commit_state")

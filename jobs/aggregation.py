@@ -34,17 +34,15 @@ def window_starts(pipeline: Pipeline, pane: F.Column) -> F.Column:
                        lambda k: F.timestamp_seconds(F.unix_seconds(pane) - k * F.lit(slide)))
 
 
-def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SORT, also_by: tuple[str, ...] = ()
-                      ) -> DataFrame:
-    """Partial aggregates per (key, tile, kafka_partition) from well-formed parsed events (and per `also_by`'s
-    columns, kept in the tiles: which input a record came from, say).
+def tiles_from_events(pipeline: Pipeline, events: DataFrame, strategy: str = SORT) -> DataFrame:
+    """Partial aggregates per (key, tile, kafka_partition) from well-formed parsed events.
 
     SORT: repartition by key, sort within partitions by (key, tile, partition, event_time), then one pass per
     group (SortAggregate; no hash map of all keys, spills through the sort). HASH: a plain groupBy left to
     Spark's planner; with a `last` aggregation (a max over a struct holding a string) Spark cannot use its
     hash aggregate and plans a partial aggregation before the shuffle plus a sort-based final one.
     """
-    grain = [*pipeline.keys, TILE_START, "kafka_partition", *also_by]
+    grain = [*pipeline.keys, TILE_START, "kafka_partition"]
     events = events.withColumn(TILE_START, tile_start(pipeline))
     if strategy == SORT:
         events = events.repartition(*pipeline.keys).sortWithinPartitions(*grain, pipeline.event_time)

@@ -216,11 +216,10 @@ def _avro_fields(pipeline: Pipeline, records: DataFrame, oversized: Column, live
     return parsed, texts, numbers, times, checks
 
 
-def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame, also: tuple[str, ...] = ()) -> DataFrame:
+def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:
     """Parsed records kept on local disk (not the heap) for an aggregation and the dead letters, so neither parses
     again: every record's partition, `error` and the fields an aggregation reads; the rest of the record (its value,
-    offset, date...) only when it failed, for its dead letter. Fields nothing reads are left out; `also`'s columns
-    are kept for every record.
+    offset, date...) only when it failed, for its dead letter. Fields nothing reads are left out.
 
     Building the cache costs more than reading it, so it holds no more than the two passes read, and is written
     without columnar compression (deploy/spark.py)."""
@@ -228,6 +227,6 @@ def cached_for_two_passes(pipeline: Pipeline, parsed: DataFrame, also: tuple[str
             *(a.column for a in pipeline.all_aggregations if a.column)}
     fields = {f.name for f in pipeline.fields}
     failed = F.col("error").isNotNull()
-    kept = [F.col(c) if c in used or c in ("kafka_partition", "error", *also) else F.when(failed, F.col(c)).alias(c)
+    kept = [F.col(c) if c in used or c in ("kafka_partition", "error") else F.when(failed, F.col(c)).alias(c)
             for c in parsed.columns if c in used or c not in fields]
     return parsed.select(*kept).persist(StorageLevel.DISK_ONLY)

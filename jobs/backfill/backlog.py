@@ -114,19 +114,15 @@ def tile_days(path: str, version: int | None) -> set[date]:
 
 
 def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=logger.info,
-                 also: DataFrame | None = None, by_key: bool = False,
-                 together: DataFrame | None = None) -> tuple[DataFrame, Merged | None]:
+                 also: DataFrame | None = None, by_key: bool = False) -> tuple[DataFrame, Merged | None]:
     """One row per key over every tile: the earlier merge with the days tiled since, or every tile; `also`: more
     keyed partials merged in the same aggregation (a Kafka tail's tiles). `by_key`: `tiles` are partitioned and
     sorted by key as the tiles run made them, so every tile is merged in place first and `also` joins the merged
-    rows (one row per key) rather than the tiles; `together`: `tiles` and `also` in one frame partitioned that way
-    (a tail folded into the tiles run), merged in place in one pass when every tile is merged."""
+    rows (one row per key) rather than the tiles."""
     earlier, why = earlier_merge(pipeline, tables)
     columns = _columns(pipeline)
     if earlier is None:
         out(f"  merging every tile: {why}")
-        if together is not None:
-            return state_from_partials(pipeline, together.select(*columns)).select(*columns), None
         partials = tiles.select(*columns)
         if by_key:
             partials = state_from_partials(pipeline, partials).select(*columns)

@@ -123,8 +123,7 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                  kept: KeptTiles | None = None) -> BackfillResult:
     """Merge every tile into keyed state and windows and append BACKFILL_COMMITTED (isBacklog ends here).
     `kafka_tail_from` (a bootstrap): fold the archived topic's records up to its end into the backlog too.
-    `kept`: the tiles this process's tiles run kept (read instead of the table when they are all of it; released),
-    and the Kafka tail that run folded into its parse, if it did: the commit folds that tail in, not another."""
+    `kept`: the tiles this process's tiles run kept (read instead of the table when they are all of it; released)."""
     started = time.monotonic()
     times = StepTimes(started)  # where the commit's seconds go: BACKFILL_COMMITTED's commit_s
     first, last, archive, _ = resolve_range(tables, None, None)
@@ -144,30 +143,25 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
             raise bad_file(archive, bad, problems[bad.path])
         tiles_version = backlog.table_version(tables.tiles)  # the tiles this commit merges, read at that version
         by_key = kept is not None and kept.covers(tiles_version, backlog.tile_days(tables.tiles, tiles_version))
-        folded = kept is not None and kept.tail is not None and at_cut is None  # the tail's tiles are kept too
         if by_key:  # this process's tiles run wrote every tile the table holds: read from local disk, by key
-            tiles, archive_tiles = kept.frame, kept.archive_tiles()  # the tail's tiles in `tiles` too, if folded
+            tiles = archive_tiles = kept.frame
         else:
             reader = spark.read.format("delta")
             if tiles_version is not None:
                 reader = reader.option("versionAsOf", tiles_version)
             tiles = archive_tiles = reader.load(tables.tiles)
-        if folded:  # parsed, tiled and dead-lettered with the archive by the tiles run
-            tail, tail_tiles, tail_accounting = kept.tail, kept.tail_tiles(), kept.tail_accounting
-            if not by_key:
-                tiles = tiles.unionByName(tail_tiles)
-        elif kafka_tail_from is not None and at_cut is None:
+        if kafka_tail_from is not None and at_cut is None:
             tail = kafka_tail_to_latest(tables, kafka_tail_from)
-            out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.extent()})")
+            out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
+                + ", ".join(f"p{p}:{tail.start.get(p, 0)}..{o}" for p, o in sorted(tail.end.items())) + ")")
             tail_parsed, tail_tiles, tail_accounting = kafka_tail_tiles(spark, pipeline, tables, tail)
-            tiles = tiles.unionByName(tail_tiles)
-        if tail is not None:
             run.kafka_tail = {**tail.as_details(), "records": tail.records, "accounting": tail_accounting}
+            tiles = tiles.unionByName(tail_tiles)
             times.end("kafka_tail")
         out("[5/5] merging the tiles into keyed state" + (" at the cut" if at_cut else " and windows"))
         # kept (one row per key, on local disk) for what follows the write: the watermark, the seed, the keys
         merged, earlier = backlog.merged_tiles(spark, pipeline, tables, archive_tiles, out, also=tail_tiles,
-                                               by_key=by_key, together=tiles if folded and by_key else None)
+                                               by_key=by_key)
         merge_record = None
         columns = [*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)]
         if at_cut is not None:  # the tiles' merge alone is kept apart, for the next rebase's commit to start from
@@ -226,9 +220,8 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                     else archived_boundary(spark, tables, archive, readable))
         if tail is not None:
             boundary.update({p: o - 1 for p, o in tail.end.items() if o > tail.start.get(p, 0)})
-            if tail_parsed is not None:  # read here, not kept by the tiles run
-                tail_parsed.unpersist()
-                tail_tiles.unpersist()
+            tail_parsed.unpersist()
+            tail_tiles.unpersist()
         # The tiles run's own count when it covered exactly the archive's readable files (a backfill of every day
         # since nothing changed): the archive read a third time would give the same figures.
         whole = ({p: dict(a) for p, a in run.accounting.items()} if run.files and run.accounting
@@ -287,8 +280,7 @@ def run_backfill(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_
     """`switchyard backfill`: the day tiles of a range, then the state over all tiles (and, given
     `kafka_tail_from`, the archived topic's records after the archive up to the topic's end)."""
     kept = KeptTiles()
-    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out, kept,
-                               kafka_tail_from=kafka_tail_from)
+    tiles_run = backfill_tiles(spark, pipeline, tables, first_day, last_day, skip_bad_files, strategy, out, kept)
     try:
         if tiles_run.handoff_id is None:
             return tiles_run

@@ -39,11 +39,6 @@ class KafkaTail:
     def records(self) -> int:
         return sum(max(0, o - self.start.get(p, 0)) for p, o in self.end.items())
 
-    def extent(self) -> str:
-        """Its size and offsets, for a progress line."""
-        return (f"{self.records:,} records: "
-                + ", ".join(f"p{p}:{self.start.get(p, 0)}..{o}" for p, o in sorted(self.end.items())))
-
     def as_details(self) -> dict:
         return {"topic": self.topic, "from": {str(p): o for p, o in sorted(self.start.items())},
                 "to": {str(p): o for p, o in sorted(self.end.items())}}
@@ -62,31 +57,16 @@ def kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables,
     """The tail's day tiles, its dead letters (replacing what an interrupted attempt wrote from the same start,
     whatever end it had reached), and its accounting per partition (records read, parsed well-formed,
     dead-lettered) in one pass over the parsed records, kept on local disk for the tiles. The caller unpersists
-    the parsed records and the tiles it returns. (A backfill's tiles run folds the tail into its own parse
-    instead: jobs/backfill/tiles.py.)"""
+    the parsed records and the tiles it returns."""
     parsed = cached_for_two_passes(pipeline, parse_events(pipeline, kafka_range(spark, tail.bootstrap, tail.topic,
                                                                                 tail.start, tail.end)))
-    counts = tail_accounting(parsed)
-    write_tail_dead_letters(spark, pipeline, tables, tail, parsed.where(F.col("error").isNotNull()))
-    # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
-    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
-    return parsed, tiles, counts
-
-
-def tail_accounting(parsed: DataFrame) -> dict[str, dict[str, int]]:
-    """Per partition of the tail's parsed records: read, parsed well-formed, dead-lettered."""
     counts = {str(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed, "dead_lettered": r.dead_lettered}
               for r in parsed.groupBy("kafka_partition").agg(
                   F.count(F.lit(1)).alias("read"), F.count_if(F.col("error").isNull()).alias("well_formed"),
                   F.count_if(F.col("error").isNotNull()).alias("dead_lettered")).collect()}
-    return dict(sorted(counts.items()))
-
-
-def write_tail_dead_letters(spark: SparkSession, pipeline: Pipeline, tables: Tables, tail: KafkaTail,
-                            malformed: DataFrame) -> None:
-    """The tail's dead letters, written by the executors (their values never reach the driver), in one commit that
-    also drops what an interrupted attempt wrote from the same start."""
-    dead = dead_letter_rows(pipeline, malformed, TAIL_PHASE)
+    # The tail's dead letters, written by the executors (their values never reach the driver), in one commit that
+    # also drops what an interrupted attempt wrote from the same start
+    dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), TAIL_PHASE)
     anywhere_in_tail = " OR ".join(f"(kafka_partition = {p} AND kafka_offset >= {tail.start.get(p, 0)})"
                                    for p in sorted(tail.end))
     ensure_tables(pipeline, tables)
@@ -94,3 +74,6 @@ def write_tail_dead_letters(spark: SparkSession, pipeline: Pipeline, tables: Tab
     (dead.write.format("delta").mode("overwrite")
      .option("replaceWhere", f"phase = '{TAIL_PHASE}' AND ({anywhere_in_tail or 'false'})")
      .options(**fencing.spark_options(tables.dead_letter)).save(tables.dead_letter))
+    # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
+    tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
+    return parsed, tiles, dict(sorted(counts.items()))

@@ -16,8 +16,7 @@ from pyspark.sql import functions as F
 from switchyard.jobs.aggregation import SORT, tiles_from_events
 from switchyard.jobs.backfill.accounting import Counts, archive_accounting, check_against_record
 from switchyard.jobs.backfill.backlog import table_version
-from switchyard.jobs.backfill.read import check_files, kafka_range, read_archive, resolve_range
-from switchyard.jobs.backfill.tail import KafkaTail, kafka_tail_to_latest, tail_accounting, write_tail_dead_letters
+from switchyard.jobs.backfill.read import check_files, read_archive, resolve_range
 from switchyard.jobs.sinks import dead_letter_rows
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import handoff_log
@@ -31,8 +30,6 @@ from switchyard.state_handoff.stream_layout import read_json, write_json_atomica
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
-
-FROM_TAIL = "from_kafka_tail"  # a kept tile's input: the Kafka tail past the archive (true) or the archive
 
 
 @dataclass
@@ -76,18 +73,6 @@ class KeptTiles:
     frame: DataFrame | None = None
     version: int | None = None  # the `tiles` version the run's write made
     days: tuple[date, date] | None = None  # the run's first and last day: it replaced every tile in between
-    # the Kafka tail the run folded into its one parse: its tiles are in `frame` too (FROM_TAIL), never in the table;
-    # its dead letters are written; the commit folds it into the backlog
-    tail: KafkaTail | None = None
-    tail_accounting: dict[str, dict[str, int]] = field(default_factory=dict)
-
-    def archive_tiles(self) -> DataFrame:
-        """The kept tiles the table holds: the archive's."""
-        return self.frame if self.tail is None else self.frame.where(~F.col(FROM_TAIL)).drop(FROM_TAIL)
-
-    def tail_tiles(self) -> DataFrame:
-        """The kept tiles of the Kafka tail."""
-        return self.frame.where(F.col(FROM_TAIL)).drop(FROM_TAIL)
 
     def covers(self, version: int | None, days: set[date]) -> bool:
         """Whether the kept tiles are the table's at `version`, whose tiles lie on `days`."""
@@ -121,16 +106,10 @@ def _replace_days(df: DataFrame, path: str, first: date, last: date, condition: 
 
 def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, first_day: str | None = None,
                    last_day: str | None = None, skip_bad_files: bool = False, strategy: str = SORT,
-                   out=logger.info, keep: KeptTiles | None = None, whole: bool = False,
-                   kafka_tail_from: str | None = None) -> BackfillResult:
+                   out=logger.info, keep: KeptTiles | None = None, whole: bool = False) -> BackfillResult:
     """Replace the tiles and dead letters of the archived days first_day..last_day (all when not given).
     `keep`: the tiles written stay on local disk there, for a commit in this process (it releases them).
-    `whole`: every archived day, its tiles replacing the whole table (a redeploy's, of another shape).
-    `kafka_tail_from` (a bootstrap; with `keep`): the archived topic's records past the archive, up to its end now,
-    parsed and tiled in the same pass as the archive's; their tiles are kept for the commit, their dead letters
-    written (jobs/backfill/tail.py), the table's tiles stay the archive's."""
-    if kafka_tail_from is not None and keep is None:
-        raise ValueError("a Kafka tail is folded into the tiles run only for a commit in this process (keep)")
+    `whole`: every archived day, its tiles replacing the whole table (a redeploy's, of another shape)."""
     started = time.monotonic()
     times = StepTimes(started)
     first, last, archive, days = resolve_range(tables, first_day, last_day)
@@ -146,32 +125,22 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
                        details=BackfillStarted(from_=str(first), to=str(last), strategy=strategy))
     result = BackfillResult(handoff_id, first, last, skipped_files=skipped)
     in_range = [f for f in readable if first <= f.day <= last]
-    tail = kafka_tail_to_latest(tables, kafka_tail_from) if kafka_tail_from is not None else None
     with failure_logged(spark, tables, handoff_id):
         # Parsing is the costly part of the scan: parse once, keep what the tiles and the dead letters read.
-        records, by = read_archive(spark, tables, in_range), ()
-        if tail is not None:  # one parse and one sort for the archive and the tail, told apart by FROM_TAIL
-            records, by = _with_tail(spark, records, tail), (FROM_TAIL,)
-        parsed = cached_for_two_passes(pipeline, parse_events(pipeline, records), by)
-        archived = F.lit(True) if tail is None else ~F.col(FROM_TAIL)
+        parsed = cached_for_two_passes(pipeline, parse_events(pipeline, read_archive(spark, tables, in_range)))
         try:
-            out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})"
-                + (f", and the Kafka tail of {tail.topic} in batch ({tail.extent()})" if tail else ""))
-            tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy, by)
+            out(f"[2/5] sorting and aggregating {len(in_range)} files into day tiles ({strategy})")
+            tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), strategy)
             if keep is not None:
                 tiles = tiles.persist(StorageLevel.DISK_ONLY)  # filled by the write, read again by the commit
-            _replace_days(tiles.where(archived).drop(*by), tables.tiles, first, last, whole=whole)
+            _replace_days(tiles, tables.tiles, first, last, whole=whole)
             if keep is not None:
                 keep.frame, keep.version, keep.days = tiles, table_version(tables.tiles), (first, last)
             times.end("parse_and_tiles")
             out("[3/5] dead-lettering malformed records")
-            malformed = parsed.where(F.col("error").isNotNull())
-            dead = dead_letter_rows(pipeline, malformed.where(archived), "backfill", F.col("event_date"))
+            dead = dead_letter_rows(pipeline, parsed.where(F.col("error").isNotNull()), "backfill", F.col("event_date"))
             _replace_days(_not_dead_lettered_by_a_stream(spark, tables, dead), tables.dead_letter, first, last,
                           "phase = 'backfill'")
-            if tail is not None:
-                write_tail_dead_letters(spark, pipeline, tables, tail, malformed.where(F.col(FROM_TAIL)))
-                keep.tail, keep.tail_accounting = tail, tail_accounting(parsed.where(F.col(FROM_TAIL)))
             times.end("dead_letters")
         finally:
             parsed.unpersist()
@@ -186,14 +155,6 @@ def backfill_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, firs
     write_json_atomically(_tiles_run_file(tables, handoff_id), asdict(result))
     faults.reach("backfill.after_tiles")
     return result
-
-
-def _with_tail(spark: SparkSession, archived: DataFrame, tail: KafkaTail) -> DataFrame:
-    """The archive's records and the tail's in one frame, each marked by FROM_TAIL (the archive's carry their day,
-    the tail's their Kafka timestamp)."""
-    kafka = kafka_range(spark, tail.bootstrap, tail.topic, tail.start, tail.end)
-    return (archived.withColumn(FROM_TAIL, F.lit(False))
-            .unionByName(kafka.withColumn(FROM_TAIL, F.lit(True)), allowMissingColumns=True))
 
 
 def _not_dead_lettered_by_a_stream(spark: SparkSession, tables: Tables, dead: DataFrame) -> DataFrame:
