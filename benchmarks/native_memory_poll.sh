@@ -13,10 +13,10 @@ while true; do
     echo "=== $(date +%s) pid=$pid rss_kb=$rss anon_kb=$anon" >> "$out"
     jcmd $pid VM.native_memory summary 2>/dev/null | grep -E "^Total|^-" >> "$out"
     if [ -n "$anon" ] && [ "$anon" -gt "$spike_kb" ]; then
-      # each anonymous mapping's resident kB and size kB, the largest 15
-      awk '/^[0-9a-f]+-[0-9a-f]+ /{path=$6; start=$1} /^Rss:/{rss=$2} /^Size:/{size=$2}
-           /^Anonymous:/{if (path == "" && $2 > 0) print $2, size, start}' "/proc/$pid/smaps" 2>/dev/null \
-        | sort -rn | head -15 | sed 's/^/  anon_mapping rss_kb size_kb range: /' >> "$out"
+      # each unnamed mapping's resident anonymous kB, its size kB and its address range: the largest 15
+      awk '/^[0-9a-f]+-[0-9a-f]+ /{path=$6; range=$1} /^Size:/{size=$2}
+           /^Anonymous:/{if (path == "" && $2 > 0) print $2, size, range}' "/proc/$pid/smaps" 2>/dev/null \
+        | sort -rn | head -15 | sed 's/^/  anon_mapping anon_kb size_kb range: /' >> "$out"
     fi
   done
   sleep "$every"
