@@ -4,7 +4,7 @@ streamed keyed state folded up to it, which the reconciliation compares with the
 
 A rebase reads the records past the archive's cut three times: the recomputed keyed state tiles [archive cut, C), the
 streamed state folds [K, C) onto the drained state, and the events path catches up over [E, C). Fetched from Kafka in
-batch, 10^7 demo records take 13-23 s and their parse about 38 s more on 2 cores (docs/performance.md, "Where a
+batch, 10^7 demo records take 13-23 s and their parse about 22 s more on 2 cores (docs/performance.md, "Where a
 rebase's time goes"), so `CutRecords` fetches and parses the range from the lowest of those starts to the cut once,
 keeps it on local disk, and gives each step its part. A part outside it (a batch the stream planned before E) is read
 on its own; when Kafka no longer retains the range's start (the archive stands in for what retention deleted), every
@@ -92,6 +92,11 @@ class CutRecords:
         if ranges and all(earliest.get(p, 0) <= lo for p, (lo, _) in ranges.items()):
             self.kept = parse_events(pipeline, kafka_range(spark, bootstrap, topic, start, end)).persist(
                 StorageLevel.DISK_ONLY)
+            # Made now, by one job. Left to the first query that reads it, every scan of it in that query's plan
+            # (the reconciliation scans several parts) makes it at once, as a job of its own under adaptive
+            # execution, and each task of one job waits for the block a task of the other is computing: at 10^7
+            # the fetch and parse took 77.6 s on 2 cores, 58 of its 155 task-seconds spent waiting.
+            self.kept.count()
 
     def parsed(self, start: Offsets, end: Offsets, pipeline: Pipeline | None = None) -> DataFrame:
         """The parsed records of [start, end): the kept ones when they hold the range, else read now (parsed under
