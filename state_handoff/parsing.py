@@ -95,14 +95,19 @@ def parse_events(pipeline: Pipeline, records: DataFrame, live: bool = False) -> 
     parsed, texts, numbers, times, checks = fields(pipeline, records, oversized)
     checks = [(F.col("value").isNull(), TOMBSTONE), (oversized, TOO_LARGE), *checks]
     typed: dict[str, Column] = {}
-    for f in pipeline.fields:
+    for i, f in enumerate(pipeline.fields):
         text = texts.get(f.name)
         if f.type == "string":
             typed[f.name] = text
             bad = text.isNull() | (text == "")
             reason = missing(f.name)
         elif f.type == "timestamp":
-            read = times[f.name] if f.name in times else F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text))
+            if f.name in times:
+                read = times[f.name]
+            else:  # a column of its own, evaluated once: the value and the checks below read it several times,
+                # each inside a condition, which Spark's common-subexpression elimination does not share
+                parsed = parsed.withColumn(f"__read_{i}", F.when(text.rlike(ISO_TIMESTAMP), F.try_to_timestamp(text)))
+                read = F.col(f"__read_{i}")
             typed[f.name] = F.when(within(pipeline, read), read)
             if f.required:
                 checks.append((read.isNotNull() & typed[f.name].isNull(), out_of_range(f.name)))
