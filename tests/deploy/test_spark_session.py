@@ -53,6 +53,9 @@ def test_the_commands_settings_win_over_the_platforms_and_the_platforms_over_swi
     assert not given & set(conf), "what the platform gives is left to the platform"
     assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension", "switchyard's own otherwise"
     assert "spark.jars" in conf, "--packages names other artifacts; switchyard's jars still come"
+    assert conf["spark.hadoop.parquet.hadoop.vectored.io.enabled"] == "false", "Parquet's vectored reads off"
+    on = deploy_spark.session_conf("app", "test", {"spark.hadoop.parquet.hadoop.vectored.io.enabled": "true"})
+    assert on["spark.hadoop.parquet.hadoop.vectored.io.enabled"] == "true", "and back on by the command's --conf"
 
     (tmp_path / "spark-defaults.conf").write_text("spark.sql.session.timeZone Europe/Paris\n")
     with pytest.raises(UserError, match=r"^the given spark.sql.session.timeZone is Europe/Paris"):
