@@ -21,8 +21,7 @@ SCENARIOS = {
     "seeding": ("benchmarks.seeding", "seeding the stream's keyed state: seed source vs transformWithStateInPandas"),
     "stream-start": ("benchmarks.stream_start", "a stream's start to SWITCHED, in fresh processes"),
     "kafka-read": ("benchmarks.kafka_read", "a batch read of a Kafka range: fetch, parse and tiles, each timed"),
-    "scan-memory": ("benchmarks.scan_memory", "the driver's memory outside the heap scanning Parquet, vectored "
-                                              "reads on and off"),
+    "scan-memory": ("benchmarks.scan_memory", "the driver's memory scanning Parquet, vectored reads on and off"),
     "redeploy": ("benchmarks.redeploy", "a changed definition redeployed under a live stream vs batch-only over the "
                                         "same history"),
 }

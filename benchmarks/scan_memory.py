@@ -1,4 +1,4 @@
-"""The driver's memory outside the heap while Spark scans Parquet, with Parquet's vectored reads on and off. Usage:
+"""The driver's memory while Spark scans Parquet, with Parquet's vectored reads on and off. Usage:
 
     .venv/bin/python -m benchmarks scan-memory [--rows 30000000] [--scans 3] [--dir D] [--json F]
 

@@ -235,9 +235,10 @@ def session_conf(app_name: str, profile: str | None = None, extra_conf: dict | N
         "spark.sql.codegen.cache.maxEntries": "2000",
         # Parquet 1.16 reads a row group's column chunks as vectored reads, and on a local file system each chunk
         # goes through a JDK pool thread that keeps a direct buffer of the chunk's size for the thread's life: a
-        # scan of 32-55 MB chunks held 1.4 GB outside the heap against 0.26 GB with vectored reads off, in the same
-        # time (`python -m benchmarks scan-memory`). An object-store warehouse can take them back with --conf
-        # spark.hadoop.parquet.hadoop.vectored.io.enabled=true (docs/platforms.md, "The Spark session").
+        # scan of 32-55 MB chunks peaked 0.6-1.1 GB higher (336-391 MB of it direct buffers) than with vectored
+        # reads off, in the same time (`python -m benchmarks scan-memory`). An object-store warehouse can take them
+        # back with --conf spark.hadoop.parquet.hadoop.vectored.io.enabled=true (docs/platforms.md, "The Spark
+        # session").
         "spark.hadoop.parquet.hadoop.vectored.io.enabled": "false",
         **SESSION_SQL_CONF,
         **object_store_conf(),
