@@ -37,7 +37,7 @@ def run_worker(args) -> int:
     """Inside the fresh process: one backfill, timed step by step; then memory and the event log."""
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     run_dir = Path(args.run_dir)
@@ -113,8 +113,8 @@ def run_probes(spark, tables, strategy: str, parse_probes: bool) -> dict[str, fl
     from switchyard.jobs.aggregation import tiles_from_events
     from switchyard.jobs.backfill import read_archive
     from switchyard.state_handoff.io.archive_files import list_archive
-    from switchyard.state_handoff.parsing import parse_events
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.parsing import parse_events
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     pipeline = get_pipeline(PIPELINE)
     archive = read_archive(spark, tables, list_archive(tables.archive))

@@ -104,7 +104,7 @@ def _archive(bootstrap: str, topic: str, fraction: float, warehouses: dict[str, 
     """Archive `fraction` of the topic once, copied to every arm that reads an archive; its seconds."""
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.archive import archive_cut, run_archive
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     spark = build_spark("switchyard-bench-archive")

@@ -9,8 +9,9 @@ import os
 import time
 
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.step_times import StepTimes
+
 
 def _empty_start(spark, pipeline, tables, topic: str) -> None:
     """Streaming-only: no archive, empty state, a handoff at the earliest offsets of every partition."""
@@ -18,7 +19,7 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
     from switchyard.state_handoff.control import handoff_log
     from switchyard.state_handoff.control.details import BackfillCommitted
     from switchyard.state_handoff.io.archive_files import write_archive_meta
-    from switchyard.state_handoff.parsing import parse_events
+    from switchyard.state_handoff.language.parsing import parse_events
 
     nothing = spark.createDataFrame([], "kafka_partition INT, kafka_offset BIGINT, value BINARY")
     tiles = tiles_from_events(pipeline, parse_events(pipeline, nothing), "hash")
@@ -37,10 +38,10 @@ def _empty_start(spark, pipeline, tables, topic: str) -> None:
 def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: int) -> dict:
     """One arm in this process: its wall seconds and the stages they went to."""
     from switchyard.deploy.spark import build_spark
-    from switchyard.jobs.stream.settings import StreamSettings
+    from switchyard.jobs.handoff import run_handoff
+    from switchyard.jobs.stream.options import StreamOptions
     from switchyard.jobs.stream.supervisor import run_stream
-    from switchyard.state_handoff.handoff import run_handoff
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     pipeline = get_pipeline("demo")
@@ -51,7 +52,7 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
 
     spark = build_spark(f"switchyard-bench-{mode}")
     stage("spark_start")
-    settings = StreamSettings(until_caught_up=True, max_offsets_per_trigger=max_offsets)
+    settings = StreamOptions(until_caught_up=True, max_offsets_per_trigger=max_offsets)
     quiet = lambda *_: None  # noqa: E731
     if mode == "streaming_only":
         # streaming only: never switching back to the batch path, which is what B is
@@ -119,9 +120,9 @@ def _batch_only(spark, pipeline, tables, bootstrap: str, topic: str, every_table
 
     from switchyard.jobs.aggregation import backlog_watermark, tile_start
     from switchyard.jobs.sinks import batch_window_partials
-    from switchyard.state_handoff.aggregates import event_aggregations, flatten_last
     from switchyard.state_handoff.io.archive_files import archive_meta
-    from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
+    from switchyard.state_handoff.language.aggregates import event_aggregations, flatten_last
+    from switchyard.state_handoff.language.parsing import cached_for_two_passes, parse_events
 
     cut = archive_meta(tables.archive)["cut"]
     archived = spark.read.parquet(tables.archive).select("kafka_partition", "kafka_offset", "value")

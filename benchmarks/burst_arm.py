@@ -26,8 +26,8 @@ def worker(argv: list[str]) -> dict:
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.handoff import run_handoff
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.handoff import run_handoff
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     warehouse, bootstrap, topic = argv
 
@@ -96,7 +96,7 @@ def current_handoff_id(entries: list) -> str | None:
 
 def progress_of(tables: Tables, handoff_id: str | None) -> dict | None:
     """The stream's progress.json of a handoff: its lag, the latest offsets, `state`'s updates behind."""
-    from switchyard.state_handoff.stream_layout import read_json, stream_dir
+    from switchyard.state_handoff.stream.layout import read_json, stream_dir
 
     return read_json(stream_dir(tables, handoff_id) / "progress.json") if handoff_id else None
 
@@ -359,7 +359,7 @@ class ArmRun:
             self._sampling.set()
 
     def collect(self) -> None:
-        from switchyard.state_handoff.status import pipeline_status
+        from switchyard.state_handoff.control.status import pipeline_status
 
         status = pipeline_status(self.tables)
         self.arm.rebases = status.get("rebases", 0)

@@ -1,6 +1,6 @@
 """What a batch read of a Kafka range costs, step by step: the fetch (twice: the second from a warm page cache), the
 fetch with the pipeline's parse, and the fetch, parse and sort-based tiles, each forced by a no-op write in one
-SparkSession. This is what a rebase pays per read of the records past the archive (jobs/rebase.py reads them three
+SparkSession. This is what a rebase pays per read of the records past the archive (jobs/rebase/run.py reads them three
 times). Needs the broker and a topic (`bench` and `burst` leave theirs, e.g. bench.n10000000.k100000.p4.s42). Usage:
 
     .venv/bin/python -m benchmarks kafka-read --topic bench.n10000000.k100000.p4.s42 [--records N] [--json F]
@@ -26,10 +26,10 @@ def main(argv: list[str]) -> int:
 
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.backfill import kafka_range
-    from switchyard.jobs.rebase_cut import tiles_of
+    from switchyard.jobs.rebase.cut import tiles_of
     from switchyard.state_handoff.io.kafka_io import offset_bounds
-    from switchyard.state_handoff.parsing import parse_events
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.parsing import parse_events
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     bounds = offset_bounds(args.bootstrap, args.topic)
     if not bounds or all(hi <= lo for lo, hi in bounds.values()):

@@ -15,14 +15,14 @@ from pathlib import Path
 
 from benchmarks.harness import add_connection, start_service, switchyard_command, terminate, write_json
 from switchyard.jobs.inputs.encoding import event_time_text, event_value
-from switchyard.jobs.stream.settings import StreamSettings
+from switchyard.jobs.stream.options import StreamOptions
 from switchyard.jobs.stream.updates_topic import last_started_with
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, paced, produce
 from switchyard.state_handoff.io.kafka_security import client_kwargs
-from switchyard.state_handoff.stream_layout import StreamPaths, read_json
+from switchyard.state_handoff.stream.layout import StreamPaths, read_json
 from switchyard.state_handoff.tables import Tables
 
 
@@ -151,8 +151,8 @@ def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=prin
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.handoff import run_handoff
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.handoff import run_handoff
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
     create_topic(bootstrap, topic, partitions=2)
@@ -171,10 +171,10 @@ def small_switched_pipeline(tables: Tables, bootstrap: str, topic: str, out=prin
 
 def run_latency_bench(warehouse: str, bootstrap: str, rates: list[int], seconds: float,
                       trigger_seconds: float = 0.0,
-                      tables_trigger_seconds: float = StreamSettings.tables_trigger_seconds,
+                      tables_trigger_seconds: float = StreamOptions.tables_trigger_seconds,
                       warmup_seconds: float = 20.0, out=print) -> LatencyReport:
     """Set up a small switched pipeline, then measure at each rate in turn."""
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     pipeline = get_pipeline("demo")
     stamp = int(time.time())

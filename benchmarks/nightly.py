@@ -48,7 +48,7 @@ def worker(argv: list[str]) -> dict:
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.backfill import run_backfill
     from switchyard.state_handoff.io.archive_files import list_archive
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     out_dir, archive = Path(argv[0]), Path(argv[1])

@@ -12,7 +12,7 @@ tiled with it).
 2. `switchyard stream` in its own process, until it has streamed the night's day (both readers at the topic's end,
    `state` current);
 3. `switchyard archive --until-offsets` the topic's end (timed apart: it stands in for a sink that writes all day);
-4. the night: the day backfilled under the live stream as the nightly job does it (jobs/rebase.py's
+4. the night: the day backfilled under the live stream as the nightly job does it (jobs/rebase/run.py's
    rebase_pipeline, which the scheduled Dagster asset calls): the stream pauses at a cut, tiles the day, merges it
    into the earlier merge, recomputes the state at the cut, reconciles it with the streamed state and resumes.
    Timed from the request to SWITCHED (the new handoff's first batch committed); the steps from the log entries;
@@ -22,7 +22,7 @@ tiled with it).
    stream adds nothing past it: the states must be equal, amount_sum within what adding the same amounts in another
    order may change (the generator's rare amounts of up to 10^18 cancel in some keys' sums).
 The rebases are requested accepting differences, so that one their reconciliation reports (expected 0; sums within
-their reordering bound, jobs/backfill/reconciliation.py) is recorded, with whether the examples it shows lie within
+their reordering bound, jobs/rebase/reconciliation.py) is recorded, with whether the examples it shows lie within
 that rounding, rather than ending the run.
 """
 
@@ -56,9 +56,9 @@ def worker(argv: list[str]) -> dict:
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.jobs.handoff import run_handoff
     from switchyard.state_handoff.io.archive_files import list_archive
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     out_dir, bootstrap, topic, before, night = Path(argv[0]), *argv[1:]
     pipeline = get_pipeline(PIPELINE)
@@ -150,8 +150,8 @@ def _rebase(tables: Tables, bootstrap: str, day: str, stream_log: Path, timeout:
     """`day` backfilled under the live stream as the nightly job does it, and its figures: seconds from the request
     to SWITCHED, between the log entries on the way, the reconciliation, the cut against the archive's end, and the
     stream's own line on how the tiles were merged."""
-    from switchyard.jobs.rebase import rebase_pipeline
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.rebase.run import rebase_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     logged = stream_log.stat().st_size
     new = rebase_pipeline(get_pipeline(PIPELINE), tables, bootstrap, "backfill", REQUESTED_BY, _no_session,

@@ -35,8 +35,8 @@ from benchmarks.burst import compare_states
 from benchmarks.burst_inputs import Trickle, backlog_record
 from benchmarks.harness import (ROOT, CpuSampler, add_connection, delete_topics, machine, run_fresh, start_service,
                                 switchyard_command, terminate, worker_command, write_json)
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.spec import maximum
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.language.spec import maximum
 from switchyard.state_handoff.tables import Tables
 
 DEMO = get_pipeline("demo")
@@ -51,7 +51,7 @@ def worker(argv: list[str]) -> dict:
     from switchyard.deploy.spark import build_spark
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.jobs.handoff import run_handoff
 
     warehouse, bootstrap, topic, which = argv
     pipeline = REDEPLOYED if which == "redeployed" else DEMO
@@ -132,12 +132,11 @@ def _latency(bootstrap: str, topic: str, updates_topic: str, since: dict[int, in
              handoff_id: str) -> tuple[list[float], int]:
     """Seconds from each input produced after `since` (its offsets) and before `until_ms` to the first update
     naming its event id that handoff `handoff_id` wrote; and how many such inputs no such update names."""
-    from switchyard.jobs.stream.updates_topic import written_by
-
     from kafka import TopicPartition
 
-    from switchyard.state_handoff.aggregates import LAST_BY_ID
+    from switchyard.jobs.stream.updates_topic import written_by
     from switchyard.state_handoff.io.kafka_io import consumer
+    from switchyard.state_handoff.language.aggregates import LAST_BY_ID
 
     def read(name: str, start: dict[int, int] | None) -> list:
         with consumer(bootstrap) as client:
@@ -172,11 +171,10 @@ def _quantile(ordered: list[float], q: float) -> float | None:
 
 
 def run(args) -> Result:
+    from benchmarks.burst import read_state
     from switchyard.jobs.stream.updates_topic import last_started_with
     from switchyard.state_handoff.control import details, requests
     from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, produce
-
-    from benchmarks.burst import read_state
 
     out = Path(args.out_dir) / f"redeploy-{args.events}"
     shutil.rmtree(out, ignore_errors=True)

@@ -28,8 +28,8 @@ from benchmarks.harness import write_json
 from switchyard.deploy.spark import build_spark
 from switchyard.jobs.seed import EVENTS_SEEN
 from switchyard.jobs.stream.keyed import keyed_input, merged_state
-from switchyard.state_handoff.aggregates import event_aggregations, flatten_last, partial_columns
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.aggregates import event_aggregations, flatten_last, partial_columns
+from switchyard.state_handoff.language.pipelines import get_pipeline
 
 PIPELINE = get_pipeline("demo")
 
@@ -145,7 +145,7 @@ def _state_schema():
 
 def run_transform_with_state(spark, seed: Path, events: Path, work: Path) -> tuple[float, list]:
     """(b) the snapshot as transformWithStateInPandas' initial state."""
-    from pyspark.sql.types import StructField, StringType, StructType
+    from pyspark.sql.types import StringType, StructField, StructType
 
     event_stream = spark.readStream.schema(spark.read.parquet(str(events)).schema).parquet(str(events))
     initial = spark.read.parquet(str(seed)).drop(EVENTS_SEEN)

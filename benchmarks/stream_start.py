@@ -29,8 +29,8 @@ from benchmarks.latency import latency_event, small_switched_pipeline
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.stream_layout import StreamPaths, read_json
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream.layout import StreamPaths, read_json
 from switchyard.state_handoff.tables import Tables
 
 PIPELINE = get_pipeline("demo")

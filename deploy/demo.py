@@ -129,7 +129,7 @@ class Demo:
         raise UserError(f"no {status} from the stream within {timeout:.0f}s: see `switchyard status`")
 
     def watch_live(self) -> None:
-        from switchyard.state_handoff.status import pipeline_status
+        from switchyard.state_handoff.control.status import pipeline_status
 
         until = time.monotonic() + self.live_seconds
         while time.monotonic() < until:

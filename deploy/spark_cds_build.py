@@ -61,10 +61,10 @@ def _pipeline(spark, root: Path) -> None:
     from switchyard.deploy.local_server import free_ports
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.handoff import run_handoff
     from switchyard.jobs.inputs.generate import run_generate
-    from switchyard.jobs.stream import StreamSettings, run_stream
-    from switchyard.state_handoff.handoff import run_handoff
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.stream import StreamOptions, run_stream
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     broker = kafka_broker.Broker.at(free_ports(2), root / "kafka")
@@ -84,7 +84,7 @@ def _pipeline(spark, root: Path) -> None:
         run_backfill(spark, pipeline, tables, out=quiet)
         run_handoff(spark, pipeline, tables, broker.bootstrap)
         run_stream(spark, pipeline, tables, broker.bootstrap,
-                   StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=quiet)
+                   StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=quiet)
     finally:
         kafka_broker.stop(broker)
 

@@ -7,9 +7,9 @@ from datetime import datetime
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from switchyard.state_handoff.aggregates import (LAST_BY_TIME, WINDOW_PREFIX, event_aggregations, flatten_last,
-                                                 merge_aggregations, partial_columns)
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.aggregates import (LAST_BY_TIME, WINDOW_PREFIX, event_aggregations, flatten_last,
+                                                          merge_aggregations, partial_columns)
+from switchyard.state_handoff.language.spec import Pipeline
 
 TILE_START = "tile_start"
 SORT = "sort"

@@ -13,15 +13,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.jobs.log import warnings_to
+from switchyard.state_handoff.control.lease import Lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk,
                                                        orphan_files, read_record, record_uri, remove_files)
-from switchyard.state_handoff.control.lease import Lease
 from switchyard.state_handoff.io.archive_record import check_record, file_totals, recorded_runs
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.parsing import EPOCH, parse_events, within
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.parsing import EPOCH, parse_events, within
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

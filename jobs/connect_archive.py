@@ -34,8 +34,8 @@ from switchyard.jobs.archive import prepare, write_and_commit
 from switchyard.state_handoff.control.lease import Lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_io, storage
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

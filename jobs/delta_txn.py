@@ -7,8 +7,8 @@ Each commit is fenced by the pipeline's lease (state_handoff/fencing.py)."""
 
 from __future__ import annotations
 
-from switchyard.state_handoff.checkpoints import checkpoint_incarnation
 from switchyard.state_handoff.io import fencing
+from switchyard.state_handoff.stream.checkpoints import checkpoint_incarnation
 
 
 def keys_equal(keys: tuple[str, ...], target: str = "t", source: str = "s") -> str:

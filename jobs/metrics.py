@@ -64,7 +64,7 @@ class PipelineCollector:
 
     def __init__(self, tables: list[Tables], bootstrap: str | None,
                  status_of: Callable[[Tables], dict] | None = None):
-        from switchyard.state_handoff.status import pipeline_status
+        from switchyard.state_handoff.control.status import pipeline_status
 
         self.tables = tables
         self.status_of = status_of or (lambda t: pipeline_status(t, bootstrap))

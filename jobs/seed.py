@@ -13,12 +13,12 @@ from pyspark.sql.types import StructType
 
 from switchyard.jobs.sinks import ensure_tables
 from switchyard.state_handoff import faults
-from switchyard.state_handoff.aggregates import partial_columns
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.language.aggregates import partial_columns
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 
 # Events a keyed row carries: 0 in the seed, 1 for each stream input, so the merged state tells seed-only keys apart.

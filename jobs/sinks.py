@@ -21,14 +21,16 @@ from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import tile_start, window_end, window_starts
 from switchyard.jobs.delta_txn import TxnApp, append_arrow_once, delete_once, keys_equal, merge_once
-from switchyard.state_handoff import faults, stream_progress
-from switchyard.state_handoff.aggregates import (event_aggregations, flatten_last, merge_into_sql, sketch_columns,
-                                                 union_sketches)
-from switchyard.state_handoff.checkpoints import batch_end_offsets
-from switchyard.state_handoff.handoff import Handoff, Overlap, record_identity
+from switchyard.jobs.handoff import record_identity
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control.handoffs import Handoff, Overlap
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
-from switchyard.state_handoff.parsing import dead_letter_value
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.aggregates import (event_aggregations, flatten_last, merge_into_sql,
+                                                          sketch_columns, union_sketches)
+from switchyard.state_handoff.language.parsing import dead_letter_value
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.checkpoints import batch_end_offsets
 from switchyard.state_handoff.tables import Tables
 
 SKIPPED_OVERLAP = "skipped_overlap"

@@ -8,8 +8,8 @@ import logging
 import time
 
 from switchyard.jobs.serve import request_start
-from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import Failed, UserError

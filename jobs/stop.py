@@ -7,8 +7,8 @@ import logging
 import time
 
 from switchyard.jobs.log import warnings_to
-from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.control import details, handoff_log, lease, requests
+from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables

@@ -9,19 +9,21 @@ import dagster as dg
 from pydantic import Field
 
 from switchyard.jobs.backfill import backfill_tiles, commit_state
+from switchyard.jobs.handoff import run_handoff
 from switchyard.orchestration.errors import user_errors_as_failures
 from switchyard.orchestration.partitions import days_of
 from switchyard.orchestration.resources import KafkaResource, SparkResource, WarehouseResource
 from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_health import recorded_figures
 from switchyard.orchestration.stream_launch import StreamConfig, launch_and_watch
-from switchyard.state_handoff import definition, pipeline_settings
-from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control import details, handoff_log, lease
+from switchyard.state_handoff.control import pins as pipeline_settings
+from switchyard.state_handoff.control.clock import as_utc
+from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
-from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
+from switchyard.state_handoff.language import definition
 
 # Each asset that writes holds the pipeline's lease under its own name, as the CLI's commands do: a second actor
 # (a CLI stream, another run) is refused in one line naming the owner, before anything is written.
@@ -94,7 +96,7 @@ def _rebased(context, scope: Scope, spark: SparkResource, kafka: KafkaResource, 
              accept_differences: bool) -> dg.MaterializeResult:
     """The days re-tiled inside a rebase at a cut: through the live stream when one runs (it pauses, rebases and
     resumes), else in this run; the live tables are never overwritten under a stream."""
-    from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase.run import rebase_pipeline
     from switchyard.jobs.stream import stream_until_caught_up
 
     with user_errors_as_failures():
@@ -232,7 +234,7 @@ def _served_stream(context: dg.AssetExecutionContext, scope: Scope, tables) -> d
 
 def build(scope: Scope) -> dg.Definitions:
     """The pipeline's assets under its keys, group and tags. Each asset the definition shapes carries the definition's
-    version as its code version (state_handoff/definition.py), so Dagster marks what was made under another one."""
+    version as its code version (state_handoff/language/definition.py), so Dagster marks what was made under another one."""
     group, key, windows = scope.group, scope.key, ["windows", "window_state"] if scope.windowed else []
     shaped = definition.version(scope.spec)
 

@@ -15,8 +15,8 @@ from switchyard.orchestration.scope import Scope
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from switchyard.orchestration.stream_health import is_observed, transition_metadata
-from switchyard.state_handoff import pipeline_settings
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import pins as pipeline_settings
 
 
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
@@ -47,7 +47,7 @@ class RedeployConfig(RebaseConfig):
 
 def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, spark: SparkResource,
             kafka: KafkaResource, warehouse: WarehouseResource) -> None:
-    from switchyard.jobs.rebase import rebase_pipeline
+    from switchyard.jobs.rebase.run import rebase_pipeline
     from switchyard.jobs.stream import stream_until_caught_up
 
     tables = scope.tables(warehouse)
@@ -65,7 +65,7 @@ def _rebase(context: dg.OpExecutionContext, scope: Scope, config: RebaseConfig, 
 
 def _redeploy(context: dg.OpExecutionContext, scope: Scope, config: RedeployConfig, spark: SparkResource,
               kafka: KafkaResource, warehouse: WarehouseResource) -> None:
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.rebase.redeploy import redeploy_pipeline
 
     tables = scope.tables(warehouse)
     seq = _last_seq(tables)
@@ -136,7 +136,7 @@ def build(scope: Scope) -> tuple[dg.Definitions, "UnresolvedAssetJobDefinition"]
     @dg.op(name=scope.name("redeploy_at_a_cut"))
     def redeploy_at_a_cut(context: dg.OpExecutionContext, config: RedeployConfig, switchyard_spark: SparkResource,
                           switchyard_kafka: KafkaResource, switchyard_warehouse: WarehouseResource) -> None:
-        """Switch this code location's definition of the pipeline in at a cut (jobs/redeploy.py): its history tiled
+        """Switch this code location's definition of the pipeline in at a cut (jobs/rebase/redeploy.py): its history tiled
         beside the live stream, the stream stopped, the state recomputed at the cut, reconciled on the aggregations
         both definitions declare alike, and handed off there (`rollback`: back to the definition it replaced, its
         kept tiles restored)."""

@@ -11,8 +11,8 @@ from functools import cached_property
 import dagster as dg
 
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.pipelines import get_pipeline, reference
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline, reference
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 DEFAULT_BACKFILL_CRON = "30 0 * * *"

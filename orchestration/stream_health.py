@@ -7,13 +7,13 @@ from datetime import datetime
 
 import dagster as dg
 
-from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control import details, handoff_log, lifecycle, requests
+from switchyard.state_handoff.control.clock import as_utc
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
-from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.stream.layout import read_json, stream_dir
+from switchyard.state_handoff.stream.update_latency import UpdateLatency
 from switchyard.state_handoff.tables import Tables
-from switchyard.state_handoff.update_latency import UpdateLatency
 
 # A watermark further than this behind the wall clock means the events are historical (a replayed archive, the
 # demo's January data): a delay against the wall clock would only say how old the data is, so none is reported.
@@ -120,7 +120,7 @@ def sample_latency(progress: Progress, bootstrap: str, pipeline, tables: Tables)
     """The progress with the update latency sampled from Kafka, while a stream runs; a broker out of reach leaves
     it unknown (the lag figures already say so)."""
     from switchyard.jobs.stream.updates_topic import last_started_with
-    from switchyard.state_handoff.update_latency import sample
+    from switchyard.state_handoff.stream.update_latency import sample
 
     if progress.topic and progress.process_alive:
         try:

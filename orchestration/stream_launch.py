@@ -21,9 +21,9 @@ from switchyard.orchestration.stream_health import is_observed, reported_progres
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.handoff_log import LogEntry
-from switchyard.state_handoff.handoff import Handoff
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.stream.layout import stream_dir
 from switchyard.state_handoff.tables import Tables
 
 

@@ -1,2 +1,3 @@
-"""The switch and what both phases share: the pipeline spec, the handoff log and its lifecycle, the lease, status,
-the only owners of paths, and the I/O under io/. Nothing here imports Dagster, Spark jobs or deploy/."""
+"""What both phases share, with no Spark job and no Dagster: the pipeline language (language/), the control plane
+(control/: the handoff log, lifecycle, lease, requests, view), what a stream leaves for others to read (stream/),
+the I/O under io/, the one owner of table paths (tables), every setting (settings), errors and crash points."""

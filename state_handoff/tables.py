@@ -64,13 +64,13 @@ class Tables:
 
     @property
     def stream_batches(self) -> str:
-        """The stream's resume state: one row per committed batch (state_handoff/stream_progress.py)."""
+        """The stream's resume state: one row per committed batch (state_handoff/stream/progress.py)."""
         return self.path("stream_batches")
 
     @property
     def pipeline_settings(self) -> str:
         """The settings every process of the pipeline must share, recorded by its first run
-        (state_handoff/pipeline_settings.py)."""
+        (state_handoff/control/pins.py)."""
         return self.path("pipeline_settings")
 
     @property

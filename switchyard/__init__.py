@@ -21,10 +21,10 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it
 _PUBLIC = {
-    **{name: "switchyard.state_handoff.spec" for name in (
+    **{name: "switchyard.state_handoff.language.spec" for name in (
         "Pipeline", "Field", "AvroFormat", "TumblingWindows", "HoppingWindows", "Aggregation",
         "count", "total", "minimum", "maximum", "mean", "variance", "stddev", "first", "last", "approx_distinct")},
-    "get_pipeline": "switchyard.state_handoff.pipelines",
+    "get_pipeline": "switchyard.state_handoff.language.pipelines",
     "Settings": "switchyard.state_handoff.settings",
     "UserError": "switchyard.state_handoff.errors",
     "switchyard_definitions": "switchyard.orchestration.factory",

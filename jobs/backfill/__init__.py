@@ -2,9 +2,8 @@
 
 read: the archive's files checked and read, and a Kafka offset range read in batch; tiles: the tiles run and its
 record; accounting: the identity read = well-formed + dead-lettered per partition; tail: the topic's records after
-the archive, folded into the backlog; commit: state, windows, the stream's seed and BACKFILL_COMMITTED;
-reconciliation: the recomputed state against the streamed one at a rebase's cut; beside: a redeploy's tiles made
-beside the live stream; reparse: a redeploy's dead letters made again when its records parse otherwise.
+the archive, folded into the backlog; commit: state, windows, the stream's seed and BACKFILL_COMMITTED; backlog:
+only the new days merged into the last merge. A rebase's own steps live in jobs/rebase/.
 
 The names below are the ones the rest of the project uses."""
 

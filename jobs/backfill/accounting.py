@@ -13,8 +13,8 @@ from switchyard.jobs.backfill.read import read_archive
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import ArchiveFile, ArchiveListing
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 Counts = dict[int, dict[str, int]]  # per partition: read, well_formed, dead_lettered

@@ -30,11 +30,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import state_from_partials
-from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.aggregates import partial_columns
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

@@ -19,21 +19,21 @@ from switchyard.jobs.aggregation import (SORT, TILE_START, backlog_watermark, ne
 from switchyard.jobs.backfill import backlog
 from switchyard.jobs.backfill.accounting import archive_accounting
 from switchyard.jobs.backfill.read import archived_boundary, bad_file, file_problem, resolve_range, skipped_gaps
-from switchyard.jobs.backfill.reconciliation import merged_over_all_keys, over_all_keys, reconcile
 from switchyard.jobs.backfill.tail import kafka_tail_tiles, kafka_tail_to_latest
 from switchyard.jobs.backfill.tiles import BackfillResult, KeptTiles, backfill_tiles, failure_logged, pending_tiles_run
 from switchyard.jobs.log import warnings_to
+from switchyard.jobs.rebase.reconciliation import merged_over_all_keys, over_all_keys, reconcile
 from switchyard.jobs.seed import UPDATE_VERSION, prepare_stream
 from switchyard.jobs.sinks import appended_tables
 from switchyard.state_handoff import faults
-from switchyard.state_handoff import definition
-from switchyard.state_handoff.aggregates import partial_columns
 from switchyard.state_handoff.control import handoff_log, kept_versions
 from switchyard.state_handoff.control.details import BackfillCommitted
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.step_times import StepTimes
+from switchyard.state_handoff.language import definition
+from switchyard.state_handoff.language.aggregates import partial_columns
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class AtCut:
-    """A backfill under a stream's history (jobs/rebase.py): the backlog ends at a cut, not at the archive's end.
+    """A backfill under a stream's history (jobs/rebase/run.py): the backlog ends at a cut, not at the archive's end.
 
     The Kafka range past the archive's cut arrives as keyed partials; the windows, late records and dead
     letters stay as the stream made them (a final window is never re-emitted, a late record never joins a

@@ -16,9 +16,9 @@ from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListi
 from switchyard.state_handoff.io.archive_record import check_record
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.lost_offsets import archive_holds
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.lost_offsets import archive_holds
 from switchyard.state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")

@@ -15,8 +15,8 @@ from switchyard.jobs.sinks import conformed, dead_letter_rows, ensure_tables
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import latest_offsets
-from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.parsing import cached_for_two_passes, parse_events
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 TAIL_PHASE = "kafka-tail"

@@ -22,11 +22,11 @@ from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.details import BackfillStarted, Failed
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.io import fencing, storage
-from switchyard.state_handoff.parsing import cached_for_two_passes, parse_events
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.step_times import StepTimes
-from switchyard.state_handoff.stream_layout import read_json, write_json_atomically
+from switchyard.state_handoff.language.parsing import cached_for_two_passes, parse_events
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.layout import read_json, write_json_atomically
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)

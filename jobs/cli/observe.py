@@ -58,7 +58,7 @@ def add_service_commands(commands, common) -> None:
 
 
 def _tables(args):
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     check_warehouse(args.warehouse)

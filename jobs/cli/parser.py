@@ -12,7 +12,8 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from switchyard.jobs import log
-from switchyard.jobs.cli import developer, inputs, observe, handover, pipeline, services
+from switchyard.jobs.cli import developer, inputs, observe, pipeline, services
+from switchyard.jobs.cli import steering as handover
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import Failed, UserError
 

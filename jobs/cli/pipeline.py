@@ -37,7 +37,7 @@ def pipeline_option(parser) -> None:
 
 
 def pipeline_and_tables(args):
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     pipeline = get_pipeline(args.pipeline)
     check_warehouse(args.warehouse)
@@ -61,10 +61,10 @@ def check_warehouse(warehouse: str) -> None:
 
 
 def settle_settings(tables: Tables, command: str, record: bool = False, pipeline=None) -> None:
-    """The pipeline-wide settings (state_handoff/pipeline_settings.py): a value other than the pipeline's recorded
+    """The pipeline-wide settings (state_handoff/control/pins.py): a value other than the pipeline's recorded
     one refused in one line, an unset one taken from the record; with `record`, recorded where none is yet; with
     `pipeline`, a definition other than the recorded one refused. Called before a JVM starts or Kafka is contacted."""
-    from switchyard.state_handoff.pipeline_settings import settle
+    from switchyard.state_handoff.control.pins import settle
 
     settle(tables, command, record=record, pipeline=pipeline)
 
@@ -102,8 +102,8 @@ ACCEPT_HELP = ("at a rebase's cut, replace the streamed state with the recompute
 
 
 def _rebase(args) -> int:
-    """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase.py)."""
-    from switchyard.jobs.rebase import rebase_pipeline
+    """A backfill or rebase once a handoff exists: through the live stream, or by this process (jobs/rebase/run.py)."""
+    from switchyard.jobs.rebase.run import rebase_pipeline
     from switchyard.jobs.stream import stream_until_caught_up
 
     pipeline, tables = pipeline_and_tables(args)
@@ -116,7 +116,7 @@ def _rebase(args) -> int:
 
 
 def run_rebase_command(args) -> int:
-    from switchyard.state_handoff.handoff import current_handoff
+    from switchyard.state_handoff.control.handoffs import current_handoff
 
     pipeline, tables = pipeline_and_tables(args)
     if not args.abandon:
@@ -125,7 +125,7 @@ def run_rebase_command(args) -> int:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff to rebase: run `switchyard backfill` "
                         "and `switchyard handoff` first")
     if args.abandon:
-        from switchyard.jobs.rebase_requests import abandon_rebase
+        from switchyard.jobs.rebase.requests import abandon_rebase
 
         if args.from_day or args.to_day or args.accept_differences:
             raise UserError("--abandon gives up the open rebase request: drop --from, --to and --accept-differences")
@@ -137,7 +137,7 @@ def run_rebase_command(args) -> int:
 def run_backfill_command(args) -> int:
     from switchyard.jobs.backfill import run_backfill
     from switchyard.state_handoff.control import lease
-    from switchyard.state_handoff.handoff import current_handoff
+    from switchyard.state_handoff.control.handoffs import current_handoff
 
     pipeline, tables = pipeline_and_tables(args)
     settle_settings(tables, lease.BACKFILL, pipeline=pipeline)
@@ -156,8 +156,8 @@ def run_backfill_command(args) -> int:
 
 
 def run_handoff_command(args) -> int:
+    from switchyard.jobs.handoff import parse_boundary_time, run_handoff
     from switchyard.state_handoff.control import lease
-    from switchyard.state_handoff.handoff import parse_boundary_time, run_handoff
 
     pipeline, tables = pipeline_and_tables(args)
     settle_settings(tables, lease.HANDOFF, pipeline=pipeline)
@@ -166,7 +166,7 @@ def run_handoff_command(args) -> int:
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
         from switchyard.state_handoff.control import handoff_log
-        from switchyard.state_handoff.lost_offsets import lost_ranges, restart_from_retained
+        from switchyard.state_handoff.stream.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
             raise UserError("--restart-from-retained keeps the committed handoff's boundary: drop --boundary and --at")
@@ -185,13 +185,13 @@ def run_handoff_command(args) -> int:
 
 def run_stream_command(args) -> int:
     from switchyard.jobs.metrics import check_port, served
-    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.jobs.stream import StreamOptions, run_stream
     from switchyard.jobs.stream.resume_checks import refuse_another_spark_line
     from switchyard.state_handoff.control import lease
 
     pipeline, tables = pipeline_and_tables(args)
     settle_settings(tables, lease.STREAM, pipeline=pipeline)
-    settings = StreamSettings(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
+    settings = StreamOptions(until_caught_up=args.until_caught_up, for_seconds=args.for_seconds,
                               caught_up_lag=args.caught_up_lag, falling_behind_lag=args.falling_behind_lag,
                               max_offsets_per_trigger=args.max_offsets_per_trigger,
                               trigger_seconds=args.trigger_seconds,
@@ -213,7 +213,7 @@ def run_stream_command(args) -> int:
 def run_status_command(args) -> int:
     import json
 
-    from switchyard.state_handoff.status import format_status, pipeline_status
+    from switchyard.state_handoff.control.status import format_status, pipeline_status
 
     pipeline, tables = pipeline_and_tables(args)
     if not any(storage.exists(path) for path in (storage.join(tables.handoffs, "_delta_log"),
@@ -230,7 +230,7 @@ def run_config_command(args) -> int:
 
     rows = effective()
     if args.pipeline is not None:  # the pipeline-wide settings a process leaves unset are the pipeline's
-        from switchyard.state_handoff import pipeline_settings
+        from switchyard.state_handoff.control import pins as pipeline_settings
 
         _, tables = pipeline_and_tables(args)
         if args.record is not None:
@@ -249,7 +249,7 @@ def run_config_command(args) -> int:
 
 
 def run_pipelines_command(args) -> int:
-    from switchyard.state_handoff.pipelines import available, get_pipeline
+    from switchyard.state_handoff.language.pipelines import available, get_pipeline
 
     for name, target in sorted(available().items()):
         spec = get_pipeline(name)

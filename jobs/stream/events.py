@@ -11,13 +11,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from switchyard.jobs.sinks import SKIPPED_OVERLAP, EventsSink, mark_overlap
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.layout import StreamPaths
 
 
 def kafka_records(spark: SparkSession, bootstrap: str, topic: str, start: dict[int, int],

@@ -12,11 +12,11 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 
 from switchyard.jobs.seed import EVENTS_SEEN, UPDATE_VERSION, seed_schema
 from switchyard.state_handoff import faults
-from switchyard.state_handoff.aggregates import event_as_partial, flatten_last, merge_aggregations
 from switchyard.state_handoff.io.kafka_security import spark_options
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.stream_layout import StreamPaths
-from switchyard.state_handoff.update_records import JSON_OPTIONS, handoff_headers, update_key
+from switchyard.state_handoff.language.aggregates import event_as_partial, flatten_last, merge_aggregations
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.layout import StreamPaths
+from switchyard.state_handoff.stream.update_records import JSON_OPTIONS, handoff_headers, update_key
 
 
 def keyed_input(pipeline: Pipeline, parsed: DataFrame) -> DataFrame:

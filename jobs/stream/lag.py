@@ -12,9 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from switchyard.jobs.stream.settings import StreamSettings
+from switchyard.jobs.stream.options import StreamOptions
 from switchyard.state_handoff.control.lifecycle import Status
-
 
 ARRIVAL_WINDOW_S = 5.0  # the input's rate is measured over this much of the latest looks: a burst just ended is past
 
@@ -79,7 +78,7 @@ class LagDecisions:
     _recent: list[tuple[float, int, int]] = field(default_factory=list)  # the looks of the last ARRIVAL_WINDOW_S
 
     @classmethod
-    def of(cls, settings: StreamSettings, last_switch_back: float | None = None) -> LagDecisions:
+    def of(cls, settings: StreamOptions, last_switch_back: float | None = None) -> LagDecisions:
         return cls(settings.caught_up_lag, settings.behind_threshold, settings.switch_back_lag,
                    settings.switch_back_after, settings.switch_back_hold, last_switch_back,
                    switch_back_when=settings.switch_back_when, rebase_fixed_s=settings.rebase_fixed_s,

@@ -7,23 +7,23 @@ from __future__ import annotations
 import os
 import time
 
-from switchyard.jobs import rebase_requests
+from switchyard.jobs.rebase import requests as rebase_requests
 from switchyard.jobs.sinks import EventsSink
 from switchyard.jobs.stop import stop_requested
 from switchyard.jobs.stream.group_offsets import ProcessedOffsets
 from switchyard.jobs.stream.lag import LagDecisions
+from switchyard.jobs.stream.options import COMMAND, StreamFailed, StreamResult
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
-from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult
-from switchyard.state_handoff.avro_writers import UNSEEN, unseen_id
-from switchyard.state_handoff.control import handoff_log, lease as leases, lifecycle
+from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control import lease as leases
 from switchyard.state_handoff.control.details import Failed, Lag
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_watch import LatestOffsets
-from switchyard.state_handoff.lost_offsets import behind_retention
-from switchyard.state_handoff.stream_layout import StreamPaths, prune_earlier_streams, write_json_atomically
-
+from switchyard.state_handoff.language.avro_writers import UNSEEN, unseen_id
+from switchyard.state_handoff.stream.layout import StreamPaths, prune_earlier_streams, write_json_atomically
+from switchyard.state_handoff.stream.lost_offsets import behind_retention
 
 # How Spark's Kafka source fails a query whose offsets Kafka's retention deleted (failOnDataLoss)
 KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"
@@ -120,7 +120,7 @@ class Monitor:
             stop_all(self.queries)
             reason = query_error(err)
             try:
-                if unseen_id(err) is None:  # an id to look for: jobs/stream/restarts.py logs FAILED if it is one
+                if unseen_id(err) is None:  # an id to look for: jobs/stream/query_restarts.py logs FAILED if it is one
                     self.log(Status.FAILED, details=Failed(phase="stream", reason=reason))
             except Exception:  # the log is out of reach too; the exit code still says it
                 pass

@@ -1,7 +1,7 @@
 """The stream's reports to Dagster through Pipes, when Dagster launched it (orchestration/stream_launch.py).
 
 Each handoff log entry after the launch goes out as it is logged (the stream's transitions, and the steps of its
-rebases, which jobs/rebase.py logs), and the lag, rates, update latency and watermark at each transition and
+rebases, which jobs/rebase/run.py logs), and the lag, rates, update latency and watermark at each transition and
 every `FIGURES_EVERY_S`. dagster-pipes reports materializations and checks but no observations, so these are
 custom messages; the orchestration side turns them into observations of `stream`. A detached stream closes its
 Pipes session once live, and the `stream_health` sensor observes it from then on. Without a Pipes context in the
@@ -20,7 +20,7 @@ from dataclasses import asdict
 from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff.control import handoff_log, lifecycle
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class PipesReporter:
                 return
 
     def _latency(self, topic: str, updates_topic: str):
-        from switchyard.state_handoff.update_latency import sample
+        from switchyard.state_handoff.stream.update_latency import sample
 
         try:
             return sample(self.bootstrap, self.pipeline, topic, updates_topic, timeout_s=10.0)

@@ -7,7 +7,7 @@ import json
 import re
 
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.stream_layout import StreamPaths, write_json_atomically
+from switchyard.state_handoff.stream.layout import StreamPaths, write_json_atomically
 
 
 def checkpoint_conf(checkpoint: str) -> dict[str, str]:

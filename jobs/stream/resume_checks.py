@@ -3,15 +3,15 @@ and that the Spark line that wrote them is the one running (`refuse_another_spar
 
 from __future__ import annotations
 
-from switchyard.state_handoff import stream_progress
-from switchyard.state_handoff.checkpoints import checkpoint_incarnation
 from switchyard.state_handoff.control import details, handoff_log
+from switchyard.state_handoff.control.handoffs import Handoff, current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import Handoff, current_handoff
 from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.checkpoints import checkpoint_incarnation
+from switchyard.state_handoff.stream.layout import KEYED, StreamPaths
 from switchyard.state_handoff.tables import Tables
 
 

@@ -16,18 +16,19 @@ from pyspark.sql.streaming import StreamingQuery
 
 from switchyard.jobs.delta_txn import TxnApp, keys_equal, merge_once
 from switchyard.jobs.seed import UPDATE_VERSION
-from switchyard.state_handoff.update_records import HANDOFF_HEADER, JSON_OPTIONS
 from switchyard.jobs.stream.updates_topic import check_input_topic
-from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, kept_versions
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import Handoff
 from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.io.kafka_io import latest_offsets
 from switchyard.state_handoff.io.kafka_security import spark_source_options
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.layout import StreamPaths
+from switchyard.state_handoff.stream.update_records import HANDOFF_HEADER, JSON_OPTIONS
 from switchyard.state_handoff.tables import Tables
 
 

@@ -1,10 +1,10 @@
 """The supervisor of a pipeline's live phase (`switchyard stream`, isBacklog = false): it owns the lifecycle.
 
 It holds the pipeline's lease, starts the three queries of the current handoff (keyed.py, events.py, state.py;
-each with its own checkpoint, state_handoff/stream_layout.py), logs the transitions (STREAM_STARTED, SWITCHED,
+each with its own checkpoint, state_handoff/stream/layout.py), logs the transitions (STREAM_STARTED, SWITCHED,
 STOPPED, FAILED; the monitor logs CAUGHT_UP and FALLING_BEHIND), and rebases: when a REBASE_REQUESTED appears in
 the log (from `switchyard rebase` or a `backfill` under the live stream) or the lag stays above the switch-back
-threshold, it pauses the queries at a cut, runs the backlog phase up to it (jobs/rebase.py), and resumes with the
+threshold, it pauses the queries at a cut, runs the backlog phase up to it (jobs/rebase/run.py), and resumes with the
 new handoff in the same process. Launched by Dagster, it reports its transitions and figures through Pipes as
 well (pipes.py).
 
@@ -23,47 +23,51 @@ import time
 from pyspark.sql import SparkSession
 
 from switchyard.deploy.spark import check_classic
-from switchyard.jobs import rebase, rebase_checks, rebase_requests
 from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.log import warnings_to
+from switchyard.jobs.rebase import checks as rebase_checks
+from switchyard.jobs.rebase import requests as rebase_requests
+from switchyard.jobs.rebase import run as rebase
 from switchyard.jobs.seed import version_base, write_seed
 from switchyard.jobs.sinks import EventsSink, ensure_tables
 from switchyard.jobs.stream.events import added_partitions, parsed_input, start_events_query
 from switchyard.jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
 from switchyard.jobs.stream.monitor import Monitor
+from switchyard.jobs.stream.options import COMMAND, StreamFailed, StreamOptions, StreamResult
 from switchyard.jobs.stream.pipes import Silent, reporting
 from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
                                             query_error, stop_all)
-from switchyard.jobs.stream.restarts import may_start_again
+from switchyard.jobs.stream.query_restarts import may_start_again
 from switchyard.jobs.stream.resume_checks import check_resumable, check_spark_line
-from switchyard.jobs.stream.settings import COMMAND, StreamFailed, StreamResult, StreamSettings
 from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
 from switchyard.jobs.stream.updates_topic import updates_topic
-from switchyard.state_handoff import faults, stream_progress
-from switchyard.state_handoff.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
-from switchyard.state_handoff.control import details, handoff_log, lease as leases, lifecycle, processes
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import details, handoff_log, lifecycle, processes
+from switchyard.state_handoff.control import lease as leases
+from switchyard.state_handoff.control.handoffs import Handoff, current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import Handoff, current_handoff
 from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.io.kafka_io import create_topic, latest_offsets
-from switchyard.state_handoff.lost_offsets import refuse_if_expired
-from switchyard.state_handoff.spec import Pipeline
-from switchyard.state_handoff.step_times import StepTimes
-from switchyard.state_handoff.stream_layout import KEYED, StreamPaths
-from switchyard.state_handoff.stream_progress import EVENTS
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
+from switchyard.state_handoff.stream.layout import KEYED, StreamPaths
+from switchyard.state_handoff.stream.lost_offsets import refuse_if_expired
+from switchyard.state_handoff.stream.progress import EVENTS
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
 
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
-               settings: StreamSettings | None = None, out=logger.info,
+               settings: StreamOptions | None = None, out=logger.info,
                lease: leases.Lease | None = None) -> StreamResult:
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
     unless the caller passes the one it holds)."""
     check_classic(spark)  # a Spark Connect session a library caller handed in: refused before the lease
-    settings = settings or StreamSettings()
+    settings = settings or StreamOptions()
     delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
     if current_handoff(tables) is None:
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
@@ -76,8 +80,8 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
 
 def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, out=logger.info):
     """`switchyard stream --until-caught-up` as a function of the session: what an offline rebase runs first over a
-    stream killed without a stop (jobs/rebase.py, `rebase_pipeline`'s `finish_stream`)."""
-    return lambda spark: run_stream(spark, pipeline, tables, bootstrap, StreamSettings(until_caught_up=True),
+    stream killed without a stop (jobs/rebase/run.py, `rebase_pipeline`'s `finish_stream`)."""
+    return lambda spark: run_stream(spark, pipeline, tables, bootstrap, StreamOptions(until_caught_up=True),
                                     out=out)
 
 
@@ -283,7 +287,7 @@ class Supervisor:
         batch (a rebase or redeploy folds from that checkpoint's end): restarted alone until Spark has replayed that
         planned batch as planned, then stopped before it plans another; then `state` drains. The events query's is
         left to the next start of the stream, or to a rebase's catch-up, which completes it over its planned range
-        with the stream's own transaction ids (jobs/rebase_cut.py): replaying it here cost a pause as much again."""
+        with the stream's own transaction ids (jobs/rebase/cut.py): replaying it here cost a pause as much again."""
         *readers, state = queries
         times = StepTimes()
         stop_all(readers)

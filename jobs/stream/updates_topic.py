@@ -12,14 +12,14 @@ stream starts, before it reads any input or sends any update."""
 
 from __future__ import annotations
 
-from switchyard.state_handoff.update_records import HANDOFF_HEADER
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import newest_records
-from switchyard.state_handoff.pipelines import available
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.pipelines import available
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.update_records import HANDOFF_HEADER
 from switchyard.state_handoff.tables import Tables
 
 

@@ -83,7 +83,7 @@ class BackfillCommitted(Details):
     tiles_s: dict | None = None  # the tiles run's steps, in seconds
     commit_s: dict | None = None  # the commit's steps, in seconds
     backlog: dict | None = None  # the merge of the tiles, for the next commit to start from (jobs/backfill/backlog.py)
-    definition: dict | None = None  # state_handoff/definition.py's record
+    definition: dict | None = None  # state_handoff/language/definition.py's record
     kafka_tail: dict | None = None  # `--kafka-tail`: the topic's range folded in, and its accounting
     at_cut: dict | None = None  # a rebase's: its request, cut, pause and reconciliation
     mode: str | None = None  # "streaming-only": an empty backfill with no archive (benchmarks)
@@ -112,7 +112,7 @@ class HandoffCommitted(Details):
     # a rebase's
     request_id: str | None = None
     previous_handoff: str | None = None
-    reconciliation: dict | None = None  # jobs/backfill/reconciliation.py's report
+    reconciliation: dict | None = None  # jobs/rebase/reconciliation.py's report
     rebase_s: float | None = None  # the backlog phase at the cut, in seconds: its tiles run and commit included
     # lost_offsets.restart_from_retained
     restarted_from: str | None = None
@@ -183,7 +183,7 @@ class Failed(Details):
 
 @dataclass(frozen=True, kw_only=True)
 class Paused(Details):
-    """A rebase stopped the stream at its cut (jobs/rebase.py's Cut, as its `as_details`)."""
+    """A rebase stopped the stream at its cut (jobs/rebase/run.py's Cut, as its `as_details`)."""
 
     STATUSES: ClassVar = frozenset({Status.PAUSED})
     request_id: str | None = None

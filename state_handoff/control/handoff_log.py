@@ -27,10 +27,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from switchyard.state_handoff.clock import as_utc, naive_utc, utc_now
+from switchyard.state_handoff.control.clock import as_utc, naive_utc, utc_now
 from switchyard.state_handoff.control.lifecycle import REQUESTS, Status, check_transition
-from switchyard.state_handoff.io import fencing
-from switchyard.state_handoff.io import delta_cas, delta_upkeep
+from switchyard.state_handoff.io import delta_cas, delta_upkeep, fencing
 from switchyard.state_handoff.io.storage import delta_options
 from switchyard.state_handoff.tables import Tables
 

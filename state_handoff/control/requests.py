@@ -2,7 +2,7 @@
 the pipeline for something, from any host, with no pid, host or signal of the one that answers:
 
 - REBASE_REQUESTED: rebase at a cut (the live stream pauses for it, or the next `stream` or `rebase` runs it); open
-  until a HANDOFF_COMMITTED at its cut answers it (jobs/rebase_requests.py says when else);
+  until a HANDOFF_COMMITTED at its cut answers it (jobs/rebase/requests.py says when else);
 - STOP_REQUESTED: the stream holding one lease (`lease_id`) stops cleanly;
 - START_REQUESTED: `switchyard serve` runs the stream again, lifting an earlier stop request or a hold-down;
 - PREVIOUS_DROPPED: the definition a redeploy replaced (its request, `redeploy_request`) is no longer kept for

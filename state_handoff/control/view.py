@@ -14,7 +14,7 @@ from switchyard.state_handoff.control import details, handoff_log, lease, lifecy
 from switchyard.state_handoff.control.details import HandoffCommitted
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Phase, Status
-from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.stream.layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 
 

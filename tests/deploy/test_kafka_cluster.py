@@ -20,7 +20,7 @@ from switchyard.jobs.backfill import kafka_range
 from switchyard.jobs.stream.keyed import update_messages
 from switchyard.state_handoff.io.kafka_io import admin_client, create_topic, offset_bounds, produce, topic_config
 from switchyard.state_handoff.io.kafka_security import spark_options
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from tests.support.oracle import read_topic
 
 ISR_TIMEOUT_S = 60

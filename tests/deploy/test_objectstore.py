@@ -20,7 +20,7 @@ from switchyard.state_handoff.control.details import BackfillStarted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import delta_cas, storage
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,
                                    tail_events, wait_until)

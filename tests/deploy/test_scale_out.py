@@ -15,7 +15,7 @@ from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_io import produce, topic_config
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.spark_cluster import run_cli
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,

@@ -16,7 +16,7 @@ import pytest
 from switchyard.deploy import spark_cluster as standalone
 from switchyard.deploy.paths import PROJECT_ROOT
 from switchyard.jobs.archive import archive_cut
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
@@ -43,13 +43,13 @@ _PROBE = textwrap.dedent("""
         sys.path[:] = [p for p in path if p not in shipped]
         importlib.invalidate_caches()
         try:
-            importlib.import_module("switchyard.state_handoff.spec")
+            importlib.import_module("switchyard.state_handoff.language.spec")
             without_zip = "imported"
         except ModuleNotFoundError as err:
             without_zip = str(err)
         sys.path[:] = path
         importlib.invalidate_caches()
-        pipelines = importlib.import_module("switchyard.state_handoff.pipelines")
+        pipelines = importlib.import_module("switchyard.state_handoff.language.pipelines")
         aggregation = importlib.import_module("switchyard.jobs.aggregation")
         time.sleep(0.5)  # keep each executor busy long enough for the other to take tasks too
         yield {"cwd": os.getcwd(), "shipped": shipped, "without_zip": without_zip,

@@ -12,7 +12,7 @@ from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream import run_stream
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows

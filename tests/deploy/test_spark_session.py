@@ -103,7 +103,7 @@ def test_under_spark_submit_its_master_and_confs_win(spark, bootstrap, topic_nam
     oracle's."""
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.inputs.generate import run_generate
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
     from tests.support import oracle
     from tests.support.compare import rows

@@ -15,7 +15,7 @@ from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import rows

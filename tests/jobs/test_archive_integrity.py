@@ -16,15 +16,16 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.rebase import rebase_pipeline
-from switchyard.jobs.rebase_requests import open_request
+from switchyard.jobs.rebase.requests import open_request
+from switchyard.jobs.rebase.run import rebase_pipeline
 from switchyard.state_handoff.control import details, handoff_log, lease
+from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import current_handoff, run_handoff
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches

@@ -23,12 +23,12 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
-from switchyard.jobs.rebase import rebase_pipeline
+from switchyard.jobs.handoff import run_handoff
+from switchyard.jobs.rebase.run import rebase_pipeline
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import create_topic, produce
-from switchyard.state_handoff.spec import Pipeline
+from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.installed import install_pipeline
@@ -52,7 +52,7 @@ PIPELINE_MODULE = """
 from datetime import timedelta
 from pathlib import Path
 
-from switchyard.state_handoff.spec import (AvroFormat, Field, HoppingWindows, Pipeline, approx_distinct, count, first, last,
+from switchyard.state_handoff.language.spec import (AvroFormat, Field, HoppingWindows, Pipeline, approx_distinct, count, first, last,
                                 stddev, total)
 
 PIPELINE = Pipeline(

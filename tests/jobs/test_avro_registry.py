@@ -24,9 +24,9 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import create_topic, produce
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
@@ -54,7 +54,7 @@ FAR = 1 << 30  # an id far above any a registration gives: dead-lettered with no
 PIPELINE_MODULE = """
 from pathlib import Path
 
-from switchyard.state_handoff.spec import AvroFormat, Field, Pipeline, count, total
+from switchyard.state_handoff.language.spec import AvroFormat, Field, Pipeline, count, total
 
 PIPELINE = Pipeline(
     name="registry_payments", key=("customer", "currency"), event_time="paid_at", event_id="payment_id",

@@ -13,17 +13,18 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import TAIL_PHASE, commit_state, run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
-from tests.support.compare import assert_state_matches, assert_windows_match, close, rows as _rows
+from tests.support.compare import assert_state_matches, assert_windows_match, close
+from tests.support.compare import rows as _rows
 
 PIPELINE = get_pipeline("demo")
 PARTITIONS = 3
@@ -282,7 +283,7 @@ def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
 
 def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
     """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
-    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.jobs.handoff import run_handoff
     from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive, write_archive_meta
 
     run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,

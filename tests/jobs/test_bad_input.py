@@ -13,11 +13,11 @@ from pathlib import Path
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.language.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
 from switchyard.state_handoff.tables import Tables
 from tests.support.compare import rows
 from tests.support.streams import (QUIET, assert_matches_oracle, latest_total, start_stream, stop_stream, stream_read,

@@ -16,14 +16,14 @@ from kafka import KafkaConsumer
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.rebase import rebase_pipeline
-from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.rebase.run import rebase_pipeline
+from switchyard.jobs.stream import StreamOptions, run_stream
 from switchyard.jobs.stream.updates_topic import last_started_with
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
-from switchyard.state_handoff.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
+from switchyard.state_handoff.language.spec import Field, Pipeline, TumblingWindows, count, first, last, stddev, total
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 
@@ -91,7 +91,7 @@ def test_a_composite_key_through_backfill_stream_and_rebase(spark, bootstrap, tm
     run_backfill(spark, PIPELINE, tables, out=_quiet)
     run_handoff(spark, PIPELINE, tables, bootstrap)
     run_stream(spark, PIPELINE, tables, bootstrap,
-               StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+               StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
 
     records = oracle.read_topic(bootstrap, TOPIC)
     expected, malformed = _expected(records)

@@ -17,12 +17,12 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.connect_archive import _lines, connect_files, import_connect_archive
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.stream import StreamOptions, run_stream
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import read_record
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_kafka_input import transaction
 from tests.support import oracle
@@ -95,7 +95,7 @@ def test_a_kafka_connect_archive_backfills_and_hands_off_exactly_once(spark, boo
     switch = run_handoff(spark, PIPELINE, tables, bootstrap)
     assert switch.start_offsets == until, "the stream starts where the Connect files end"
     run_stream(spark, PIPELINE, tables, bootstrap,
-               StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+               StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
 
     tail = [r for r in records if r.offset >= until[r.partition]]
     expected = oracle.backlog(archived + tail)

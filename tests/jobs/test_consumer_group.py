@@ -8,7 +8,7 @@ from datetime import datetime
 
 from switchyard.deploy.jars import kafka_classpath
 from switchyard.deploy.java import java_executable
-from switchyard.state_handoff.handoff import current_handoff
+from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.streams import stream_until_caught_up, tail_events

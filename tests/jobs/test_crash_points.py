@@ -18,16 +18,16 @@ import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.stream import StreamOptions, run_stream
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream.layout import stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
@@ -101,7 +101,7 @@ def crash(point: str, command: list[str], tables: Tables, bootstrap: str, log: P
 
 def finish_stream(spark, tables: Tables, bootstrap: str) -> None:
     run_stream(spark, PIPELINE, tables, bootstrap,
-               StreamSettings(until_caught_up=True, caught_up_lag=0, max_offsets_per_trigger=PER_TRIGGER,
+               StreamOptions(until_caught_up=True, caught_up_lag=0, max_offsets_per_trigger=PER_TRIGGER,
                               tables_trigger_seconds=1), out=lambda *_: None)
 
 
@@ -200,7 +200,7 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
     """The monitor's Kafka calls fail soft while the broker is away; the queries ride it out or the stream stops
     with FAILED (exit 1) and resumes cleanly. Either way the oracle matches. Runs last: it adds to the topic."""
     from switchyard.deploy import kafka_broker
-    from switchyard.state_handoff.status import pipeline_status
+    from switchyard.state_handoff.control.status import pipeline_status
     from tests.support.streams import event_batches, start_stream, wait_until
 
     topic, stages = pipeline_stages
@@ -233,8 +233,8 @@ def test_broker_down_for_30s_mid_stream(spark, broker, bootstrap, pipeline_stage
 
 
 def _all_read(tables: Tables, bootstrap: str, topic: str) -> bool:
+    from switchyard.state_handoff.control.status import pipeline_status
     from switchyard.state_handoff.io.kafka_io import offset_bounds
-    from switchyard.state_handoff.status import pipeline_status
 
     start = handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     total = sum(hi - start.get(p, 0) for p, (_, hi) in offset_bounds(bootstrap, topic).items())

@@ -12,19 +12,19 @@ from datetime import datetime
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import folder_day, list_archive
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
-from tests.support.compare import rows
 from tests.support.cli import cli_here
+from tests.support.compare import rows
 from tests.support.streams import stream_until_caught_up, tail_events
 
 PIPELINE = get_pipeline("demo")

@@ -14,11 +14,11 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.stream import StreamSettings, run_stream
-from switchyard.state_handoff.handoff import run_handoff
+from switchyard.jobs.stream import StreamOptions, run_stream
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.spec import Field, HoppingWindows, Pipeline, count, total
+from switchyard.state_handoff.language.spec import Field, HoppingWindows, Pipeline, count, total
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 
@@ -61,7 +61,7 @@ def test_hopping_windows_count_each_record_in_each_of_its_windows_or_late(spark,
     backlog_windows = _rows(tables, "windows") + _rows(tables, "window_state")
     assert backlog_windows and all(r["window_end"] - r["window_start"] == SIZE for r in backlog_windows)
     run_handoff(spark, PIPELINE, tables, bootstrap)
-    settings = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1)
+    settings = StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1)
     run_stream(spark, PIPELINE, tables, bootstrap, settings, out=_quiet)
 
     # records for windows long final, and one whose newest window is still open

@@ -16,11 +16,11 @@ from switchyard.deploy import kafka_broker
 from switchyard.deploy.local_server import free_ports
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import kafka_security
 from switchyard.state_handoff.io.kafka_io import create_topic, offset_bounds, produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.kafka_cluster import SASL_ENV, kafka_environment
 from tests.support.streams import assert_matches_oracle, stream_until_caught_up, tail_events

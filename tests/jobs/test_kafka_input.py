@@ -9,13 +9,13 @@ from datetime import datetime
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.io.kafka_security import librdkafka_config
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.streams import (QUIET, assert_matches_oracle, start_stream, stop_stream, stream_read, tail_events,

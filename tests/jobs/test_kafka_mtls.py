@@ -10,7 +10,7 @@ import time
 from switchyard.deploy import kafka_broker
 from switchyard.deploy.local_server import free_ports
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.streams import switch_half_archived
 from tests.support.tls import make_certificates

@@ -16,7 +16,7 @@ from switchyard.deploy.local_server import free_ports
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_security
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.kafka_cluster import SASL_ENV, kafka_environment
 from tests.support.oidc import AUDIENCE, IdentityProvider

@@ -7,12 +7,12 @@ import math
 import pytest
 
 from switchyard.jobs.stream.lag import LagDecisions
-from switchyard.jobs.stream.settings import StreamSettings
+from switchyard.jobs.stream.options import StreamOptions
 from switchyard.state_handoff.control.lifecycle import Status
 
 
 def _decisions(**given) -> LagDecisions:
-    return LagDecisions.of(StreamSettings(**{"caught_up_lag": 10, "falling_behind_lag": 100, "switch_back_lag": 1000,
+    return LagDecisions.of(StreamOptions(**{"caught_up_lag": 10, "falling_behind_lag": 100, "switch_back_lag": 1000,
                                              "switch_back_after": 30.0, "switch_back_hold": 120.0,
                                              "state_partitions": 1, "switch_back_when": "lag", **given}))
 
@@ -124,9 +124,9 @@ def test_by_cost_no_switch_back_without_two_looks_to_measure_from():
 
 def test_the_way_of_deciding_is_a_setting(monkeypatch):
     monkeypatch.setenv("SWITCHYARD_SWITCH_BACK", "lag")
-    assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "lag"
+    assert LagDecisions.of(StreamOptions(state_partitions=1)).switch_back_when == "lag"
     monkeypatch.delenv("SWITCHYARD_SWITCH_BACK")
-    assert LagDecisions.of(StreamSettings(state_partitions=1)).switch_back_when == "cost"
+    assert LagDecisions.of(StreamOptions(state_partitions=1)).switch_back_when == "cost"
 
 
 def test_by_cost_no_decision_before_the_stream_has_committed_three_batches_while_behind():

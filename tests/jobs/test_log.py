@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from switchyard.jobs import log
-from switchyard.state_handoff.pipeline_settings import PIPELINE_WIDE
+from switchyard.state_handoff.control.pins import PIPELINE_WIDE
 
 ROOT = Path(__file__).resolve().parents[2]
 SWITCHYARD = Path(sys.executable).parent / "switchyard"  # the installed command, beside this interpreter

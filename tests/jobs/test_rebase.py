@@ -13,20 +13,20 @@ from pathlib import Path
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import faults, stream_progress
+from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
+from switchyard.state_handoff.control.status import pipeline_status
 from switchyard.state_handoff.io.kafka_io import offset_bounds, produce
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.status import pipeline_status
-from switchyard.state_handoff.stream_layout import stream_dir
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.layout import stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, key_of_row, rows
-from tests.support.streams import event_batches, start_stream, wait_until
-from tests.support.streams import tail_events
+from tests.support.streams import event_batches, start_stream, tail_events, wait_until
 
 PIPELINE = get_pipeline("demo")
 ROOT = Path(__file__).resolve().parents[2]

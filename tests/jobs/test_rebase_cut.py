@@ -1,6 +1,6 @@
 """The catch-up's batches over [E, C): contiguous, covering the range once, each within its bound."""
 
-from switchyard.jobs.rebase_cut import batched
+from switchyard.jobs.rebase.cut import batched
 
 
 def test_a_range_is_cut_into_contiguous_bounded_batches_that_cover_it_once():

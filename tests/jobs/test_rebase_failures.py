@@ -10,14 +10,14 @@ from pathlib import Path
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import list_archive
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _cli, _handoffs, assert_exact_across_handoffs
 from tests.support.cli import cli_here
@@ -102,10 +102,10 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     """The events path caught up to a cut writes its next batch id over [E, C); asked for that batch id again over
     [E, C') it refuses in one line instead of skipping every write as done (which would lose [C, C')); asked
     again over [E, C) it writes nothing twice."""
-    from switchyard.jobs.rebase_cut import Cut, catch_up_events
-    from switchyard.state_handoff.handoff import current_handoff
+    from switchyard.jobs.rebase.cut import Cut, catch_up_events
+    from switchyard.state_handoff.control.handoffs import current_handoff
     from switchyard.state_handoff.io.kafka_io import offset_bounds
-    from switchyard.state_handoff.stream_layout import StreamPaths
+    from switchyard.state_handoff.stream.layout import StreamPaths
     from tests.support import oracle
     from tests.support.compare import rows
 
@@ -213,7 +213,7 @@ def test_the_reconciliation_takes_sums_added_in_another_order_as_equal(spark):
     event still differs (its count)."""
     from functools import reduce
 
-    from switchyard.jobs.backfill.reconciliation import reconcile
+    from switchyard.jobs.rebase.reconciliation import reconcile
 
     amounts = [1e17, 0.03, -1e17, 5.0]
     one_order = reduce(lambda a, b: a + b, amounts)  # (1e17 + 0.03) rounds to 1e17: 5.0

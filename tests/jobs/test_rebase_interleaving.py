@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase import rebase_pipeline
-from switchyard.jobs.rebase_requests import request_rebase
+from switchyard.jobs.rebase.requests import request_rebase
+from switchyard.jobs.rebase.run import rebase_pipeline
 from switchyard.state_handoff.control import lease
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from tests.jobs.test_rebase import _handoffs, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare
 from tests.support.streams import stream_until_caught_up, tail_events
@@ -109,10 +109,10 @@ def test_a_rebase_after_a_stop_in_the_middle_of_a_keyed_batch_streams_it_until_c
     from that end would count the batch twice. An offline `rebase` refuses in one line naming `switchyard stream
     --until-caught-up`; given the stream, it streams until caught up first (the restart replays the planned batch),
     then rebases with no key different, and every table equals the oracle."""
-    from switchyard.state_handoff.checkpoints import last_committed_batch
     from switchyard.state_handoff.control import details
-    from switchyard.state_handoff.handoff import current_handoff
-    from switchyard.state_handoff.stream_layout import StreamPaths
+    from switchyard.state_handoff.control.handoffs import current_handoff
+    from switchyard.state_handoff.stream.checkpoints import last_committed_batch
+    from switchyard.state_handoff.stream.layout import StreamPaths
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
     stream_until_caught_up(spark, tables, bootstrap)

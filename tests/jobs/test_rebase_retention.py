@@ -10,13 +10,13 @@ from kafka import TopicPartition
 
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase_requests import open_request
+from switchyard.jobs.rebase.requests import open_request
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, kept_versions, lease
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.status import format_status, pipeline_status
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
-from switchyard.state_handoff.status import format_status, pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import _caught_up_on, _cli, _handoffs, _read_everything, assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import PIPELINE, _prepare, assert_accounting_identity

@@ -7,8 +7,8 @@ from datetime import datetime
 
 from pyspark.sql import functions as F
 
-from switchyard.jobs.backfill.reconciliation import described, reconcile
-from switchyard.state_handoff.spec import Field, Pipeline, approx_distinct, count
+from switchyard.jobs.rebase.reconciliation import described, reconcile
+from switchyard.state_handoff.language.spec import Field, Pipeline, approx_distinct, count
 
 PIPELINE = Pipeline(name="ids", key="key", event_time="at", event_id="id",
                     fields=(Field("id", "string"), Field("key", "string"), Field("at", "timestamp")),

@@ -23,14 +23,14 @@ from kafka import KafkaConsumer
 
 from switchyard.jobs.cli.priority import autogroups
 from switchyard.jobs.stream.updates_topic import last_started_with, written_by
-from switchyard.state_handoff import definition
 from switchyard.state_handoff.control import details, handoff_log, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_io import produce
+from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import FLAGS, ROOT, _handoffs, _prepare, _read_everything, assert_exact_across_handoffs
 from tests.support.changed_pipeline import (DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER, DEMO_WIDER_LATER,
-                                           DEMO_WIDER_RENAMED)
+                                            DEMO_WIDER_RENAMED)
 from tests.support.streams import event_batches, start_stream, tail_events, wait_until
 from tests.support.yielding import JvmPriority
 
@@ -143,16 +143,16 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     on. Killed after its state was committed at the cut, `redeploy` again finishes it at the same cut. `rollback`
     under the earlier definition then moves the pipeline back with its kept tiles restored, until they are
     dropped."""
-    from switchyard.jobs.rebase import rebase_pipeline
-    from switchyard.jobs.rebase_requests import abandon_rebase
+    from switchyard.jobs.rebase.requests import abandon_rebase
+    from switchyard.jobs.rebase.run import rebase_pipeline
+    from switchyard.jobs.stream import StreamOptions, run_stream
     from switchyard.orchestration import PipelineDeployment, switchyard_definitions
-    from tests.support.live_stream import resources
-    from switchyard.jobs.stream import StreamSettings, run_stream
     from switchyard.state_handoff import faults
     from switchyard.state_handoff.errors import UserError
+    from tests.support.live_stream import resources
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
-    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1)
+    until_caught_up = StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1)
 
     def stream(pipeline):
         return run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
@@ -247,8 +247,8 @@ def _handed_off(spark, bootstrap: str, topic: str, tmp_path, pipeline, seed: int
     under `pipeline`: its tables, and its `stream` (_streamer)."""
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
+    from switchyard.jobs.handoff import run_handoff
     from switchyard.jobs.inputs.generate import run_generate
-    from switchyard.state_handoff.handoff import run_handoff
 
     run_generate(bootstrap, topic, events=1200, keys=20, partitions=2, days=2, seed=seed, malformed_rate=0.03,
                  out=open(os.devnull, "w"))
@@ -262,15 +262,15 @@ def _handed_off(spark, bootstrap: str, topic: str, tmp_path, pipeline, seed: int
 
 def _streamer(spark, tables: Tables, bootstrap: str):
     """`stream(pipeline)`: that definition's stream in this process until caught up, in batches of 400 offsets."""
-    from switchyard.jobs.stream import StreamSettings, run_stream
+    from switchyard.jobs.stream import StreamOptions, run_stream
 
-    until_caught_up = StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
+    until_caught_up = StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1,
                                      max_offsets_per_trigger=400)
     return lambda pipeline: run_stream(spark, pipeline, tables, bootstrap, until_caught_up, out=lambda *_: None)
 
 
 def test_changed_windows_are_made_again_over_all_history_at_a_cut(spark, bootstrap, topic_name, tmp_path):
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.rebase.redeploy import redeploy_pipeline
 
     tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh")
     stream = _streamer(spark, tables, bootstrap)
@@ -329,7 +329,7 @@ def test_a_changed_key_is_redeployed_at_a_cut_and_the_old_keys_leave_the_updates
     is tiled again under the changed key and the windows (per key) are made again at the cut; the reconciliation
     compares the two states merged over all their keys. The oracle keyed by (key, kind) holds across the handoffs,
     and the updates topic, read as the compacted table it is, holds exactly the new keys with their state."""
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.rebase.redeploy import redeploy_pipeline
 
     tables, stream = _handed_off(spark, bootstrap, topic_name, tmp_path, DEMO_KIND, seed=61)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 80, seed=61))
@@ -403,10 +403,10 @@ def test_a_field_made_required_is_redeployed_at_a_cut_with_the_dead_letters_made
     (beside the stream for the archive, at the cut for the rest), the state, windows and late records too, and the
     oracle parsing every record as the changed definition does holds across the handoffs. A first attempt that dies
     at the cut and is given up puts `dead_letter` back as it was."""
-    from switchyard.jobs import rebase_cut
     from switchyard.jobs.archive import archive_cut, run_archive
-    from switchyard.jobs.rebase_requests import abandon_rebase
-    from switchyard.jobs.redeploy import redeploy_pipeline
+    from switchyard.jobs.rebase import cut as rebase_cut
+    from switchyard.jobs.rebase.redeploy import redeploy_pipeline
+    from switchyard.jobs.rebase.requests import abandon_rebase
     from switchyard.state_handoff import faults
     from tests.support import oracle
 

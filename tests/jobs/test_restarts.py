@@ -1,4 +1,4 @@
-"""When a stream's failed query is started again in the same process (jobs/stream/restarts.py): a record of an Avro
+"""When a stream's failed query is started again in the same process (jobs/stream/query_restarts.py): a record of an Avro
 schema id met before and found absent is a failure, logged as FAILED, not a restart; an error of another kind is
 left to the caller. Spark-free: the supervisor is a plain object with the fields the decision reads."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from switchyard.jobs.stream.restarts import may_start_again
-from switchyard.jobs.stream.settings import StreamFailed
-from switchyard.state_handoff import avro_writers
+from switchyard.jobs.stream.options import StreamFailed
+from switchyard.jobs.stream.query_restarts import may_start_again
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.spec import AvroFormat
+from switchyard.state_handoff.language import avro_writers
+from switchyard.state_handoff.language.spec import AvroFormat
 from switchyard.state_handoff.tables import Tables
 
 

@@ -13,14 +13,15 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import details, handoff_log, kept_versions
+from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import current_handoff, run_handoff
+from switchyard.state_handoff.control.status import pipeline_status
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.kafka_io import admin_client, produce
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows

@@ -21,9 +21,9 @@ from switchyard.orchestration.factory import switchyard_definitions
 from switchyard.orchestration.scope import PipelineDeployment
 from switchyard.state_handoff.control import handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Phase, Status
+from switchyard.state_handoff.control.status import pipeline_status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.status import pipeline_status
 from switchyard.state_handoff.tables import Tables
 from tests.jobs.test_rebase import assert_exact_across_handoffs
 from tests.jobs.test_rebase_failures import _prepare

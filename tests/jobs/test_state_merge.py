@@ -13,8 +13,8 @@ from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.seed import EVENTS_SEEN, UPDATE_VERSION
 from switchyard.jobs.stream.keyed import keyed_input, merged_state, update_messages
 from switchyard.jobs.stream.state import StateSink
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.compare import rows
 

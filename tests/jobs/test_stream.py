@@ -17,18 +17,18 @@ from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.stream.updates_topic import last_started_with
-from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.control import details, handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.status import pipeline_status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.io.kafka_io import admin_client, produce, topic_config
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.status import pipeline_status
-from switchyard.state_handoff.stream_layout import StreamPaths
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.stream import progress as stream_progress
+from switchyard.state_handoff.stream.layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
 from tests.support.cli import cli_here
 from tests.support.streams import (QUIET, assert_matches_oracle, event_batches, latest_total, start_stream, stop_stream,

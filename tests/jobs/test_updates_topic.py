@@ -13,15 +13,15 @@ import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.stream import StreamSettings, run_stream
+from switchyard.jobs.stream import StreamOptions, run_stream
 from switchyard.jobs.stream.updates_topic import check_input_topic, written_by
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_security import librdkafka_config
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches
@@ -61,7 +61,7 @@ def test_a_stream_over_a_topic_of_updates_is_refused_before_it_streams(spark, bo
     with pytest.raises(UserError, match=rf"^the input topic {topic_name} holds updates a switchyard stream wrote "
                                         r"\(of handoff 0123456789ab\), not events"):
         run_stream(spark, PIPELINE, tables, bootstrap,
-                   StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+                   StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
 
 
 def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_own(spark, bootstrap, topic_name,
@@ -82,7 +82,7 @@ def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_o
         run_backfill(spark, PIPELINE, tables, out=_quiet)
         run_handoff(spark, PIPELINE, tables, bootstrap)
         run_stream(spark, PIPELINE, tables, bootstrap,
-                   StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
+                   StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
         started = handoff_log.latest(tables, Status.STREAM_STARTED)
         topics[started.handoff_id] = details.of(started).updates_topic or f"{PIPELINE.name}.updates"
         handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)

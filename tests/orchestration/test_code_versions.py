@@ -1,5 +1,5 @@
 """Every asset a pipeline's definition shapes carries the definition's version as its Dagster code version
-(state_handoff/definition.py), so Dagster marks what was materialized under another definition; the archive, raw
+(state_handoff/language/definition.py), so Dagster marks what was materialized under another definition; the archive, raw
 records whatever the definition, carries none. A changed definition deployed under the same name changes them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import date
 import dagster as dg
 
 from switchyard.orchestration import PipelineDeployment, switchyard_definitions
-from switchyard.state_handoff import definition
+from switchyard.state_handoff.language import definition
 from tests.support.changed_pipeline import DEMO, DEMO_PLUS_ONE
 
 SHAPED = ("tiles", "state", "windows", "window_state", "handoff", "stream")

@@ -24,7 +24,7 @@ from switchyard.orchestration.scope import PipelineDeployment, SwitchyardTransla
 from switchyard.state_handoff.control import handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.dagster_defs import asset, checks_def, definitions, scope
@@ -138,7 +138,7 @@ def test_a_pipeline_without_windows_has_no_window_assets_and_a_translator_rename
         def get_definition_name(self, pipeline, name):
             return f"analytics_{pipeline}_{name}"
 
-    from switchyard.state_handoff.spec import Field, Pipeline, count
+    from switchyard.state_handoff.language.spec import Field, Pipeline, count
 
     flat = Pipeline(name="flat", key="key", event_time="event_time", event_id="event_id",
                     fields=(Field("event_id", "string", required=False), Field("key", "string"),

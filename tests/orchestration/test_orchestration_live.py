@@ -11,12 +11,12 @@ import dagster as dg
 import pytest
 
 from switchyard.jobs.backfill import run_backfill
+from switchyard.jobs.handoff import run_handoff
 from switchyard.orchestration.stream_launch import process_log
 from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.stream_layout import read_json, stream_dir
+from switchyard.state_handoff.stream.layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import asset, checks_def, definitions, op_name
 from tests.support.live_stream import PIPELINE, PLOTTED, archived_topic, live_events, read_past, resources, tick

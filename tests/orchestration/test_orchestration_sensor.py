@@ -11,7 +11,7 @@ from switchyard.orchestration.resources import KafkaResource, StreamMonitorResou
 from switchyard.state_handoff.control import handoff_log, lease
 from switchyard.state_handoff.control.details import Stopped
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.stream_layout import stream_dir, write_json_atomically
+from switchyard.state_handoff.stream.layout import stream_dir, write_json_atomically
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import scope
 

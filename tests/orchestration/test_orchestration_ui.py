@@ -20,9 +20,9 @@ from playwright.sync_api import Page, expect, sync_playwright
 
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.backfill import commit_state
+from switchyard.jobs.handoff import run_handoff
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.handoff import run_handoff
 from switchyard.state_handoff.io.archive_files import list_archive
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.tables import Tables

@@ -8,7 +8,7 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.orchestration.resources import KafkaResource, WarehouseResource
 from switchyard.state_handoff.io.kafka_io import admin_client
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import checks_def, definitions
 from tests.support.streams import QUIET

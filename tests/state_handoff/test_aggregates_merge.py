@@ -19,12 +19,12 @@ from pyspark.sql.types import TimestampType
 
 from switchyard.jobs.aggregation import state_from_partials, tile_start, window_partials_merged
 from switchyard.jobs.delta_txn import merge_once
-from switchyard.state_handoff.aggregates import (event_aggregations, event_as_partial, final_columns, flatten_last,
-                                                 merge_aggregations, merge_into_sql, partial_columns, sketch_columns,
-                                                 union_sketches)
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.spec import (Field, Pipeline, TumblingWindows, approx_distinct, count, first, last,
-                                           maximum, mean, minimum, stddev, total, variance)
+from switchyard.state_handoff.language.aggregates import (event_aggregations, event_as_partial, final_columns,
+                                                          flatten_last, merge_aggregations, merge_into_sql,
+                                                          partial_columns, sketch_columns, union_sketches)
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.spec import (Field, Pipeline, TumblingWindows, approx_distinct, count, first,
+                                                    last, maximum, mean, minimum, stddev, total, variance)
 
 AGGREGATIONS = (
     count("n"),

@@ -1,4 +1,4 @@
-"""Avro schema resolution checked before decoding (state_handoff/avro_resolution.py): which writer schemas a reader
+"""Avro schema resolution checked before decoding (state_handoff/language/avro_resolution.py): which writer schemas a reader
 schema takes, and the reason named for one it does not; each case also decoded by fastavro, whose resolution is the
 specification's, so the check and a real reader agree."""
 
@@ -9,7 +9,7 @@ import io
 import fastavro
 import pytest
 
-from switchyard.state_handoff.avro_resolution import incompatibility
+from switchyard.state_handoff.language.avro_resolution import incompatibility
 
 ADDRESS = {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]}
 READER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from switchyard.jobs.rebase_requests import open_request
+from switchyard.jobs.rebase.requests import open_request
 from switchyard.jobs.stop import stop_requested
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.kept_versions import paused_state_versions

@@ -13,12 +13,13 @@ from datetime import timedelta
 
 import pytest
 
-from switchyard.state_handoff import definition, pipeline_settings
 from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control import pins as pipeline_settings
 from switchyard.state_handoff.control.details import BackfillCommitted, HandoffCommitted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.spec import Field, count, maximum
+from switchyard.state_handoff.language import definition
+from switchyard.state_handoff.language.spec import Field, count, maximum
 from switchyard.state_handoff.tables import Tables
 from tests.support.changed_pipeline import DEMO, DEMO_BY_KIND, DEMO_KIND, DEMO_PLUS_ONE, DEMO_WIDER
 

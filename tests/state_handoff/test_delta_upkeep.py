@@ -19,7 +19,7 @@ from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.delta_cas import read
 from switchyard.state_handoff.settings import BY_NAME
-from switchyard.state_handoff.stream_layout import RUN_PARTS, prune_earlier_streams, stream_dir
+from switchyard.state_handoff.stream.layout import RUN_PARTS, prune_earlier_streams, stream_dir
 from switchyard.state_handoff.tables import Tables
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from switchyard.state_handoff.parsing import parse_events
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.spec import Field, Pipeline, count, total
+from switchyard.state_handoff.language.parsing import parse_events
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.language.spec import Field, Pipeline, count, total
 from tests.support.oracle import classify, classify_fields
 
 PIPELINE = get_pipeline("demo")
@@ -172,7 +172,7 @@ def test_an_avro_length_beyond_the_record_is_refused_without_allocating_it(spark
     is dead-lettered as bad_avro beside a well-formed one."""
     import json
 
-    from switchyard.state_handoff.spec import AvroFormat
+    from switchyard.state_handoff.language.spec import AvroFormat
 
     schema = tmp_path / "e.avsc"
     schema.write_text(json.dumps({"type": "record", "name": "E", "fields": [

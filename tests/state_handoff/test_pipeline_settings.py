@@ -17,7 +17,7 @@ from deltalake import DeltaTable
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.io.delta_cas import read
 from switchyard.state_handoff.io.kafka_io import produce
-from switchyard.state_handoff.record_limits import MAX_RECORD_BYTES_ENV
+from switchyard.state_handoff.language.record_limits import MAX_RECORD_BYTES_ENV
 from switchyard.state_handoff.tables import Tables
 from tests.support.streams import QUIET
 
@@ -119,7 +119,7 @@ def test_config_records_the_value_of_a_pipeline_that_has_classified_nothing(tmp_
 def test_a_process_serving_several_pipelines_must_give_the_recorded_value_and_first_runs_record_one(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
-    from switchyard.state_handoff import pipeline_settings
+    from switchyard.state_handoff.control import pins as pipeline_settings
     from switchyard.state_handoff.errors import UserError
 
     tables = Tables(str(tmp_path / "wh"), "demo")

@@ -200,7 +200,7 @@ def test_the_choices_are_the_profiles_and_environments_the_code_knows():
 
 
 def test_the_record_limit_is_at_least_a_dead_letter_prefix():
-    from switchyard.state_handoff.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
+    from switchyard.state_handoff.language.record_limits import DEAD_LETTER_PREFIX_BYTES, MAX_RECORD_BYTES_ENV
 
     assert settings.value(MAX_RECORD_BYTES_ENV, {MAX_RECORD_BYTES_ENV: str(DEAD_LETTER_PREFIX_BYTES)}) == 1024
     with pytest.raises(UserError):

@@ -3,7 +3,7 @@ faithfully."""
 
 import pytest
 
-from switchyard.state_handoff.spec import RECORD_COLUMNS, Field, Pipeline, count, total
+from switchyard.state_handoff.language.spec import RECORD_COLUMNS, Field, Pipeline, count, total
 
 BASE = (Field("id", "string"), Field("key", "string"), Field("at", "timestamp"))
 
@@ -35,7 +35,7 @@ def test_a_declared_range_of_event_times_must_fit_every_layer():
     window, a local zone and the watermark's lateness stay inside Python's years 1-9999."""
     from datetime import datetime, timedelta, timezone
 
-    from switchyard.state_handoff.spec import EVENT_TIMES, TumblingWindows
+    from switchyard.state_handoff.language.spec import EVENT_TIMES, TumblingWindows
 
     assert _pipeline().accepted_times == EVENT_TIMES == (datetime(2, 1, 1, tzinfo=timezone.utc),
                                                           datetime(9999, 1, 1, tzinfo=timezone.utc))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from switchyard.state_handoff.status import format_status
+from switchyard.state_handoff.control.status import format_status
 
 
 def test_status_shows_rates_and_durations_to_one_decimal():

@@ -7,8 +7,8 @@ one are malformed), and that keyed by key and kind together (DEMO_BY_KIND)."""
 import dataclasses
 from datetime import timedelta
 
-from switchyard.state_handoff.pipelines import get_pipeline
-from switchyard.state_handoff.spec import maximum
+from switchyard.state_handoff.language.pipelines import get_pipeline
+from switchyard.state_handoff.language.spec import maximum
 
 DEMO = get_pipeline("demo")
 DEMO_PLUS_ONE = dataclasses.replace(DEMO, aggregations=DEMO.aggregations + (maximum("largest2", "amount"),))

@@ -14,7 +14,7 @@ from switchyard.jobs.inputs.generate import DEFAULT_START, run_generate
 from switchyard.orchestration import sensors
 from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration.stream_health import read_progress
-from switchyard.state_handoff.pipelines import get_pipeline
+from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
 from tests.support.dagster_defs import scope
 

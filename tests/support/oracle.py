@@ -323,7 +323,7 @@ def _finite_number(value) -> bool:
 def by_kind(records: list[KafkaRecord]) -> tuple[dict[str, KindState], int]:
     """The `kinds` pipeline over `records` (keyed by the required string field `kind`): its state per kind, and
     how many records are malformed for it."""
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     fields = get_pipeline("kinds").fields  # the declaration's fields only: the parsing is this module's own
     state: dict[str, KindState] = defaultdict(KindState)

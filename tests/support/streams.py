@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from switchyard.state_handoff import stream_progress
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.status import pipeline_status
+from switchyard.state_handoff.control.status import pipeline_status
+from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
 from tests.support.compare import assert_state_matches, assert_windows_match, rows
@@ -30,12 +30,12 @@ def stream_until_caught_up(spark, tables: Tables, bootstrap: str):
     """`switchyard stream --until-caught-up` run in the test's session, not a process of its own (a JVM's start
     would cost more than the stream): where a test only needs the pipeline streamed on. The session's settings are
     the same after it as before, as a library's caller needs them."""
-    from switchyard.jobs.stream import StreamSettings, run_stream
-    from switchyard.state_handoff.pipelines import get_pipeline
+    from switchyard.jobs.stream import StreamOptions, run_stream
+    from switchyard.state_handoff.language.pipelines import get_pipeline
 
     before = spark.conf.getAll
     result = run_stream(spark, get_pipeline(tables.pipeline), tables, bootstrap,
-                        StreamSettings(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1),
+                        StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1),
                         out=lambda *_: None)
     changed = {k: (before.get(k), v) for k, v in spark.conf.getAll.items() if before.get(k) != v}
     assert changed == {} and set(before) <= set(spark.conf.getAll), f"the stream left the session changed: {changed}"
@@ -177,7 +177,7 @@ def switch_half_archived(spark, pipeline, tables: Tables, bootstrap: str, topic:
     produced, streamed to caught up, and every table checked against the oracle."""
     from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.jobs.backfill import run_backfill
-    from switchyard.state_handoff.handoff import run_handoff
+    from switchyard.jobs.handoff import run_handoff
     from switchyard.state_handoff.io.kafka_io import produce
 
     run_archive(spark, pipeline, tables, bootstrap, topic, archive_cut(bootstrap, topic, fraction=0.5),

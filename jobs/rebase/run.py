@@ -1,0 +1,318 @@
+"""Rebase (beyond Flink): the way back from stream to backlog and forward again, at a cut.
+
+A paused stream's two readers stopped where their last committed batches ended: the keyed query at K, the
+events query at E, per partition. The cut C is the topic's end at the pause (at least K and E). Then:
+1. the keyed state is recomputed sort-based from the archive's days plus the Kafka range [archive cut, C)
+   read in batch and compared with the streamed state folded up to C (the reconciliation); a difference stops
+   the rebase here, with nothing written at the cut (RECONCILIATION_FAILED: the paused stream streams on),
+   unless the request accepts differences;
+2. the events path catches up over [E, C) in batches (as many as the stream would take it in, bounded by
+   jobs/rebase/cut.py's CATCH_UP_BATCH), with the stream's own sink and watermark, so dead letters, late records
+   and windows are exactly the stream's at C (a final window is never re-emitted);
+3. the recomputed state replaces the streamed one; BACKFILL_COMMITTED and HANDOFF_COMMITTED at C; a stream
+   then seeds from the recomputed state.
+Before the pause, everything the steps read is checked: the archive's files, and Kafka still retaining every
+offset the steps read from it (from the archive's cut, or from where a reader ended when lower). A rebase that
+cannot have them is refused then (REBASE_REFUSED, in one line), with nothing paused: the stream streams on.
+From before the pause to the handoff at the cut the rebase holds the archive's own lease, so the archive's record
+its steps read is one record: an `archive` run meanwhile is refused, naming the rebase.
+Each step is idempotent, and the request stays open from the pause until the handoff at the cut: a rebase that
+dies, or that a user error stops (logged FAILED, in one line), is finished at the same cut by the next `stream`
+(or `rebase`), or given up by `rebase --abandon` (REBASE_ABANDONED) while the paused stream can still resume from
+its checkpoint. Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
+checkpoint are never planned by the stream's query over another range.
+
+A redeploy (jobs/rebase/redeploy.py) is a rebase whose request carries `redeploy`: it runs under the changed definition,
+whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
+reconciliation compares only what both definitions declare alike; when the windows changed, the catch-up writes only
+the dead letters and the windows are made again at the cut over all history; when its records parse otherwise, the
+dead letters are made again over all history too (jobs/rebase/reparse.py) and nothing is compared. Under any other
+definition it is refused.
+
+The cut itself, its records fetched and parsed once for steps 1 and 2, the events path's catch-up to it and the
+streamed state folded up to it are jobs/rebase/cut.py.
+The stream runs a rebase between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
+layout and the checkpoints (state_handoff/stream/layout.py, state_handoff/stream/checkpoints.py) and the events sink
+(jobs/sinks.py), so it never imports the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from datetime import datetime, timezone
+
+from pyspark import StorageLevel
+from pyspark.sql import SparkSession
+
+from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
+from switchyard.jobs.log import warnings_to
+from switchyard.jobs.rebase.beside import take_over_at_cut
+from switchyard.jobs.rebase.checks import RebaseRefused, hold_archive, refuse_unless_ready
+from switchyard.jobs.rebase.cut import (Cut, CutRecords, TilesAtCut, catch_up_events, pause_cut, streamed_state_at,
+                                        tiles_of)
+from switchyard.jobs.rebase.reconciliation import described
+from switchyard.jobs.rebase.rekey import rekey_updates_topic
+from switchyard.jobs.rebase.reparse import remake_past_archive
+from switchyard.jobs.rebase.requests import (committed_backfill_for, open_request, request_rebase, resumable,
+                                             unsettled_stream, wait_for_rebase)
+from switchyard.state_handoff import faults
+from switchyard.state_handoff.control import details, handoff_log, lease
+from switchyard.state_handoff.control.handoffs import Handoff, current_handoff, from_entry
+from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io import storage
+from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
+from switchyard.state_handoff.language import definition
+from switchyard.state_handoff.language.aggregates import partial_columns
+from switchyard.state_handoff.language.spec import Pipeline
+from switchyard.state_handoff.stream.layout import StreamPaths
+from switchyard.state_handoff.tables import Tables
+
+logger = logging.getLogger(__name__)
+
+CUT = "cut"
+
+
+class ReconciliationFailed(UserError):
+    """The state recomputed at the cut differs from the streamed state there, and nobody accepted it."""
+
+    def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
+        self.reconciliation, self.resumable = reconciliation, resumable
+        super().__init__(
+            f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
+            f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
+            "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
+
+
+def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
+                  paths: StreamPaths, cut: Cut, request: dict, out=logger.info) -> Handoff:
+    """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
+    started = time.monotonic()
+    redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
+    record = redeploy["record"] if redeploy else None
+    # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
+    anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, record)
+    rekeyed = bool(redeploy) and definition.key_changed(pipeline, record)
+    reparsed = bool(redeploy) and definition.reparsed(pipeline, record)  # the dead letters made again too
+
+    def gate(reconciliation: dict) -> datetime | None:
+        """Between the reconciliation and the first write at the cut: differences stop the rebase unless
+        accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
+        if reconciliation["keys_different"] and not request.get("accept_differences"):
+            raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
+        out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
+            + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
+        watermark = catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
+                                    handoff, paths, cut, records)
+        if reparsed:
+            at_cut.details["dead_letters_remade"] = remake_past_archive(spark, pipeline, tables, bootstrap,
+                                                                        handoff.topic, archive_end, cut.events)
+        return watermark
+
+    backfill = committed_backfill_for(tables, request["request_id"])
+    if backfill is None:
+        meta = archive_meta(tables.archive)
+        archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
+        out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
+            + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
+        first, last = days_to_tile(tables, request.get("from"), request.get("to"))
+        # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
+        # every archived day tiled now
+        whole = bool(redeploy) and not take_over_at_cut(spark, pipeline, tables, redeploy, archive_end, out)
+        if whole:
+            first = last = None
+        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
+                     if first or whole else BackfillResult(None, None, None))
+        # every step below reads a part of [the lowest of their starts, C): fetched and parsed once
+        records = CutRecords(spark, pipeline, tables, bootstrap, handoff.topic,
+                             {p: min(archive_end.get(p, 0), cut.keyed.get(p, archive_end.get(p, 0)),
+                                     cut.events.get(p, archive_end.get(p, 0))) for p in cut.offsets},
+                             cut.offsets)
+        # a rebase under the same definition tiles the records both states fold in once; a redeploy's streamed
+        # state is of the recorded definition, compared on what the two definitions declare alike
+        shared = None if redeploy else TilesAtCut(pipeline, records, archive_end, cut)
+        past = shared.past if shared else tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
+        if anew:  # read twice: the state and the windows
+            past = past.persist(StorageLevel.DISK_ONLY)
+        alike = definition.compared(pipeline, record) if redeploy else pipeline
+        at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
+                       None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed,
+                                                               shared.streamed_rest if shared else None), None,
+                       details={"request_id": request["request_id"], "reason": request.get("reason"),
+                                "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
+                                "pause": cut.as_details(),
+                                "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
+                       compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed,
+                       not_compared="its records parse otherwise under the changed definition" if reparsed else None)
+        try:
+            commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
+                         at_cut=at_cut)
+        finally:
+            past.unpersist()
+            if shared:
+                shared.unpersist()
+            records.unpersist()
+        reconciliation = at_cut.reconciliation
+        committed = details.of(committed_backfill_for(tables, request["request_id"]))
+        if not committed.complete:
+            raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
+                            f"{committed.records_not_backfilled}, skipped files: {committed.skipped_files}): "
+                            "repair the archive")
+        faults.reach("rebase.after_backfill")
+    else:
+        reconciliation = details.of(backfill).at_cut["reconciliation"]
+    backfill = committed_backfill_for(tables, request["request_id"])
+    if reconciliation["keys_different"]:
+        warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
+                         f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
+                         f"state; {described(reconciliation)}")
+    elif reconciliation.get("not_compared"):
+        out(f"rebase {pipeline.name}: reconciliation not made: {reconciliation['not_compared']}; the dead letters "
+            "were made again over all history, and the accounting counts every record once")
+    else:
+        out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
+            + ("merged over all keys (the key changed)" if rekeyed else f"({reconciliation['keys_recomputed']} keys)"))
+    if rekeyed or reparsed:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
+        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, record, backfill, out)
+    entry = handoff_log.append(
+        tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
+        start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
+        details=details.HandoffCommitted(
+            topic=handoff.topic, boundary_mode=CUT, boundary={str(p): o - 1 for p, o in cut.offsets.items()},
+            request_id=request["request_id"], previous_handoff=handoff.handoff_id, reconciliation=reconciliation,
+            **definition.as_details(pipeline), rebase_s=round(time.monotonic() - started, 3)))
+    return from_entry(entry)
+
+
+def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[str | None, str | None]:
+    """The requested days, widened to every day with archive files the last committed backfill had not tiled
+    (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
+    must hold every archived record."""
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+    tiled = set(details.of(committed).tiled_files or []) if committed else set()
+    days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
+    days |= {d for d in (first, last) if d}
+    if not days:
+        return None, None
+    ordered = sorted(str(d) for d in days)
+    return ordered[0], ordered[-1]
+
+
+def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
+               request: dict, out=logger.info, checked: bool = False) -> Handoff:
+    """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
+    pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
+    `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran. The archive's lease is
+    held throughout (hold_archive)."""
+    with hold_archive(tables, handoff, request, out):
+        return _rebase_holding_the_archive(spark, pipeline, tables, bootstrap, handoff, request, out, checked)
+
+
+def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
+                                handoff: Handoff, request: dict, out, checked: bool) -> Handoff:
+    paths = StreamPaths.of(tables, handoff.handoff_id)
+    refuse_other_definition(pipeline, tables, handoff, request)
+    if "paused" in request:
+        cut = Cut.from_details(request["paused"].cut)
+    else:
+        if not checked:
+            refuse_unless_ready(tables, bootstrap, handoff, request)
+        cut = pause_cut(bootstrap, tables, handoff, paths)
+        handoff_log.append(tables, handoff.handoff_id, Status.PAUSED, details=details.Paused(
+            request_id=request["request_id"], reason=request.get("reason"), cut=cut.as_details()))
+        out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
+            + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
+    faults.reach("rebase.after_pause")
+    try:
+        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
+    except ReconciliationFailed as err:
+        handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
+                           details=details.ReconciliationFailed(request_id=request["request_id"], reason=str(err),
+                                                                resumable=err.resumable,
+                                                                reconciliation=err.reconciliation))
+        raise
+    except UserError as err:
+        finisher = ("`switchyard redeploy` under the changed definition" if request.get("redeploy") else
+                    "`switchyard stream` (or `switchyard rebase`)")
+        reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, {finisher} finishes it there"
+                  + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
+                     if resumable(tables, handoff, paths) and committed_backfill_for(tables, request["request_id"])
+                     is None else ""))
+        handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
+                           details=details.Failed(phase="rebase", request_id=request["request_id"], reason=reason))
+        raise UserError(reason) from None
+
+
+def refuse_other_definition(pipeline: Pipeline, tables: Tables, handoff: Handoff, request: dict) -> None:
+    """A redeploy's request is run only under the definition it moves the pipeline to: under another one it is
+    refused before its pause (REBASE_REFUSED: the stream streams on), and after it left open for `switchyard
+    redeploy` under that definition to finish at its cut."""
+    wanted = (request.get("redeploy") or {}).get("version")
+    if wanted is None or wanted == definition.version(pipeline):
+        return
+    reason = (f"the redeploy of {pipeline.name} (request {request['request_id']}) moves it to definition version "
+              f"{wanted}, and this process runs version {definition.version(pipeline)}: `switchyard redeploy` under "
+              "that definition finishes it")
+    if "paused" not in request:
+        handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
+                           details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
+        raise RebaseRefused(reason)
+    raise UserError(f"{reason} at its cut, or `switchyard rebase --abandon` gives it up")
+
+
+# ---------------------------------------------------------------- requests (the other side: `rebase`, `backfill`)
+
+def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: str, requested_by: str,
+                    session, days: tuple[str | None, str | None] = (None, None), timeout_s: float = 3600.0,
+                    no_rebase: bool = False, accept_differences: bool = False, finish_stream=None,
+                    out=logger.info) -> Handoff:
+    """A backfill or rebase once a handoff exists. A live stream is asked to rebase and waited for until the new
+    handoff is SWITCHED; with no stream live, this process rebases itself, holding the pipeline's lease
+    (`session` builds the SparkSession only then). A stream killed without a stop (or stopped mid-batch) is first
+    streamed until caught up by `finish_stream(spark)` (jobs/stream: `stream_until_caught_up`), which replays its
+    planned batch and drains `state` (a stream that cannot run is reported, and the rebase goes on); without
+    `finish_stream`, the rebase is refused in one line naming that command."""
+    if lease.stream_running(tables):
+        if no_rebase:
+            owner = lease.owner(tables)
+            raise UserError(f"pipeline {pipeline.name} has a live stream "
+                            f"({owner.describe(datetime.now(timezone.utc)) if owner else 'switchyard stream'}): "
+                            "--no-rebase refuses to backfill under it; stop it, or drop --no-rebase to rebase it")
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
+        out(f"{reason} {pipeline.name}: the stream is live; asked it to rebase at a cut (request {request_id})")
+        new = wait_for_rebase(tables, request_id, timeout_s, out)
+        out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
+        return new
+    unsettled = unsettled_stream(tables)
+    if unsettled is not None:
+        killed, how = unsettled
+        if finish_stream is None:
+            raise UserError(f"the stream of handoff {killed} {how}, maybe before `state` applied every update it "
+                            f"sent: run `switchyard stream --pipeline {pipeline.name} --until-caught-up` first, then "
+                            f"{reason} again")
+        warnings_to(out)(f"{reason} {pipeline.name}: the stream of handoff {killed} {how}; streaming until caught up "
+                         "first, so that `state` holds every update it sent")
+        try:
+            finish_stream(session())
+        except Exception as err:  # noqa: BLE001 - a stream that cannot run (Kafka's retention passed it) is what a
+            # rebase is the way out of: it goes on, and its reconciliation names any key the stream left unsettled
+            warnings_to(out)(f"{reason} {pipeline.name}: the stream did not catch up "
+                             f"({str(err).splitlines()[0][:300]}); rebasing from where it stands")
+    with lease.hold(tables, requested_by):
+        spark = session()
+        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
+        while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
+            request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
+            try:
+                new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
+            except RebaseRefused:
+                if request["request_id"] == request_id:
+                    raise
+                continue  # refused and answered: this run's request next
+            if request["request_id"] == request_id:
+                break
+    out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
+        "`switchyard stream` streams from it")
+    return new
