@@ -15,21 +15,21 @@ from switchyard.orchestration.scope import Scope
 if TYPE_CHECKING:
     from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from switchyard.orchestration.stream_health import is_observed, transition_metadata
-from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control import pins as pipeline_settings
+from switchyard.state_handoff.control.view import PipelineView
 
 
 def _observe_since(context: dg.OpExecutionContext, scope: Scope, tables, seq: int) -> None:
     """Each log entry after `seq` (the rebase's request, pause, handoff at the cut, ...) as an observation of the
     pipeline's `stream`."""
-    for entry in handoff_log.entries(tables):
+    for entry in PipelineView.read(tables).entries:
         if entry.seq > seq and is_observed(entry):
             context.log_event(dg.AssetObservation(asset_key=scope.key("stream"),
                                                   metadata=transition_metadata(entry, tables)))
 
 
 def _last_seq(tables) -> int:
-    return max([-1] + [e.seq for e in handoff_log.entries(tables)])
+    return PipelineView.read(tables).last_seq
 
 
 class RebaseConfig(dg.Config):

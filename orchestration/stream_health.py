@@ -255,11 +255,10 @@ OBSERVED = frozenset(Status) - {Status.BACKFILL_STARTED, Status.BACKFILL_COMMITT
 def _rebase_figures(logged: details.Details | None, asked: requests.Request | None) -> dict:
     """A rebase's decision (REBASE_REQUESTED: why, and for a switch back the lag that decided it) and its outcome
     (PAUSED: the cut; HANDOFF_COMMITTED at a cut: time taken and the reconciliation)."""
-    if asked is not None and asked.kind == Status.REBASE_REQUESTED:
-        decided = asked.fields  # a switch back's figures (jobs/stream/monitor.py)
-        redeploy = decided.get("redeploy") or {}
-        return {"rebase_reason": decided.get("reason") or "", "requested_by": asked.requested_by or "",
-                **({"definition_from": redeploy["record"]["version"], "definition_to": redeploy["version"]}
+    if isinstance(asked, requests.RebaseRequest):
+        decided, redeploy = asked.figures, asked.redeploy  # a switch back's figures (jobs/stream/monitor.py)
+        return {"rebase_reason": asked.reason or "", "requested_by": asked.requested_by or "",
+                **({"definition_from": redeploy.record["version"], "definition_to": redeploy.version}
                    if redeploy else {}),
                 "switch_back_offsets_behind": _number(decided.get("behind")),
                 "switch_back_threshold": _number(decided.get("threshold")),
@@ -286,7 +285,7 @@ def recorded_figures(entry) -> dict:
                 "input_rows_per_s": logged.input_rows_per_s, "processed_rows_per_s": logged.processed_rows_per_s}
     if isinstance(logged, details.Stopped):
         return {"offsets_behind": logged.offsets_behind}
-    return asked.fields if asked is not None else {}
+    return asked.figures if isinstance(asked, requests.RebaseRequest) else {}
 
 
 def is_observed(entry) -> bool:
@@ -316,5 +315,5 @@ def transition_metadata(entry, tables: Tables, start_offsets: dict[int, int] | N
         "input_rate": _number(figures.get("input_rows_per_s")),
         "processed_rate": _number(figures.get("processed_rows_per_s")),
         **_rebase_figures(logged, asked),
-        "details": dg.MetadataValue.json(asked.as_details() if asked else logged.as_details() if logged else {}),
+        "details": dg.MetadataValue.json(requests.as_details(asked) if asked else logged.as_details() if logged else {}),
     }

@@ -30,6 +30,7 @@ from switchyard.state_handoff.control import handoff_log, kept_versions
 from switchyard.state_handoff.control.details import BackfillCommitted
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.step_times import StepTimes
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.language.aggregates import partial_columns
@@ -258,10 +259,11 @@ def commit_state(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles_
                            at_cut={**at_cut.details, "cut": at_cut.cut, "reconciliation": at_cut.reconciliation}
                            if at_cut else None))
     # what this commit and earlier backfills replaced, over an hour ago; of `tiles`, the previous definition's kept
-    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))
+    committed = PipelineView.read(tables)  # the log with this commit's entry
+    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(committed))
     for path in (tables.windows, tables.window_state, tables.dead_letter, tables.backlog):
         delta_upkeep.vacuum(path)
-    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))  # and the seeds' state
+    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(committed))  # and the seeds' state
     warn = warnings_to(out)
     if missing:
         warn(f"  note: archived records not yet in the tiles, per partition: {missing}; "

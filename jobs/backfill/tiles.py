@@ -23,6 +23,7 @@ from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.details import BackfillStarted, Failed
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.step_times import StepTimes
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import fencing, storage
 from switchyard.state_handoff.language.parsing import cached_for_two_passes, parse_events
 from switchyard.state_handoff.language.spec import Pipeline
@@ -183,7 +184,7 @@ def _tiles_run_file(tables: Tables, handoff_id: str) -> str:
 
 def pending_tiles_run(tables: Tables) -> BackfillResult | None:
     """The latest tiles run not yet committed into state (Dagster runs tiles and state as separate steps)."""
-    entries = handoff_log.entries(tables)
+    entries = PipelineView.read(tables).entries
     started = next((e for e in reversed(entries) if e.status == Status.BACKFILL_STARTED), None)
     if started is None or any(e.handoff_id == started.handoff_id and e.status != Status.BACKFILL_STARTED
                               for e in entries):

@@ -165,7 +165,7 @@ def run_handoff_command(args) -> int:
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
-        from switchyard.state_handoff.control import handoff_log
+        from switchyard.state_handoff.control.view import PipelineView
         from switchyard.state_handoff.stream.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
@@ -173,7 +173,7 @@ def run_handoff_command(args) -> int:
         with lease.hold(tables, lease.HANDOFF):  # no JVM: the log and Kafka's offsets only
             switch = restart_from_retained(tables, args.bootstrap)
         lost = ", ".join(f"p{r['partition']}:{r['from']}..{r['to'] - 1} ({r['records']} records)"
-                         for r in lost_ranges(handoff_log.entries(tables)) if r["handoff_id"] == switch.handoff_id)
+                         for r in lost_ranges(PipelineView.read(tables).entries) if r["handoff_id"] == switch.handoff_id)
         logger.info(f"{switch.summary(pipeline.name)}; lost to Kafka's retention, read by neither phase: {lost}")
         return 0
     with lease.hold(tables, lease.HANDOFF):

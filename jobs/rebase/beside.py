@@ -21,6 +21,7 @@ from switchyard.jobs.rebase import reparse
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import RedeployPlan
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.language.aggregates import WINDOW_PREFIX, partial_columns, partial_names
@@ -122,14 +123,14 @@ def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: d
     return True
 
 
-def take_over_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, redeploy: dict,
+def take_over_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, redeploy: RedeployPlan,
                      archive_end: dict[int, int], out=logger.info) -> bool:
-    """At a redeploy's cut (`redeploy`: its request's record): the tiles made beside replace `tiles` (take_over),
+    """At a redeploy's cut (`redeploy`: its request's plan): the tiles made beside replace `tiles` (take_over),
     and when records parse otherwise, every archived record's dead letter is replaced by those made beside, or
     dropped when there are none (jobs/rebase/reparse.py). False: every archived day is to be tiled at the cut, its
     dead letters with it."""
-    beside = redeploy.get("beside")
-    reparsed = definition.reparsed(pipeline, redeploy["record"])
+    beside = redeploy.beside
+    reparsed = definition.reparsed(pipeline, redeploy.record)
     if reparsed and (beside or {}).get("dead_letter_version") is None:
         beside = None  # tiles restored or projected carry no dead letters of the changed parse
     taken = take_over(spark, pipeline, tables, beside, out)

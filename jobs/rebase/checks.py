@@ -12,6 +12,7 @@ from switchyard.jobs.backfill import verify_archive
 from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import RebaseRequest
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_retention
 from switchyard.state_handoff.io.archive_files import archive_meta
@@ -55,7 +56,7 @@ def check_before_pause(tables: Tables, bootstrap: str, handoff: Handoff, paths: 
             "margin per partition)")
 
 
-def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, request: dict) -> None:
+def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, request: RebaseRequest) -> None:
     """check_before_pause for an open request not yet paused: a refusal answers it (REBASE_REFUSED, which leaves
     the handoff where it was) and raises RebaseRefused."""
     try:
@@ -64,14 +65,14 @@ def refuse_unless_ready(tables: Tables, bootstrap: str, handoff: Handoff, reques
         _refuse(tables, handoff, request, err)
 
 
-def _refuse(tables: Tables, handoff: Handoff, request: dict, err: UserError) -> None:
+def _refuse(tables: Tables, handoff: Handoff, request: RebaseRequest, err: UserError) -> None:
     reason = f"rebase of {tables.pipeline} refused before its pause, nothing paused: {err}"
     handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                       details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
+                       details=details.RebaseRefused(request_id=request.request_id, reason=reason))
     raise RebaseRefused(reason) from None
 
 
-def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=logger.info) -> ExitStack:
+def hold_archive(tables: Tables, handoff: Handoff, request: RebaseRequest, out=logger.info) -> ExitStack:
     """The archive's own lease, taken before the pause and held until the handoff at the cut, so that the archive's
     record the rebase reads at several steps (the days to tile, the archive's cut, the commit's accounting) is one
     record: an `archive` run meanwhile is refused, naming the rebase. An archive run holding it refuses a request
@@ -83,7 +84,7 @@ def hold_archive(tables: Tables, handoff: Handoff, request: dict, out=logger.inf
             held.enter_context(lease.hold(tables.archive_writer(), lease.REBASE))
             return held
         except UserError as err:
-            if "paused" not in request:
+            if request.paused is None:
                 _refuse(tables, handoff, request, UserError(f"the archive is being written: {err}; run the rebase "
                                                             "again once that archive run has ended"))
             if not waiting:

@@ -14,7 +14,6 @@ whole burst (9.5 million records) ran a 2 GB heap out of memory."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from functools import reduce
 from operator import or_
@@ -29,6 +28,7 @@ from switchyard.jobs.delta_txn import TxnApp
 from switchyard.jobs.rebase.reconciliation import merged_over_all_keys
 from switchyard.jobs.sinks import EventsSink, mark_overlap
 from switchyard.state_handoff.control.handoffs import Handoff
+from switchyard.state_handoff.control.requests import Cut
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_io import latest_offsets, offset_bounds
 from switchyard.state_handoff.language.aggregates import partial_columns
@@ -42,26 +42,6 @@ from switchyard.state_handoff.tables import Tables
 
 Offsets = dict[int, int]
 CATCH_UP_BATCH = 2_000_000  # offsets per catch-up batch, over all partitions
-
-
-@dataclass(frozen=True)
-class Cut:
-    offsets: dict[int, int]   # exclusive end per partition: the next handoff starts here
-    keyed: dict[int, int]     # where the keyed query's last committed batch ended
-    events: dict[int, int]    # where the events query's last committed batch ended
-    # the `state` version holding the drained streamed state (at `keyed`): what the reconciliation folds [keyed, cut)
-    # into, however often the rebase runs again after the recomputed state replaced it (None: a pause recorded
-    # before cuts named it, read at the latest version)
-    state_version: int | None = None
-
-    def as_details(self) -> dict:
-        return {**{name: {str(p): o for p, o in sorted(getattr(self, name).items())}
-                   for name in ("offsets", "keyed", "events")}, "state_version": self.state_version}
-
-    @staticmethod
-    def from_details(recorded: dict) -> "Cut":
-        return Cut(*({int(p): int(o) for p, o in recorded[name].items()} for name in ("offsets", "keyed", "events")),
-                   state_version=recorded.get("state_version"))
 
 
 def pause_cut(bootstrap: str, tables: Tables, handoff: Handoff, paths: StreamPaths) -> Cut:

@@ -37,13 +37,14 @@ import logging
 
 from switchyard.jobs.backfill.backlog import table_version
 from switchyard.jobs.rebase.beside import drop_beside, tile_beside
-from switchyard.jobs.rebase.requests import open_request, request_rebase, unsettled_stream
+from switchyard.jobs.rebase.requests import unsettled_stream
 from switchyard.jobs.rebase.run import run_rebase
-from switchyard.jobs.serve import request_start
 from switchyard.jobs.stop import stop_stream
-from switchyard.state_handoff.control import handoff_log, kept_versions, lease, requests
-from switchyard.state_handoff.control.handoffs import Handoff, current_handoff
-from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control import kept_versions, lease, requests
+from switchyard.state_handoff.control.handoffs import Handoff
+from switchyard.state_handoff.control.requests import (PreviousDropped, RebaseRequest, RedeployPlan, request_rebase,
+                                                       request_start)
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.language import definition
@@ -54,19 +55,19 @@ logger = logging.getLogger(__name__)
 REQUESTED_BY = "switchyard redeploy"
 
 
-def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
+def check_redeploy(pipeline: Pipeline, tables: Tables) -> RebaseRequest | None:
     """Before any JVM: the open redeploy request to finish (None: a new one is to be asked for); UserError, in one
     line, when there is nothing to redeploy or a cut cannot move the pipeline to `pipeline`."""
-    entries = handoff_log.entries(tables)
-    found = definition.recorded(entries)
-    if current_handoff(tables) is None or found is None:
+    view = PipelineView.read(tables)
+    found = definition.recorded(view.entries)
+    if view.handoff is None or found is None:
         raise UserError(f"pipeline {pipeline.name} has no handoff that recorded its definition: there is nothing to "
                         "redeploy (archive, backfill and hand off under this definition)")
-    request = open_request(tables, entries)
+    request = view.ledger.open_rebase
     if request is not None:
-        if (request.get("redeploy") or {}).get("version") != definition.version(pipeline):
-            raise UserError(f"pipeline {pipeline.name} has an open {request.get('reason') or 'rebase'} (request "
-                            f"{request['request_id']}): finish it under the definition it was asked under, or give it "
+        if (request.redeploy.version if request.redeploy else None) != definition.version(pipeline):
+            raise UserError(f"pipeline {pipeline.name} has an open {request.reason or 'rebase'} (request "
+                            f"{request.request_id}): finish it under the definition it was asked under, or give it "
                             "up with `switchyard rebase --abandon`, then redeploy")
         return request
     _, record = found
@@ -82,34 +83,36 @@ def check_redeploy(pipeline: Pipeline, tables: Tables) -> dict | None:
 
 def check_rollback(pipeline: Pipeline, tables: Tables) -> dict:
     """Before any JVM: what a rollback to `pipeline` restores, as a redeploy's tiles made beside (the `tiles` version
-    kept with it: kept_versions.previous_definition); UserError, in one line, when `pipeline` is not the definition
+    kept with it: the ledger's previous_definition); UserError, in one line, when `pipeline` is not the definition
     the newest redeploy replaced, or that one's tiles were dropped."""
-    previous = kept_versions.previous_definition(handoff_log.entries(tables))
+    previous = PipelineView.read(tables).ledger.previous_definition
     if previous is None:
         raise UserError(f"pipeline {pipeline.name} has no redeploy handed off: there is no earlier definition to "
                         "roll back to")
-    then, now = previous["record"]["version"], definition.version(pipeline)
+    then, now = previous.record["version"], definition.version(pipeline)
     if then != now:
         raise UserError(f"`switchyard rollback` moves pipeline {pipeline.name} back to definition version {then}, the "
-                        f"one its redeploy (request {previous['request_id']}) replaced; this process runs version "
+                        f"one its redeploy (request {previous.request_id}) replaced; this process runs version "
                         f"{now}: run it under that definition")
-    if previous["dropped"] or previous["tiles_version"] is None:
+    if previous.dropped or previous.tiles_version is None:
         raise UserError(f"the tiles of pipeline {pipeline.name}'s definition version {then} were dropped (`switchyard "
                         "redeploy --drop-previous`): `switchyard redeploy` under it moves back with every archived "
                         "day tiled again")
-    return {"version": now, "restore": int(previous["tiles_version"]), "files": previous["files"]}
+    return {"version": now, "restore": int(previous.tiles_version), "files": previous.files}
 
 
 def drop_previous(tables: Tables, out=logger.info) -> None:
     """`switchyard redeploy --drop-previous`: the tiles kept for a rollback are let go (PREVIOUS_DROPPED), their files
     deleted by this vacuum once replaced over the vacuum's retention ago, else by a later one."""
-    previous = kept_versions.previous_definition(handoff_log.entries(tables))
-    if previous is None or previous["dropped"]:
+    view = PipelineView.read(tables)
+    previous = view.ledger.previous_definition
+    if previous is None or previous.dropped:
         raise UserError(f"pipeline {tables.pipeline} keeps no earlier definition's tiles: nothing to drop")
-    requests.ask(tables, Status.PREVIOUS_DROPPED, current_handoff(tables).handoff_id, "switchyard redeploy "
-                 "--drop-previous", redeploy_request=previous["request_id"], tiles_version=previous["tiles_version"])
-    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(tables))
-    out(f"redeploy {tables.pipeline}: definition version {previous['record']['version']} dropped: `switchyard "
+    requests.ask(tables, PreviousDropped(handoff_id=view.handoff.handoff_id, requested_by="switchyard redeploy "
+                                         "--drop-previous", redeploy_request=previous.request_id,
+                                         tiles_version=previous.tiles_version))
+    delta_upkeep.vacuum(tables.tiles, keep_versions=kept_versions.kept_tiles_versions(PipelineView.read(tables)))
+    out(f"redeploy {tables.pipeline}: definition version {previous.record['version']} dropped: `switchyard "
         "rollback` no longer restores it; its tiles' files go with the vacuums of `tiles`")
 
 
@@ -122,7 +125,7 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     finishing = check_redeploy(pipeline, tables)
     spark = session()
     # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
-    beside = restored or (tile_beside(spark, pipeline, tables, definition.recorded(handoff_log.entries(tables))[1],
+    beside = restored or (tile_beside(spark, pipeline, tables, definition.recorded(PipelineView.read(tables).entries)[1],
                                       out) if finishing is None else None)
     stopped = lease.stream_running(tables)
     if stopped:
@@ -130,34 +133,35 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         if stop_stream(tables, timeout_s=timeout_s, out=out, requested_by=REQUESTED_BY) is None:
             raise UserError(f"the stream of {pipeline.name} ended without STOPPED: see `switchyard status`, then "
                             "redeploy again")
-    unsettled = unsettled_stream(tables)
+    unsettled = unsettled_stream(PipelineView.read(tables))
     if unsettled is not None:
         raise UserError(f"the stream of handoff {unsettled[0]} {unsettled[1]}, maybe before `state` applied every "
                         f"update it sent: run `switchyard stream --pipeline {pipeline.name} --until-caught-up` under "
                         "the recorded definition first, then redeploy")
     with lease.hold(tables, REQUESTED_BY):
         request = check_redeploy(pipeline, tables)  # again, holding the pipeline
+        view = PipelineView.read(tables)
         if request is None:
-            _, record = definition.recorded(handoff_log.entries(tables))
-            request_rebase(tables, "rollback" if rollback else "redeploy", REQUESTED_BY, figures={"redeploy": {
-                "version": definition.version(pipeline), "record": record,
-                "tiles_version": table_version(tables.tiles), "dead_letter_version": table_version(
-                    tables.dead_letter), "beside": beside}},
-                accept_differences=accept_differences)
-            request = open_request(tables)
+            _, record = definition.recorded(view.entries)
+            plan = RedeployPlan(definition.version(pipeline), record, table_version(tables.tiles),
+                                table_version(tables.dead_letter), beside or None)
+            request_rebase(view, REQUESTED_BY, "rollback" if rollback else "redeploy", redeploy=plan,
+                           accept_differences=accept_differences)
+            view = PipelineView.read(tables)
+            request = view.ledger.open_rebase
             out(f"redeploy {pipeline.name}: definition version {record['version']} -> "
                 f"{definition.version(pipeline)} ({', '.join(definition.changes(record, pipeline))}), request "
-                f"{request['request_id']}")
+                f"{request.request_id}")
         else:
-            out(f"redeploy {pipeline.name}: finishing request {request['request_id']} at its cut")
-        request = {**request, **({"accept_differences": True} if accept_differences else {})}
-        new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
+            out(f"redeploy {pipeline.name}: finishing request {request.request_id} at its cut")
+        new = run_rebase(spark, pipeline, tables, bootstrap, view.current_handoff,
+                         request.accepting(accept_differences), out)
     drop_beside(tables)
     out(f"redeploy {pipeline.name}: definition version {definition.version(pipeline)} handed off at the cut as "
         f"{new.handoff_id}: `switchyard stream` streams it from there")
     if stopped:  # the stop request the redeploy made is lifted: `switchyard serve`, run under this definition, streams
         try:
-            request_start(tables, REQUESTED_BY)
+            request_start(PipelineView.read(tables), REQUESTED_BY)
             out(f"redeploy {pipeline.name}: START_REQUESTED: `switchyard serve` under the changed definition streams "
                 "it")
         except UserError:  # a stream of the changed definition already runs: nothing to ask for

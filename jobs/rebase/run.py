@@ -50,17 +50,18 @@ from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, comm
 from switchyard.jobs.log import warnings_to
 from switchyard.jobs.rebase.beside import take_over_at_cut
 from switchyard.jobs.rebase.checks import RebaseRefused, hold_archive, refuse_unless_ready
-from switchyard.jobs.rebase.cut import (Cut, CutRecords, TilesAtCut, catch_up_events, pause_cut, streamed_state_at,
-                                        tiles_of)
+from switchyard.jobs.rebase.cut import CutRecords, TilesAtCut, catch_up_events, pause_cut, streamed_state_at, tiles_of
 from switchyard.jobs.rebase.reconciliation import described
 from switchyard.jobs.rebase.rekey import rekey_updates_topic
 from switchyard.jobs.rebase.reparse import remake_past_archive
-from switchyard.jobs.rebase.requests import (committed_backfill_for, open_request, request_rebase, resumable,
-                                             unsettled_stream, wait_for_rebase)
+from switchyard.jobs.rebase.requests import resumable, unsettled_stream
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lease
-from switchyard.state_handoff.control.handoffs import Handoff, current_handoff, from_entry
+from switchyard.state_handoff.control.answers import wait_for_rebase
+from switchyard.state_handoff.control.handoffs import Handoff, from_entry
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import Cut, RebaseRequest, request_rebase
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
@@ -87,11 +88,11 @@ class ReconciliationFailed(UserError):
 
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                  paths: StreamPaths, cut: Cut, request: dict, out=logger.info) -> Handoff:
+                  paths: StreamPaths, cut: Cut, request: RebaseRequest, out=logger.info) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
     started = time.monotonic()
-    redeploy = request.get("redeploy")  # the recorded definition this one replaces at the cut
-    record = redeploy["record"] if redeploy else None
+    redeploy = request.redeploy  # the recorded definition this one replaces at the cut
+    record = redeploy.record if redeploy else None
     # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
     anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, record)
     rekeyed = bool(redeploy) and definition.key_changed(pipeline, record)
@@ -100,7 +101,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     def gate(reconciliation: dict) -> datetime | None:
         """Between the reconciliation and the first write at the cut: differences stop the rebase unless
         accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
-        if reconciliation["keys_different"] and not request.get("accept_differences"):
+        if reconciliation["keys_different"] and not request.accept_differences:
             raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
         out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
             + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
@@ -111,13 +112,13 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                                                                         handoff.topic, archive_end, cut.events)
         return watermark
 
-    backfill = committed_backfill_for(tables, request["request_id"])
+    backfill = _committed_backfill(tables, request)
     if backfill is None:
         meta = archive_meta(tables.archive)
         archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
         out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
             + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
-        first, last = days_to_tile(tables, request.get("from"), request.get("to"))
+        first, last = days_to_tile(tables, *request.days)
         # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
         # every archived day tiled now
         whole = bool(redeploy) and not take_over_at_cut(spark, pipeline, tables, redeploy, archive_end, out)
@@ -140,10 +141,10 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
                        None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed,
                                                                shared.streamed_rest if shared else None), None,
-                       details={"request_id": request["request_id"], "reason": request.get("reason"),
+                       details={"request_id": request.request_id, "reason": request.reason,
                                 "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
                                 "pause": cut.as_details(),
-                                "accepted_differences": bool(request.get("accept_differences"))}, before_replace=gate,
+                                "accepted_differences": request.accept_differences}, before_replace=gate,
                        compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed,
                        not_compared="its records parse otherwise under the changed definition" if reparsed else None)
         try:
@@ -155,7 +156,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
                 shared.unpersist()
             records.unpersist()
         reconciliation = at_cut.reconciliation
-        committed = details.of(committed_backfill_for(tables, request["request_id"]))
+        committed = details.of(_committed_backfill(tables, request))
         if not committed.complete:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
                             f"{committed.records_not_backfilled}, skipped files: {committed.skipped_files}): "
@@ -163,7 +164,7 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         faults.reach("rebase.after_backfill")
     else:
         reconciliation = details.of(backfill).at_cut["reconciliation"]
-    backfill = committed_backfill_for(tables, request["request_id"])
+    backfill = _committed_backfill(tables, request)
     if reconciliation["keys_different"]:
         warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
                          f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
@@ -181,9 +182,14 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
         details=details.HandoffCommitted(
             topic=handoff.topic, boundary_mode=CUT, boundary={str(p): o - 1 for p, o in cut.offsets.items()},
-            request_id=request["request_id"], previous_handoff=handoff.handoff_id, reconciliation=reconciliation,
+            request_id=request.request_id, previous_handoff=handoff.handoff_id, reconciliation=reconciliation,
             **definition.as_details(pipeline), rebase_s=round(time.monotonic() - started, 3)))
     return from_entry(entry)
+
+
+def _committed_backfill(tables: Tables, request: RebaseRequest):
+    """The BACKFILL_COMMITTED the rebase wrote at its cut, as the log holds it now (None: not yet)."""
+    return PipelineView.read(tables).ledger.committed_backfill_for(request.request_id)
 
 
 def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[str | None, str | None]:
@@ -201,7 +207,7 @@ def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[s
 
 
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-               request: dict, out=logger.info, checked: bool = False) -> Handoff:
+               request: RebaseRequest, out=logger.info, checked: bool = False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
     pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
     `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran. The archive's lease is
@@ -211,53 +217,53 @@ def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
 
 
 def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
-                                handoff: Handoff, request: dict, out, checked: bool) -> Handoff:
+                                handoff: Handoff, request: RebaseRequest, out, checked: bool) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
     refuse_other_definition(pipeline, tables, handoff, request)
-    if "paused" in request:
-        cut = Cut.from_details(request["paused"].cut)
+    if request.paused is not None:
+        cut = request.paused
     else:
         if not checked:
             refuse_unless_ready(tables, bootstrap, handoff, request)
         cut = pause_cut(bootstrap, tables, handoff, paths)
         handoff_log.append(tables, handoff.handoff_id, Status.PAUSED, details=details.Paused(
-            request_id=request["request_id"], reason=request.get("reason"), cut=cut.as_details()))
-        out(f"PAUSED for a rebase ({request.get('reason')}) at the cut "
+            request_id=request.request_id, reason=request.reason, cut=cut.as_details()))
+        out(f"PAUSED for a rebase ({request.reason}) at the cut "
             + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
     faults.reach("rebase.after_pause")
     try:
         return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
     except ReconciliationFailed as err:
         handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
-                           details=details.ReconciliationFailed(request_id=request["request_id"], reason=str(err),
+                           details=details.ReconciliationFailed(request_id=request.request_id, reason=str(err),
                                                                 resumable=err.resumable,
                                                                 reconciliation=err.reconciliation))
         raise
     except UserError as err:
-        finisher = ("`switchyard redeploy` under the changed definition" if request.get("redeploy") else
+        finisher = ("`switchyard redeploy` under the changed definition" if request.redeploy else
                     "`switchyard stream` (or `switchyard rebase`)")
         reason = (f"{err}; the rebase stays paused at its cut: once that is fixed, {finisher} finishes it there"
                   + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
-                     if resumable(tables, handoff, paths) and committed_backfill_for(tables, request["request_id"])
-                     is None else ""))
+                     if resumable(tables, handoff, paths) and _committed_backfill(tables, request) is None
+                     else ""))
         handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
-                           details=details.Failed(phase="rebase", request_id=request["request_id"], reason=reason))
+                           details=details.Failed(phase="rebase", request_id=request.request_id, reason=reason))
         raise UserError(reason) from None
 
 
-def refuse_other_definition(pipeline: Pipeline, tables: Tables, handoff: Handoff, request: dict) -> None:
+def refuse_other_definition(pipeline: Pipeline, tables: Tables, handoff: Handoff, request: RebaseRequest) -> None:
     """A redeploy's request is run only under the definition it moves the pipeline to: under another one it is
     refused before its pause (REBASE_REFUSED: the stream streams on), and after it left open for `switchyard
     redeploy` under that definition to finish at its cut."""
-    wanted = (request.get("redeploy") or {}).get("version")
+    wanted = request.redeploy.version if request.redeploy else None
     if wanted is None or wanted == definition.version(pipeline):
         return
-    reason = (f"the redeploy of {pipeline.name} (request {request['request_id']}) moves it to definition version "
+    reason = (f"the redeploy of {pipeline.name} (request {request.request_id}) moves it to definition version "
               f"{wanted}, and this process runs version {definition.version(pipeline)}: `switchyard redeploy` under "
               "that definition finishes it")
-    if "paused" not in request:
+    if request.paused is None:
         handoff_log.append(tables, handoff.handoff_id, Status.REBASE_REFUSED,
-                           details=details.RebaseRefused(request_id=request["request_id"], reason=reason))
+                           details=details.RebaseRefused(request_id=request.request_id, reason=reason))
         raise RebaseRefused(reason)
     raise UserError(f"{reason} at its cut, or `switchyard rebase --abandon` gives it up")
 
@@ -280,12 +286,13 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
             raise UserError(f"pipeline {pipeline.name} has a live stream "
                             f"({owner.describe(datetime.now(timezone.utc)) if owner else 'switchyard stream'}): "
                             "--no-rebase refuses to backfill under it; stop it, or drop --no-rebase to rebase it")
-        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
+        request_id = request_rebase(PipelineView.read(tables), requested_by, reason, days,
+                                    accept_differences=accept_differences).request_id
         out(f"{reason} {pipeline.name}: the stream is live; asked it to rebase at a cut (request {request_id})")
         new = wait_for_rebase(tables, request_id, timeout_s, out)
         out(f"{reason} {pipeline.name}: rebased at the cut; handoff {new.handoff_id} SWITCHED")
         return new
-    unsettled = unsettled_stream(tables)
+    unsettled = unsettled_stream(PipelineView.read(tables))
     if unsettled is not None:
         killed, how = unsettled
         if finish_stream is None:
@@ -302,16 +309,18 @@ def rebase_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, reason: 
                              f"({str(err).splitlines()[0][:300]}); rebasing from where it stands")
     with lease.hold(tables, requested_by):
         spark = session()
-        request_id = request_rebase(tables, reason, requested_by, days, accept_differences=accept_differences)
+        request_id = request_rebase(PipelineView.read(tables), requested_by, reason, days,
+                                    accept_differences=accept_differences).request_id
         while True:  # an older request a crash or a failure left open goes first, with this run's acceptance
-            request = {**open_request(tables), **({"accept_differences": True} if accept_differences else {})}
+            view = PipelineView.read(tables)
+            request = view.ledger.open_rebase.accepting(accept_differences)
             try:
-                new = run_rebase(spark, pipeline, tables, bootstrap, current_handoff(tables), request, out)
+                new = run_rebase(spark, pipeline, tables, bootstrap, view.current_handoff, request, out)
             except RebaseRefused:
-                if request["request_id"] == request_id:
+                if request.request_id == request_id:
                     raise
                 continue  # refused and answered: this run's request next
-            if request["request_id"] == request_id:
+            if request.request_id == request_id:
                 break
     out(f"{reason} {pipeline.name}: rebased at the cut (request {request_id}); handoff {new.handoff_id} committed: "
         "`switchyard stream` streams from it")

@@ -7,18 +7,18 @@ from __future__ import annotations
 import os
 import time
 
-from switchyard.jobs.rebase import requests as rebase_requests
 from switchyard.jobs.sinks import EventsSink
-from switchyard.jobs.stop import stop_requested
 from switchyard.jobs.stream.group_offsets import ProcessedOffsets
 from switchyard.jobs.stream.lag import LagDecisions
 from switchyard.jobs.stream.options import COMMAND, StreamFailed, StreamResult
 from switchyard.jobs.stream.queries import first_line, kafka_end_offsets, last_progress, query_error, stop_all
-from switchyard.state_handoff.control import handoff_log, lifecycle
 from switchyard.state_handoff.control import lease as leases
+from switchyard.state_handoff.control import lifecycle
 from switchyard.state_handoff.control.details import Failed, Lag
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import RebaseRequest, request_rebase
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_watch import LatestOffsets
 from switchyard.state_handoff.language.avro_writers import UNSEEN, unseen_id
@@ -55,17 +55,17 @@ class Monitor:
     def log(self, status: str, **fields) -> None:
         self.sup.log(self.handoff.handoff_id, status, **fields)
 
-    def run(self) -> dict | None:
+    def run(self) -> RebaseRequest | None:
         try:
             return self._run()
         finally:
             self.latest_offsets.close()
             self.processed.close(time.monotonic())
 
-    def _run(self) -> dict | None:
+    def _run(self) -> RebaseRequest | None:
         settings, result, handoff, sup = self.settings, self.result, self.handoff, self.sup
-        logged = handoff_log.entries(sup.tables)  # also the order of the earlier handoffs, for the prune
-        switched = lifecycle.has_switched(logged, handoff.handoff_id)
+        logged = list(sup.view.entries)  # the turn's look: it orders every earlier handoff, for the prune
+        switched = sup.switched_after_s is not None or lifecycle.has_switched(logged, handoff.handoff_id)
         result.switched_after_s = sup.switched_after_s  # when start() saw it
         lag, snapshot = {}, {}
         try:
@@ -140,7 +140,7 @@ class Monitor:
         if pruned:
             self.sup.out(f"pruned the seeds and checkpoints of {len(pruned)} earlier handoff(s): {', '.join(pruned)}")
 
-    def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> dict | None:
+    def _switch_back(self, now: float, behind: int, lag: dict, snapshot: dict) -> RebaseRequest | None:
         """Lag above the threshold for the hold time: rebase, since the sort-based batch path catches up
         faster than micro-batches. Hysteresis: after one, none again until caught up for a while."""
         decisions = self.decisions
@@ -156,24 +156,24 @@ class Monitor:
                    "processed_rows_per_s": snapshot.get("processed_rows_per_s"), "when": decisions.switch_back_when,
                    **({"estimate": decisions.estimate.as_details()}
                       if decisions.switch_back_when == "cost" and decisions.estimate else {})}
-        request_id = rebase_requests.request_rebase(self.sup.tables, "switch back", COMMAND, figures=figures)
+        asked = request_rebase(PipelineView.read(self.sup.tables), COMMAND, "switch back", figures=figures)
         self.sup.last_switch_back = decisions.last_switch_back
         because = (f": {decisions.estimate.describe()}" if decisions.switch_back_when == "cost" and decisions.estimate
                    else "")
         self.sup.out(f"SWITCH BACK: {behind} offsets behind for {decisions.behind_for(now):.0f}s "
                      f"(threshold {decisions.switch_back_lag}){because}: rebasing through the batch path")
-        return rebase_requests.open_request(self.sup.tables) or {"request_id": request_id}
+        return PipelineView.read(self.sup.tables).ledger.open_rebase or asked
 
-    def _read_request(self) -> dict | None:
+    def _read_request(self) -> RebaseRequest | None:
         """An open rebase request; a stop request (from any host) becomes a stop signal, read at the next round."""
         sup = self.sup
         try:
-            entries = handoff_log.entries(sup.tables)  # read once for both kinds of request
-            stop = stop_requested(entries, sup.lease.lease_id)
+            ledger = PipelineView.read(sup.tables).ledger  # one look for both kinds of request
+            stop = ledger.stop_for(sup.lease.lease_id)
             if stop is not None and not sup.stop_signal:
                 sup.stop_signal.append(f"STOP_REQUESTED by {stop.who()}")
                 return None
-            return rebase_requests.open_request(sup.tables, entries)
+            return ledger.open_rebase
         except Exception as err:  # the log unreadable for a moment: ask again at the next poll
             sup.warn(f"could not read the handoff log: {first_line(err)}")
             return None

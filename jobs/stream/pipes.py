@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from switchyard.jobs.log import warnings_to
-from switchyard.state_handoff.control import handoff_log, lifecycle
+from switchyard.state_handoff.control import lifecycle
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
@@ -141,7 +142,7 @@ class PipesReporter:
 
     def _entries(self) -> list:
         try:
-            return handoff_log.entries(self.tables)
+            return list(PipelineView.read(self.tables).entries)
         except Exception as err:  # noqa: BLE001 - the log unreadable for a moment: the next round reads it
             warnings_to(self.out)(f"Pipes: could not read the handoff log ({type(err).__name__}); reading it again "
                                   "next round")

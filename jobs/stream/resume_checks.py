@@ -3,9 +3,10 @@ and that the Spark line that wrote them is the one running (`refuse_another_spar
 
 from __future__ import annotations
 
-from switchyard.state_handoff.control import details, handoff_log
-from switchyard.state_handoff.control.handoffs import Handoff, current_handoff
+from switchyard.state_handoff.control import details
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.language.spec import Pipeline
@@ -61,7 +62,8 @@ def refuse_another_spark_line(pipeline: Pipeline, tables: Tables) -> None:
     """check_spark_line for the current handoff against the installed pyspark, before a JVM starts."""
     import pyspark
 
-    handoff = current_handoff(tables)
+    view = PipelineView.read(tables)
+    handoff = view.current_handoff
     if handoff is not None:
         check_spark_line(pipeline.name, handoff, StreamPaths.of(tables, handoff.handoff_id),
-                         handoff_log.entries(tables), pyspark.__version__)
+                         list(view.entries), pyspark.__version__)

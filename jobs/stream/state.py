@@ -21,6 +21,7 @@ from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, kept_versions
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.io.kafka_io import latest_offsets
@@ -111,7 +112,7 @@ class StateSink:
             self.handoff_id, stream_progress.STATE, self.app.incarnation, batch_id, None, None, {}, started,
             datetime.now(timezone.utc)))
         if delta_upkeep.due(batch_id):
-            delta_upkeep.tidy(self.table, keep_versions=kept_versions.kept_state_versions(self.tables))
+            delta_upkeep.tidy(self.table, keep_versions=kept_versions.kept_state_versions(PipelineView.read(self.tables)))
 
 
 def updates_start(bootstrap: str, pipeline: Pipeline, handoff: Handoff, updates_topic: str, paths: StreamPaths,

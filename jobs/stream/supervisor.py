@@ -44,9 +44,11 @@ from switchyard.jobs.stream.updates_topic import updates_topic
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lifecycle, processes
 from switchyard.state_handoff.control import lease as leases
-from switchyard.state_handoff.control.handoffs import Handoff, current_handoff
+from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import RebaseRequest
 from switchyard.state_handoff.control.step_times import StepTimes
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep, storage
 from switchyard.state_handoff.io.kafka_io import create_topic, latest_offsets
@@ -69,7 +71,7 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
     check_classic(spark)  # a Spark Connect session a library caller handed in: refused before the lease
     settings = settings or StreamOptions()
     delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
-    if current_handoff(tables) is None:
+    if PipelineView.read(tables).handoff is None:  # the one look before the lease; each turn looks again
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
     with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process
         if lease is not None:
@@ -105,6 +107,8 @@ class Supervisor:
         self._crash_listener: KeyedCrashPoint | None = None  # registered once, while a crash point is armed
         self.checkpoint_races = 0  # queries started again after another driver wrote their checkpoint
         self.conf_before: dict[str, str | None] = {}  # the session's settings before the stream set its own
+        self.view: PipelineView | None = None  # the pipeline as this turn read it, once: what its steps decide from
+        self.handoff_request: str | None = None  # the rebase request the running handoff answered, for SWITCHED
 
     def log(self, handoff_id: str, status: str, **fields) -> None:
         handoff_log.append(self.tables, handoff_id, status, **fields)
@@ -116,10 +120,11 @@ class Supervisor:
         result = None
         try:
             while True:
-                handoff = current_handoff(self.tables)
-                request = rebase_requests.open_request(self.tables)
+                self.view = view = PipelineView.read(self.tables)  # one look per turn
+                handoff = view.current_handoff
+                request = view.ledger.open_rebase
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
-                    if "paused" in request or rebase_requests.unsettled_stream(self.tables) is None:
+                    if request.paused is not None or rebase_requests.unsettled_stream(view) is None:
                         self.rebase(handoff, request, queries=None)
                     elif self.may_pause(handoff, request):  # refused and answered otherwise
                         # a stream killed without a stop: its queries run again, so the pause settles them
@@ -171,7 +176,9 @@ class Supervisor:
         self.switched_after_s = None
         step_done = self.startup.end
         paths = StreamPaths.of(tables, handoff.handoff_id)
-        entries = handoff_log.entries(tables)
+        entries = list(self.view.entries)
+        committed = self.view.latest(Status.HANDOFF_COMMITTED, handoff.handoff_id)
+        self.handoff_request = details.of(committed).request_id if committed else None
         check_resumable(tables, handoff, paths, entries)
         check_spark_line(pipeline.name, handoff, paths, entries, spark.version)
         restart = storage.exists(paths.keyed_checkpoint)
@@ -233,7 +240,6 @@ class Supervisor:
         seconds since this handoff's start."""
         self.switched_after_s = seen_at - self.started
         self.startup.end("first_batch")
-        committed = handoff_log.latest(self.tables, Status.HANDOFF_COMMITTED, handoff_id=handoff.handoff_id)
         paths = StreamPaths.of(self.tables, handoff.handoff_id)
         self.log(handoff.handoff_id, Status.SWITCHED, start_offsets=handoff.start_offsets,
                  backlog_watermark=handoff.backlog_watermark,
@@ -241,7 +247,7 @@ class Supervisor:
                      seconds_since_start=round(self.switched_after_s, 3), startup_s=self.startup.parts,
                      seconds_since_process_start=processes.since_start(seen_at),
                      keyed_incarnation=checkpoint_incarnation(paths.keyed_checkpoint),
-                     request_id=details.of(committed).request_id if committed else None))
+                     request_id=self.handoff_request))
         self.out(f"SWITCHED after {self.switched_after_s:.1f}s: the first batch with the seed has committed "
                  f"({self.startup.describe()})")
         return self.switched_after_s
@@ -353,10 +359,10 @@ class Supervisor:
 
     # ------------------------------------------------------------ the way back
 
-    def may_pause(self, handoff: Handoff, request: dict) -> bool:
+    def may_pause(self, handoff: Handoff, request: RebaseRequest) -> bool:
         """A request the monitor read, checked while the queries still run: False when the rebase could not read
         what it needs (refused and answered, REBASE_REFUSED): the queries stream on."""
-        if "paused" in request:
+        if request.paused is not None:
             return True
         try:
             rebase_checks.refuse_unless_ready(self.tables, self.bootstrap, handoff, request)
@@ -369,7 +375,7 @@ class Supervisor:
         self.report.logged(handoff.handoff_id, Status.REBASE_REFUSED)
         self.warn(f"REBASE_REFUSED: {refused}")
 
-    def rebase(self, handoff: Handoff, request: dict, queries) -> Handoff | None:
+    def rebase(self, handoff: Handoff, request: RebaseRequest, queries) -> Handoff | None:
         """Drain the queries (when running), then the rebase: pause at a cut, backlog phase, handoff there. None
         when it was refused before its pause, or its reconciliation refused it with nothing replaced: the same
         handoff streams on."""

@@ -1,8 +1,10 @@
-"""The one UTC clock of the control state: timestamps in the handoff log and the lease are UTC, aware in memory
-and in Delta (TIMESTAMP), naive where callers compare them with Spark's naive UTC values."""
+"""The clocks of the control state: the one UTC clock of its timestamps (the handoff log and the lease are UTC,
+aware in memory and in Delta (TIMESTAMP), naive where callers compare them with Spark's naive UTC values), and the
+monotonic clock its waits run on, injectable."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 
@@ -21,3 +23,32 @@ def as_utc(value: datetime | None) -> datetime | None:
 def naive_utc(value: datetime | None) -> datetime | None:
     """The same instant as a naive UTC datetime, as Spark and the log's readers hold it."""
     return None if value is None else as_utc(value).replace(tzinfo=None)
+
+
+class Clock:
+    """Seconds on one monotonic clock, and waiting on it: what a wait for an answer is given, so a test advances a
+    ManualClock instead of sleeping."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class ManualClock(Clock):
+    """A clock that moves only when slept on (or `advance`d)."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    advance = sleep
+
+
+SYSTEM = Clock()

@@ -5,17 +5,16 @@ PREVIOUS_DROPPED) are not here: requests.py is their protocol, and `of` returns 
 reader walking the whole log asks every entry alike; `request_id` and `reason` read what requests and other entries
 both record.
 
-Logs written before these types, or by another switchyard, still read: every field defaults to None, and a key an
-entry lacks reads as None, as `.get(key)` read it. A field left at None is not written, so an entry holds the keys its
-writer set, as it did before. Keys a class does not name are kept in `more`, not dropped: a handoff copied into
-another (lost_offsets.restart_from_retained) and the details Dagster shows lose nothing a newer or older switchyard
-wrote. A field named after a Python keyword ends in `_` (`from_`); its JSON name does not. Nested records (a
-reconciliation, a cut, `at_cut`, `kafka_tail`, the definition) stay the dicts their writers make."""
+Every field defaults to None, and a field left at None is not written: an entry holds the keys its writer set, and
+a key it lacks reads as None. A key no field of its class names is refused when read (TypeError): the log holds this
+switchyard's format only (state_handoff/format.py). A field named after a Python keyword ends in `_` (`from_`); its
+JSON name does not. Nested records (a reconciliation, a cut, `at_cut`, `kafka_tail`, the definition) stay the dicts
+their writers make."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import ClassVar
 
 from switchyard.state_handoff.control import requests
@@ -26,22 +25,19 @@ PerPartition = dict  # partition -> a figure or a range; its keys are strings on
 
 @dataclass(frozen=True, kw_only=True)
 class Details:
-    """What every entry's details share: the keys its class does not name (`more`)."""
+    """What every entry's details share: their fields written and read under their JSON names."""
 
     STATUSES: ClassVar[frozenset[Status]] = frozenset()  # the statuses whose entries carry this class
-    more: dict = field(default_factory=dict)
 
     def as_details(self) -> dict:
-        """The entry's JSON details: each field that is not None under its JSON name, and the keys kept in `more`."""
-        named = {_json_name(f.name): getattr(self, f.name) for f in fields(self) if f.name != "more"}
-        return {**self.more, **{key: value for key, value in named.items() if value is not None}}
+        """The entry's JSON details: each field that is not None, under its JSON name."""
+        return {_json_name(f.name): getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
     @classmethod
     def from_details(cls, recorded: dict) -> Details:
-        """From an entry's JSON details: a key missing reads as None; a key the class does not name goes to `more`."""
-        names = {_json_name(f.name): f.name for f in fields(cls) if f.name != "more"}
-        return cls(**{names[key]: value for key, value in recorded.items() if key in names},
-                   more={key: value for key, value in recorded.items() if key not in names})
+        """From an entry's JSON details: a key missing reads as None; a key the class does not name is a TypeError."""
+        names = {_json_name(f.name): f.name for f in fields(cls)}
+        return cls(**{names.get(key, key): value for key, value in recorded.items()})
 
 
 def _json_name(name: str) -> str:
@@ -244,4 +240,4 @@ def request_id(entry) -> str | None:
 def reason(entry) -> str | None:
     """Why an entry was logged, when it says: a stop's, a failure's or a rebase step's reason, or a rebase request's."""
     asked = requests.read(entry)
-    return asked.fields.get("reason") if asked is not None else getattr(of(entry), "reason", None)
+    return getattr(asked if asked is not None else of(entry), "reason", None)

@@ -3,7 +3,7 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
-from switchyard.state_handoff.control import handoff_log, kept_versions
+from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
@@ -47,7 +47,7 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
         status["last_reconciliation_keys_different"] = last_rebase.reconciliation["keys_different"]
         status["last_rebase_s"] = last_rebase.rebase_s
     if pipeline is not None:
-        _add_definition(status, pipeline, entries)
+        _add_definition(status, pipeline, view)
     lost = lost_ranges(entries)
     if lost:
         status["lost_offsets"] = lost
@@ -58,18 +58,18 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
     return status
 
 
-def _add_definition(status: dict, pipeline, entries: list) -> None:
+def _add_definition(status: dict, pipeline, view: PipelineView) -> None:
     """The definition's version now and as the tables were made with it, and the parts that differ."""
     from switchyard.state_handoff.language import definition
 
-    found = definition.recorded(entries)
+    found = definition.recorded(view.entries)
     recorded = found[1] if found else None
     status["definition"] = {"version": definition.version(pipeline),
                             "recorded": recorded["version"] if recorded else None,
                             "changed": definition.changes(recorded, pipeline) if recorded else []}
-    previous = kept_versions.previous_definition(entries)
-    if previous is not None and not previous["dropped"]:  # what `switchyard rollback` restores
-        status["definition"]["kept_for_rollback"] = previous["record"]["version"]
+    previous = view.ledger.previous_definition
+    if previous is not None and not previous.dropped:  # what `switchyard rollback` restores
+        status["definition"]["kept_for_rollback"] = previous.record["version"]
 
 
 def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:

@@ -13,6 +13,8 @@ from functools import cached_property
 from switchyard.state_handoff.control import details, handoff_log, lease, lifecycle
 from switchyard.state_handoff.control.details import HandoffCommitted
 from switchyard.state_handoff.control.handoff_log import LogEntry
+from switchyard.state_handoff.control.handoffs import Handoff, from_entry
+from switchyard.state_handoff.control.ledger import Ledger
 from switchyard.state_handoff.control.lifecycle import Phase, Status
 from switchyard.state_handoff.stream.layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
@@ -51,8 +53,27 @@ class PipelineView:
 
     @property
     def handoff(self) -> LogEntry | None:
-        """The current handoff: the newest HANDOFF_COMMITTED."""
+        """The current handoff's entry: the newest HANDOFF_COMMITTED."""
         return self.latest(Status.HANDOFF_COMMITTED)
+
+    @cached_property
+    def current_handoff(self) -> Handoff | None:
+        """The current handoff, as its stream runs it."""
+        entry = self.handoff
+        return from_entry(entry, reused=True) if entry else None
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        """Which requests are open, paused, answered or ended (control/ledger.py)."""
+        return Ledger.of(self.entries)
+
+    def since(self, seq: int) -> list[LogEntry]:
+        """The entries after `seq`, oldest first."""
+        return [e for e in self.entries if e.seq > seq]
+
+    def history(self, handoff_id: str) -> list[Status]:
+        """The statuses handoff `handoff_id` went through, oldest first."""
+        return [e.status for e in self.entries if e.handoff_id == handoff_id]
 
     @property
     def backfill(self) -> LogEntry | None:
@@ -83,8 +104,3 @@ class PipelineView:
         """The current handoff's stream's last look at itself (its progress cache); empty when there is none."""
         handoff = self.handoff
         return (read_json(stream_dir(self.tables, handoff.handoff_id) / "progress.json") or {}) if handoff else {}
-
-    def newest_request(self, status: Status) -> int:
-        """The seq of the newest entry of request `status` (START_REQUESTED, STOP_REQUESTED, ...), -1 when none."""
-        entry = self.latest(status)
-        return entry.seq if entry else -1

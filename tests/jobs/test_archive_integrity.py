@@ -18,11 +18,11 @@ from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.backfill import run_backfill
 from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
-from switchyard.jobs.rebase.requests import open_request
 from switchyard.jobs.rebase.run import rebase_pipeline
 from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, write_archive_meta
 from switchyard.state_handoff.language.pipelines import get_pipeline
@@ -210,7 +210,7 @@ def test_a_rebase_with_a_missing_archive_file_refuses_and_leaves_the_handoff(spa
     statuses = [e.status for e in handoff_log.entries(tables)]
     assert statuses[-2:] == [Status.REBASE_REQUESTED, Status.REBASE_REFUSED] and Status.PAUSED not in statuses
     assert current_handoff(tables).handoff_id == handoff.handoff_id
-    assert open_request(tables) is None, "the refused request stays answered: the next stream streams as before"
+    assert PipelineView.read(tables).ledger.open_rebase is None, "the refused request stays answered: the next stream streams as before"
     assert _data(tables.state) == before
 
 

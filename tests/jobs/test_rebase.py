@@ -165,7 +165,7 @@ def test_a_backfill_under_a_live_stream_then_a_burst_rebase_it(spark, bootstrap,
                                  [e for e in entries if e.status == Status.HANDOFF_COMMITTED][1:]):
         # the rebase's own seconds run after the pause: each step counted once
         assert 0 < details.of(committed).rebase_s <= (committed.at - paused.at).total_seconds() + 1
-    asked = [requests.read(e).fields for e in entries if e.status == Status.REBASE_REQUESTED]
+    asked = [requests.as_details(requests.read(e)) for e in entries if e.status == Status.REBASE_REQUESTED]
     assert [r["reason"] for r in asked] == ["backfill", "switch back"], asked
     assert asked[1]["behind"] > 1200 and asked[1]["behind_for_s"] >= 2
     assert len(_handoffs(tables)) == 3, "hysteresis: one switch back for one burst"

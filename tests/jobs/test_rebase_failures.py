@@ -14,6 +14,7 @@ from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.archive_files import list_archive
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.language.pipelines import get_pipeline
@@ -102,7 +103,8 @@ def test_a_batch_id_committed_over_one_range_is_refused_over_another(spark, boot
     """The events path caught up to a cut writes its next batch id over [E, C); asked for that batch id again over
     [E, C') it refuses in one line instead of skipping every write as done (which would lose [C, C')); asked
     again over [E, C) it writes nothing twice."""
-    from switchyard.jobs.rebase.cut import Cut, catch_up_events
+    from switchyard.jobs.rebase.cut import catch_up_events
+    from switchyard.state_handoff.control.requests import Cut
     from switchyard.state_handoff.control.handoffs import current_handoff
     from switchyard.state_handoff.io.kafka_io import offset_bounds
     from switchyard.state_handoff.stream.layout import StreamPaths
@@ -194,15 +196,15 @@ def test_a_rebase_killed_after_replacing_the_state_reconciles_against_the_paused
     killed = _cli(tables, bootstrap, "rebase", "--timeout", "600", env={faults.ENV: "backfill.after_state"})
     out, _ = killed.communicate(timeout=900)
     assert killed.returncode == -9, out
-    paused = kept_versions.paused_state_versions(handoff_log.entries(tables))
-    assert len(paused) == 1 and list(paused.values())[0] in kept_versions.kept_state_versions(tables)
+    paused = PipelineView.read(tables).ledger.paused_state_versions
+    assert len(paused) == 1 and list(paused.values())[0] in kept_versions.kept_state_versions(PipelineView.read(tables))
 
     again, out = cli_here(tables, bootstrap, "rebase", "--timeout", "600")
     assert again == 0 and "Traceback" not in out, out
     committed = _handoffs(tables)[-1]
     assert details.of(committed).reconciliation["keys_different"] == 0, out
     stream_until_caught_up(spark, tables, bootstrap)
-    assert kept_versions.paused_state_versions(handoff_log.entries(tables)) == {}  # switched: released
+    assert PipelineView.read(tables).ledger.paused_state_versions == {}  # switched: released
     expected = assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert_accounting_identity(bootstrap, topic_name, tables, expected)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase.requests import request_rebase
+from switchyard.state_handoff.control.requests import request_rebase
 from switchyard.jobs.rebase.run import rebase_pipeline
 from switchyard.state_handoff.control import lease
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import produce
@@ -91,7 +92,7 @@ def test_an_offline_rebase_right_after_a_killed_stream_streams_it_until_caught_u
     with pytest.raises(UserError, match=r"^the stream of handoff \w+ ended without a stop, .* run `switchyard stream "
                                         r"--pipeline demo --until-caught-up` first, then rebase again$"):
         rebase_pipeline(PIPELINE, tables, bootstrap, "rebase", "switchyard rebase", session=lambda: spark)
-    request_rebase(tables, "rebase", "dagster rebase_stream")  # asked of the stream that died: the stream's to run
+    request_rebase(PipelineView.read(tables), "dagster rebase_stream", "rebase")  # asked of the stream that died: the stream's to run
     lines = _rebase_streaming_first(spark, tables, bootstrap)
     handoffs = _handoffs(tables)
     assert len(handoffs) == 3, lines  # the open request's rebase by the stream, then this one's

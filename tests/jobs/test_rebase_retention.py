@@ -10,11 +10,11 @@ from kafka import TopicPartition
 
 from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.rebase.requests import open_request
 from switchyard.state_handoff import faults
-from switchyard.state_handoff.control import details, handoff_log, kept_versions, lease
+from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.status import format_status, pipeline_status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import admin_client, offset_bounds, produce
 from switchyard.state_handoff.tables import Tables
@@ -92,7 +92,7 @@ def test_a_rebase_past_kafkas_retention_is_refused_before_the_pause_and_the_stre
         assert "the streamed state stands" in error and "switchyard archive" in error, error
         statuses = [e.status for e in handoff_log.entries(tables)]
         assert Status.PAUSED not in statuses and statuses.count(Status.REBASE_REFUSED) == 1, statuses
-        assert open_request(tables) is None, "the refusal answers the request"
+        assert PipelineView.read(tables).ledger.open_rebase is None, "the refusal answers the request"
         assert proc.poll() is None, log.read_text()[-3000:]
         metrics = scrape(f"http://127.0.0.1:{port}/metrics")
         assert {k[1][1]: v for k, v in metrics.items() if k[0] == "switchyard_archive_retention_margin_offsets"} == {
@@ -125,7 +125,7 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 2), 40, seed=52))
     code, out = _run(tables, bootstrap, "rebase", "--timeout", "300", env={faults.ENV: "rebase.after_pause"})
     assert code == -9, out
-    assert "paused" in open_request(tables)
+    assert PipelineView.read(tables).ledger.open_rebase.paused is not None
     kept = oracle.read_topic(bootstrap, topic_name)
     _delete_below(bootstrap, topic_name, retained_from)
 
@@ -137,8 +137,8 @@ def test_a_paused_rebase_past_kafkas_retention_is_abandoned_and_the_stream_resum
     code, out = _run(tables, bootstrap, "rebase", "--abandon")
     assert code == 0 and "Traceback" not in out, out
     assert [e.status for e in handoff_log.entries(tables)][-1] == Status.REBASE_ABANDONED
-    assert open_request(tables) is None
-    assert kept_versions.paused_state_versions(handoff_log.entries(tables)) == {}
+    assert PipelineView.read(tables).ledger.open_rebase is None
+    assert PipelineView.read(tables).ledger.paused_state_versions == {}
     code, out = _run(tables, bootstrap, "rebase", "--abandon")
     assert code == 2 and out.strip().splitlines()[-1] == (
         "switchyard rebase: error: pipeline demo has no open rebase request: nothing to abandon"), out

@@ -25,6 +25,7 @@ from switchyard.jobs.cli.priority import autogroups
 from switchyard.jobs.stream.updates_topic import last_started_with, written_by
 from switchyard.state_handoff.control import details, handoff_log, requests
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.kafka_io import produce
 from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.tables import Tables
@@ -100,7 +101,7 @@ def test_an_added_aggregation_is_redeployed_at_a_cut_under_a_live_stream(spark, 
     assert statuses[statuses.index("STOP_REQUESTED"):statuses.index("STOP_REQUESTED") + 7] == [
         "STOP_REQUESTED", "STOPPED", "REBASE_REQUESTED", "PAUSED", "BACKFILL_COMMITTED", "HANDOFF_COMMITTED",
         "START_REQUESTED"], statuses
-    redeployed = requests.read(asked).fields["redeploy"]
+    redeployed = requests.as_details(requests.read(asked))["redeploy"]
     assert redeployed["beside"]["files"] and redeployed["beside"]["version"] == redeployed["version"]
     assert redeployed["version"] == definition.version(DEMO_PLUS_ONE)
     assert redeployed["record"]["version"] == definition.version(DEMO)
@@ -210,7 +211,7 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     wrong = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)
     out, _ = wrong.communicate(timeout=120)
     assert wrong.returncode == 2 and out.count("\n") == 1 and "run it under that definition" in out, out
-    kept = kept_versions.kept_tiles_versions(tables)
+    kept = kept_versions.kept_tiles_versions(PipelineView.read(tables))
     assert len(kept) == 1 and "largest2" not in DeltaTable(tables.tiles, version=kept[0]).schema().to_arrow().names
     # from Dagster: the redeploy job of a code location holding the earlier definition, with `rollback`
     defs = switchyard_definitions([PipelineDeployment(DEMO, first_day=date(2026, 1, 1))],
@@ -219,7 +220,7 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
         run_config={"ops": {"demo__redeploy_at_a_cut": {"config": {"rollback": True}}}})
     assert run.success
     asked = requests.read(handoff_log.latest(tables, Status.REBASE_REQUESTED))
-    assert asked.fields["reason"] == "rollback" and asked.fields["redeploy"]["beside"]["restore"] == kept[0], asked
+    assert requests.as_details(asked)["reason"] == "rollback" and requests.as_details(asked)["redeploy"]["beside"]["restore"] == kept[0], asked
     back = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     assert back.request_id == asked.request_id and back.definition["version"] == definition.version(DEMO)
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=46))
@@ -227,14 +228,14 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
     assert "largest2" not in DeltaTable(tables.state).schema().to_arrow().names
     # the definition rolled back from is the one kept now, until dropped; a rollback to it is then refused
-    forward = kept_versions.previous_definition(handoff_log.entries(tables))
-    assert forward["record"]["version"] == definition.version(DEMO_PLUS_ONE) and not forward["dropped"]
+    forward = PipelineView.read(tables).ledger.previous_definition
+    assert forward.record["version"] == definition.version(DEMO_PLUS_ONE) and not forward.dropped
     shown = _cli(tables, bootstrap, "status", "--pipeline", "demo").communicate(timeout=120)[0]
     assert f"kept for `switchyard rollback`: definition version {definition.version(DEMO_PLUS_ONE)}" in shown, shown
     dropped = _cli(tables, bootstrap, "redeploy", "--pipeline", "demo", "--drop-previous")
     out, _ = dropped.communicate(timeout=120)
     assert dropped.returncode == 0 and "dropped" in out, out
-    assert kept_versions.kept_tiles_versions(tables) == []
+    assert kept_versions.kept_tiles_versions(PipelineView.read(tables)) == []
     assert "kept for `switchyard rollback`" not in \
         _cli(tables, bootstrap, "status", "--pipeline", "demo").communicate(timeout=120)[0]
     refused = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)

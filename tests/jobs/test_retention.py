@@ -19,6 +19,7 @@ from switchyard.state_handoff.control import details, handoff_log, kept_versions
 from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.status import pipeline_status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.kafka_io import admin_client, produce
 from switchyard.state_handoff.language.pipelines import get_pipeline
@@ -67,14 +68,14 @@ def test_vacuum_keeps_the_handoffs_state_version_until_its_stream_switched(spark
     monkeypatch.setenv(delta_upkeep.EVERY_ENV, "1")
     tables, handoff = _handed_off(spark, bootstrap, topic_name, tmp_path, events=2400, keys=30, partitions=3, days=2,
                                   seed=11, fraction=0.8)
-    assert kept_versions.kept_state_versions(tables) == [handoff.state_version], "not switched yet: kept"
+    assert kept_versions.kept_state_versions(PipelineView.read(tables)) == [handoff.state_version], "not switched yet: kept"
     handed = _files(DeltaTable(tables.state, version=handoff.state_version))
 
     produce(bootstrap, topic_name, tail_events(3, datetime(2026, 1, 2, 20), 200, seed=3))
     stream_until_caught_up(spark, tables, bootstrap)
     state = DeltaTable(tables.state)
     assert not handed & _files(state), "the stream's MERGEs replaced the handoff version's files"
-    assert kept_versions.kept_state_versions(tables) == [], "switched: the seed is in the checkpoint"
+    assert kept_versions.kept_state_versions(PipelineView.read(tables)) == [], "switched: the seed is in the checkpoint"
     assert state.metadata().configuration[delta_upkeep.RETENTION_PROPERTY] == delta_upkeep.retention(0)
 
     # the live handoff's stream restarts after more input; its tidies delete all that the MERGEs replaced

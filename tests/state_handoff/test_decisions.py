@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
-from switchyard.jobs.rebase.requests import open_request
-from switchyard.jobs.stop import stop_requested
 from switchyard.state_handoff.control.handoff_log import LogEntry
-from switchyard.state_handoff.control.kept_versions import paused_state_versions
+from switchyard.state_handoff.control.ledger import Ledger
 from switchyard.state_handoff.control.lifecycle import Status
 
 T0 = datetime(2026, 1, 1)
@@ -32,8 +30,16 @@ class Log:
 
 
 def _open(log: Log) -> str | None:
-    request = open_request(None, log.entries)
-    return None if request is None else request["request_id"]
+    request = Ledger.of(log.entries).open_rebase
+    return None if request is None else request.request_id
+
+
+def paused_state_versions(entries) -> dict[str, int]:
+    return Ledger.of(entries).paused_state_versions
+
+
+def stop_requested(entries, lease_id: str):
+    return Ledger.of(entries).stop_for(lease_id)
 
 
 def test_a_rebase_request_stays_open_until_the_handoff_at_its_cut_answers_it():
@@ -42,8 +48,8 @@ def test_a_rebase_request_stays_open_until_the_handoff_at_its_cut_answers_it():
     log.add(Status.REBASE_REQUESTED, request_id="r1", reason="rebase")
     assert _open(log) == "r1"
     log.add(Status.PAUSED, request_id="r1", cut={"state_version": 7})
-    request = open_request(None, log.entries)
-    assert request["request_id"] == "r1" and request["paused"].cut == {"state_version": 7}
+    request = Ledger.of(log.entries).open_rebase
+    assert request.request_id == "r1" and request.paused.as_details()["state_version"] == 7
     log.add(Status.HANDOFF_COMMITTED, handoff="h2", state_version=8, request_id="r1")
     assert _open(log) is None
 
@@ -113,15 +119,16 @@ def test_every_request_is_written_and_read_one_way(tmp_path):
     tables = Tables(str(tmp_path), "demo")
     for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED):
         handoff_log.append(tables, "h1", status)
-    asked = [requests.ask(tables, Status.REBASE_REQUESTED, "h1", "switchyard rebase", reason="backfill", to="2026-01-02"),
-             requests.ask(tables, Status.STOP_REQUESTED, "h1", "switchyard stop", lease_id="lease-a"),
-             requests.ask(tables, Status.START_REQUESTED, "h1", "switchyard start")]
+    asked = [requests.ask(tables, requests.RebaseRequest(handoff_id="h1", requested_by="switchyard rebase",
+                                                         reason="backfill", days=(None, "2026-01-02"))),
+             requests.ask(tables, requests.StopRequest(handoff_id="h1", requested_by="switchyard stop",
+                                                       lease_id="lease-a")),
+             requests.ask(tables, requests.StartRequest(handoff_id="h1", requested_by="switchyard start"))]
     read = [requests.read(e) for e in handoff_log.entries(tables)[2:]]
     assert read == asked
     assert {(r.host, r.pid) for r in read} == {(socket.gethostname(), os.getpid())}
     assert len({r.request_id for r in read}) == 3
-    assert read[0].fields == {"reason": "backfill", "to": "2026-01-02"} and read[1].fields == {"lease_id": "lease-a"}
+    assert (read[0].reason, read[0].days) == ("backfill", (None, "2026-01-02")) and read[1].lease_id == "lease-a"
     assert requests.read(handoff_log.entries(tables)[0]) is None, "a backfill's commit is no request"
-    assert [r.kind for r in requests.of_kind(handoff_log.entries(tables), Status.STOP_REQUESTED)] == [
-        Status.STOP_REQUESTED]
-    assert open_request(tables)["request_id"] == asked[0].request_id
+    assert [r.KIND for r in Ledger.of(handoff_log.entries(tables)).stops] == [Status.STOP_REQUESTED]
+    assert Ledger.of(handoff_log.entries(tables)).open_rebase.request_id == asked[0].request_id

@@ -158,20 +158,25 @@ def test_vacuum_keeps_the_tiles_an_open_redeploy_replaced_and_then_the_previous_
     version before them, and after it `switchyard rollback` does; a vacuum in between (a crash, a rerun hours later)
     must keep that version's files either way, until --drop-previous."""
     from switchyard.state_handoff.control import kept_versions, requests
+    from switchyard.state_handoff.control.view import PipelineView
+
+    def kept_tiles_versions(tables):
+        return kept_versions.kept_tiles_versions(PipelineView.read(tables))
 
     tables = _made_with(tmp_path, DEMO)
     handoff_log.append(tables, "h1", Status.HANDOFF_COMMITTED, start_offsets={0: 0},
                        details=HandoffCommitted(topic="t", **definition.as_details(DEMO)))
-    asked = requests.ask(tables, Status.REBASE_REQUESTED, "h1", "test", reason="redeploy", redeploy={
-        "version": definition.version(DEMO_PLUS_ONE), "record": definition.as_details(DEMO)[definition.KEY],
-        "tiles_version": 7, "beside": None})
-    assert kept_versions.kept_tiles_versions(tables) == [7], "open: kept for an abandon"
+    asked = requests.ask(tables, requests.RebaseRequest(
+        handoff_id="h1", requested_by="test", reason="redeploy", redeploy=requests.RedeployPlan(
+            definition.version(DEMO_PLUS_ONE), definition.as_details(DEMO)[definition.KEY], tiles_version=7)))
+    assert kept_tiles_versions(tables) == [7], "open: kept for an abandon"
     handoff_log.append(tables, "h2", Status.BACKFILL_COMMITTED,
                        details=BackfillCommitted(at_cut={"request_id": asked.request_id},
                                                  **definition.as_details(DEMO_PLUS_ONE)))
     handoff_log.append(tables, "h2", Status.HANDOFF_COMMITTED, start_offsets={0: 5},
                        details=HandoffCommitted(topic="t", request_id=asked.request_id,
                                                 **definition.as_details(DEMO_PLUS_ONE)))
-    assert kept_versions.kept_tiles_versions(tables) == [7], "handed off: kept for a rollback"
-    requests.ask(tables, Status.PREVIOUS_DROPPED, "h2", "test", redeploy_request=asked.request_id, tiles_version=7)
-    assert kept_versions.kept_tiles_versions(tables) == []
+    assert kept_tiles_versions(tables) == [7], "handed off: kept for a rollback"
+    requests.ask(tables, requests.PreviousDropped(handoff_id="h2", requested_by="test",
+                                                  redeploy_request=asked.request_id, tiles_version=7))
+    assert kept_tiles_versions(tables) == []

@@ -15,6 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from switchyard.jobs.delta_txn import merge_once
 from switchyard.state_handoff.control import handoff_log, kept_versions
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep
 from switchyard.state_handoff.io.delta_cas import read
@@ -160,18 +161,18 @@ def test_vacuum_of_state_goes_on_after_the_log_forgets_the_handoffs_version(tmp_
     _expire_log_before_now(tables.state)
 
     monkeypatch.setattr(delta_upkeep, "RETENTION_HOURS", 0)
-    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(tables))
+    delta_upkeep.vacuum(tables.state, keep_versions=kept_versions.kept_state_versions(PipelineView.read(tables)))
     assert _on_disk(tables.state) == _active(DeltaTable(tables.state)), "the merges' leftovers are deleted"
     assert read(DeltaTable(tables.state), order_by="key").to_pylist() == _rows(range(10), 3).to_pylist()
     if switched:
-        assert kept_versions.kept_state_versions(tables) == [], "a switched handoff's seed is in its checkpoint"
+        assert kept_versions.kept_state_versions(PipelineView.read(tables)) == [], "a switched handoff's seed is in its checkpoint"
 
 
 def test_a_handoff_not_yet_switched_keeps_its_version_and_a_switched_one_releases_it(tmp_path):
     tables = Tables(str(tmp_path), "demo")
     _handoff_at_version_0(tables, switched=False)
-    assert kept_versions.kept_state_versions(tables) == [0]
+    assert kept_versions.kept_state_versions(PipelineView.read(tables)) == [0]
     handoff_log.append(tables, "year-long", Status.STREAM_STARTED)
-    assert kept_versions.kept_state_versions(tables) == [0], "its stream may still seed from it"
+    assert kept_versions.kept_state_versions(PipelineView.read(tables)) == [0], "its stream may still seed from it"
     handoff_log.append(tables, "year-long", Status.SWITCHED)
-    assert kept_versions.kept_state_versions(tables) == []
+    assert kept_versions.kept_state_versions(PipelineView.read(tables)) == []
