@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from switchyard.state_handoff.control import processes
 from switchyard.state_handoff.errors import UserError
 
 HOST = "127.0.0.1"
@@ -66,32 +67,12 @@ def check_ports_free(ports: Iterable[int], option: str = "--port") -> None:
             raise UserError(f"port {port} on {HOST} is already in use: stop what holds it or pick another {option}")
 
 
-def is_zombie(pid: int) -> bool:
-    """Gone, or exited and not yet reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
-    except (FileNotFoundError, IndexError):
-        return True
-
-
-def is_running(pid: int) -> bool:
-    """Neither gone nor exited (a zombie has exited: only its parent has yet to reap it)."""
-    return not is_zombie(pid)
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except (FileNotFoundError, ProcessLookupError):
-        return ""
-
-
 def started_pid(pid: object, *markers: str) -> int | None:
     """`pid`, if that process still runs and is the one we started: its command line holds every one of `markers`
     (the system may have given a gone server's pid to another process)."""
-    if not isinstance(pid, int) or not is_running(pid):
+    if not isinstance(pid, int) or not processes.process_alive(pid):
         return None
-    cmdline = command_line(pid)
+    cmdline = processes.command_line(pid)
     return pid if all(m in cmdline for m in markers) else None
 
 
@@ -131,14 +112,14 @@ def send_stop(pid: int) -> bool:
 def wait_stopped(pid: int, deadline: float) -> None:
     """Wait for `pid` to exit until `deadline` (monotonic), then SIGKILL it; returns once it is gone (or a zombie
     its parent has yet to reap)."""
-    while time.monotonic() < deadline and is_running(pid):
+    while time.monotonic() < deadline and processes.process_alive(pid):
         time.sleep(0.2)
-    if is_running(pid):
+    if processes.process_alive(pid):
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             return
-        while is_running(pid):
+        while processes.process_alive(pid):
             time.sleep(0.1)
 
 

@@ -15,6 +15,7 @@ from switchyard.deploy import local_server
 from switchyard.deploy.java import check_java
 from switchyard.deploy.local_server import HOST
 from switchyard.deploy.paths import spark_cluster_home
+from switchyard.state_handoff.control import processes
 from switchyard.state_handoff.errors import UserError
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -204,16 +205,12 @@ def leftover_processes(cluster: Cluster) -> list[int]:
     """Executors (and their Python workers) still running in this cluster's work folders."""
     roots = [str(w.work_dir.resolve()) for w in cluster.workers()]
     found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    for pid in processes.pids():
+        cwd = processes.working_folder(pid)
+        if cwd is None:
             continue
-        try:
-            cwd = os.readlink(proc / "cwd")
-        except OSError:
-            continue
-        pid = int(proc.name)
-        if any(cwd == r or cwd.startswith(r + os.sep) for r in roots) and local_server.is_running(pid) \
-                and any(m in local_server.command_line(pid) for m in _EXECUTOR_MARKERS):
+        if any(cwd == r or cwd.startswith(r + os.sep) for r in roots) and processes.process_alive(pid) \
+                and any(m in processes.command_line(pid) for m in _EXECUTOR_MARKERS):
             found.append(pid)
     return found
 

@@ -10,6 +10,7 @@ import os
 import signal
 
 from switchyard.state_handoff import settings
+from switchyard.state_handoff.control.processes import descendants
 from switchyard.state_handoff.crash_points import POINTS  # noqa: F401 (the names, for callers of faults)
 from switchyard.state_handoff.errors import UserError
 
@@ -41,34 +42,6 @@ def reach(point: str) -> None:
     _reached += 1
     if _reached >= _armed[1]:
         kill_process_tree()
-
-
-def _parents() -> dict[int, int]:
-    """Every live process's parent pid, from one pass over /proc."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        # the command name is in parentheses and may hold spaces; the parent pid is the second field after it
-        parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-    return parents
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`: its children, theirs, and so on (read from /proc)."""
-    parents = _parents()
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        children = [child for child, of in parents.items() if of == parent]
-        found += children
-        todo += children
-    return found
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -20,31 +20,13 @@ import signal
 import subprocess
 import sys
 
+from switchyard.state_handoff.control.processes import autogroup_nice, autogroups, set_autogroup_nice
+
 logger = logging.getLogger(__name__)
 
-AUTOGROUP = "/proc/self/autogroup"
-AUTOGROUP_ENABLED = "/proc/sys/kernel/sched_autogroup_enabled"
 CHILD_OF = "SWITCHYARD_YIELDING_CHILD_OF"  # set in the child's environment: the pid of the process that waits for it
 PASSED_ON = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 PR_SET_PDEATHSIG = 1
-
-
-def autogroups() -> bool:
-    """Whether the scheduler shares the cores between sessions first (their autogroups)."""
-    try:
-        with open(AUTOGROUP_ENABLED) as fh:
-            return fh.read().strip() == "1" and os.path.exists(AUTOGROUP)
-    except OSError:
-        return False
-
-
-def autogroup_nice() -> int | None:
-    """This process's autogroup nice value (`/autogroup-327 nice 10`), or None without autogroups."""
-    try:
-        with open(AUTOGROUP) as fh:
-            return int(fh.read().split()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def yield_cores(nice: int, argv: list[str]) -> int | None:
@@ -67,8 +49,7 @@ def _lower_here(nice: int) -> None:
         os.nice(nice - os.nice(0))
     if os.getsid(0) == os.getpid() and autogroups():
         try:
-            with open(AUTOGROUP, "w") as fh:
-                fh.write(str(nice))
+            set_autogroup_nice(nice)
         except OSError as err:  # a kernel that refuses it: the niceness alone, as without autogroups
             logger.debug(f"the session's autogroup not niced ({err}); the niceness alone")
     logger.debug(f"running at niceness {os.nice(0)}, autogroup nice {autogroup_nice()}")

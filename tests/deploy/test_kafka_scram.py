@@ -4,12 +4,12 @@ it."""
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 from switchyard.deploy import kafka_broker
-from switchyard.deploy.local_server import command_line, free_ports
+from switchyard.deploy.local_server import free_ports
+from switchyard.state_handoff.control.processes import command_line, pids
 from tests.support.kafka_cluster import SASL_ENV
 
 PASSWORD = SASL_ENV["SWITCHYARD_KAFKA_SASL_PASSWORD"]
@@ -28,7 +28,7 @@ class CommandLines(threading.Thread):
 
     def run(self) -> None:
         while not self.done.wait(0.01):
-            for pid in (int(name) for name in os.listdir("/proc") if name.isdigit()):
+            for pid in pids():
                 line = command_line(pid)
                 if self.marker in line:
                     self.mentioning.add(line)

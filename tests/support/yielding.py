@@ -7,7 +7,7 @@ import os
 import threading
 import time
 
-from switchyard.state_handoff.faults import descendants
+from switchyard.state_handoff.control.processes import descendants
 
 
 class JvmPriority(threading.Thread):
