@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from switchyard.jobs.log import logger_of
+from switchyard.jobs.stream.command import stream_command
 from switchyard.state_handoff.control import handoff_log, lease, requests
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
@@ -77,10 +77,12 @@ def wanted(view: PipelineView, held_down_at_seq: int | None) -> str | None:
 
 @dataclass
 class Served:
-    """One pipeline's stream as the service runs it."""
+    """One pipeline's stream as the service runs it; `ref`: what its stream process finds the pipeline by (a
+    registered name or `module:NAME`, as the service was given it; None: its name)."""
 
     tables: Tables
     restarts: Restarts
+    ref: str | None = None
     child: subprocess.Popen | None = None
     last_line: str = ""
     next_start: float = 0.0
@@ -97,8 +99,8 @@ class Service:
     """The streams of `pipelines`, each `switchyard stream ARGS` in a process group of its own."""
 
     def __init__(self, tables: list[Tables], bootstrap: str, stream_args: list[str], restarts: Callable[[], Restarts],
-                 out=logger.info):
-        self.served = [Served(t, restarts()) for t in tables]
+                 out=logger.info, refs: list[str] | None = None):
+        self.served = [Served(t, restarts(), ref) for t, ref in zip(tables, refs or [None] * len(tables), strict=True)]
         self.bootstrap, self.stream_args, self.out = bootstrap, stream_args, out
         self.stopping = threading.Event()
         self._out_lock = threading.Lock()
@@ -177,8 +179,8 @@ class Service:
 
     def _start(self, one: Served) -> None:
         # its lines are relayed as lines of the service's own log: plain text, whatever format the service logs in
-        command = [sys.executable, "-m", "switchyard.jobs.cli", "--log-format", "text", "stream", "--pipeline",
-                   one.name, "--warehouse", one.tables.warehouse, "--bootstrap", self.bootstrap, *self.stream_args]
+        command = stream_command(one.ref or one.name, one.tables.warehouse, self.bootstrap, log_format="text",
+                                 extra_args=self.stream_args)
         one.child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)  # a signal to the service is its own to pass on
         one.started += 1

@@ -5,7 +5,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import warnings
 from collections import deque
@@ -16,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import Field
 
+from switchyard.jobs.stream.command import stream_command
 from switchyard.jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from switchyard.orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from switchyard.state_handoff import settings
@@ -42,17 +42,15 @@ class StreamConfig(dg.Config):
 
 def command(config: StreamConfig, tables: Tables, bootstrap: str, pipeline: str | None = None) -> list[str]:
     """The stream process's command line; `pipeline`: what it finds the pipeline by (default: its name)."""
-    cmd = [sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", pipeline or tables.pipeline,
-           "--warehouse", os.path.abspath(tables.warehouse) if "://" not in tables.warehouse else tables.warehouse,
-           "--bootstrap", bootstrap, "--caught-up-lag", str(config.caught_up_lag),
-           "--max-offsets-per-trigger", str(config.max_offsets_per_trigger)]
+    flags = ["--caught-up-lag", str(config.caught_up_lag),
+             "--max-offsets-per-trigger", str(config.max_offsets_per_trigger)]
     if config.until_caught_up:
-        cmd.append("--until-caught-up")
+        flags.append("--until-caught-up")
     elif config.for_seconds is not None:
-        cmd += ["--for", str(config.for_seconds)]
+        flags += ["--for", str(config.for_seconds)]
     if config.falling_behind_lag is not None:
-        cmd += ["--falling-behind-lag", str(config.falling_behind_lag)]
-    return cmd
+        flags += ["--falling-behind-lag", str(config.falling_behind_lag)]
+    return stream_command(pipeline or tables.pipeline, tables.warehouse, bootstrap, extra_args=flags)
 
 
 def process_log(tables: Tables, handoff_id: str) -> Path:

@@ -57,12 +57,17 @@ def add_service_commands(commands, common) -> None:
     metrics.set_defaults(handler=run_metrics_command)
 
 
+def _references(args) -> list[str]:
+    """The pipelines as given: each a registered name or a reference `module:NAME`."""
+    return args.pipelines or [args.default_pipeline]
+
+
 def _tables(args):
     from switchyard.state_handoff.language.pipelines import get_pipeline
     from switchyard.state_handoff.tables import Tables
 
     check_warehouse(args.warehouse)
-    names = [get_pipeline(name).name for name in (args.pipelines or [args.default_pipeline])]
+    names = [get_pipeline(ref).name for ref in _references(args)]
     return [Tables(args.warehouse, name) for name in names]
 
 
@@ -102,7 +107,7 @@ def run_serve_command(args) -> int:
         raise UserError("--restarts must be at least 1 and --restart-window more than 0 seconds")
     tables = _tables(args)
     service = Service(tables, args.bootstrap, args.stream_args,
-                      lambda: Restarts(limit=args.restarts, window_s=args.restart_window))
+                      lambda: Restarts(limit=args.restarts, window_s=args.restart_window), refs=_references(args))
     names = ", ".join(t.pipeline for t in tables)
     with served(tables, args.bootstrap, port, args.metrics_address, f"switchyard serve ({names})", also=[service]):
         worker = threading.Thread(target=service.run, name="serve")
