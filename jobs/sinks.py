@@ -124,23 +124,8 @@ class EventsSink:
                 else (lambda start: F.lit(False))
             events = events.withColumn("__late", F.when(well, F.size(F.filter("__windows", late_window)))
                                        .otherwise(F.lit(0)))
-            stats = events.groupBy("kafka_partition").agg(
-                F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
-                F.count_if(malformed).alias("dead_lettered"), F.sum("__late").cast("long").alias("late"),
-                F.count_if(~kept).alias(SKIPPED_OVERLAP),
-                F.min("kafka_offset").alias("first_offset"), F.max("kafka_offset").alias("last_offset"),
-                F.sum(F.when(malformed, F.octet_length("value")).when(well, F.octet_length("value") * F.col("__late"))
-                      .otherwise(0)).alias("bad_bytes"),
-                F.max(F.when(well, F.col(pipeline.event_time))).alias("newest")).collect()
-            per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
-                                                      "dead_lettered": r.dead_lettered, "late": r.late,
-                                                      "last_offset": r.last_offset} for r in stats}
-            if skipping:
-                for r in stats:
-                    per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
-            newest = max((r.newest for r in stats if r.newest is not None), default=None)
-            ranges = {int(r.kafka_partition): (r.first_offset, r.last_offset) for r in stats}
-            small = sum(r.bad_bytes or 0 for r in stats) <= self._driver_bad_bytes(batch)
+            per_partition, newest, ranges, bad_bytes = self._count(events, well, malformed, kept, skipping)
+            small = bad_bytes <= self._driver_bad_bytes(batch)
             if any(p["dead_lettered"] for p in per_partition.values()):
                 dead = dead_letter_rows(pipeline, events.where(malformed), "stream")
                 self._append_new(dead, tables.dead_letter, ["kafka_partition", "kafka_offset"], ranges, small,
@@ -178,6 +163,27 @@ class EventsSink:
         if delta_upkeep.due(batch_id):
             for table in self._delta.values():  # the tables this sink wrote, each only by this thread
                 delta_upkeep.tidy(table)
+
+    def _count(self, events: DataFrame, well, malformed, kept, skipping: bool):
+        """One job over the batch: per partition its accounting (read, well-formed, dead-lettered, late, skipped) and
+        last offset; the newest event time; each partition's offset range; and the bytes of its bad values."""
+        stats = events.groupBy("kafka_partition").agg(
+            F.count(F.lit(1)).alias("read"), F.count_if(well).alias("well_formed"),
+            F.count_if(malformed).alias("dead_lettered"), F.sum("__late").cast("long").alias("late"),
+            F.count_if(~kept).alias(SKIPPED_OVERLAP),
+            F.min("kafka_offset").alias("first_offset"), F.max("kafka_offset").alias("last_offset"),
+            F.sum(F.when(malformed, F.octet_length("value")).when(well, F.octet_length("value") * F.col("__late"))
+                  .otherwise(0)).alias("bad_bytes"),
+            F.max(F.when(well, F.col(self.pipeline.event_time))).alias("newest")).collect()
+        per_partition = {int(r.kafka_partition): {"read": r.read, "well_formed": r.well_formed,
+                                                  "dead_lettered": r.dead_lettered, "late": r.late,
+                                                  "last_offset": r.last_offset} for r in stats}
+        if skipping:
+            for r in stats:
+                per_partition[int(r.kafka_partition)][SKIPPED_OVERLAP] = r[SKIPPED_OVERLAP]
+        newest = max((r.newest for r in stats if r.newest is not None), default=None)
+        ranges = {int(r.kafka_partition): (r.first_offset, r.last_offset) for r in stats}
+        return per_partition, newest, ranges, sum(r.bad_bytes or 0 for r in stats)
 
     def _driver_bad_bytes(self, batch: DataFrame) -> int:
         """How many bytes of bad values a batch may collect: DRIVER_BAD_BYTES, and a quarter of the driver's result

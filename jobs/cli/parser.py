@@ -12,8 +12,7 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 from switchyard.jobs import log
-from switchyard.jobs.cli import developer, inputs, observe, pipeline, services
-from switchyard.jobs.cli import steering as handover
+from switchyard.jobs.cli import developer, inputs, observe, pipeline_commands, services, steering
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import Failed, UserError
 
@@ -71,8 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     log_options(parser)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    pipeline.add_pipeline_commands(commands, common_options, spark_conf_option)
-    handover.add_handover_commands(commands, common_options, spark_conf_option)
+    pipeline_commands.add_pipeline_commands(commands, common_options, spark_conf_option)
+    steering.add_steering_commands(commands, common_options, spark_conf_option)
     observe.add_service_commands(commands, common_options)
     setup_jars = commands.add_parser("setup-jars", help="resolve Spark's Delta, Kafka and S3A jars from Maven Central "
                                                         "into the home now (an installed copy does it on first use)")

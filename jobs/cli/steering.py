@@ -48,7 +48,7 @@ def run_stop_command(args) -> int:
     return 0
 
 
-def add_handover_commands(commands, common, spark_conf_option) -> None:
+def add_steering_commands(commands, common, spark_conf_option) -> None:
     stop = commands.add_parser("stop", help="stop the pipeline's running stream cleanly (it drains, logs STOPPED)")
     pipeline_option(stop)
     stop.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",

@@ -157,6 +157,35 @@ def generate_records(*, events: int, keys: int, partitions: int, days: int, seed
         yield GeneratedRecord(partition, key, value, timestamp_ms)
 
 
+def _amounts(rng, size: int) -> list[str]:
+    """Amounts: cents in [-100.00, 1000.00], rarely huge (the draws in a fixed order, for reproducibility)."""
+    amounts = [repr(a) for a in (rng.integers(-10_000, 100_000, size=size, endpoint=True) / 100).tolist()]
+    huge = np.flatnonzero(rng.random(size) < HUGE_AMOUNT_SHARE)
+    huge_pick = rng.integers(0, 5, size=huge.size)
+    huge_int = rng.integers(0, 10**18, size=huge.size, endpoint=True)
+    for j, pick, big in zip(huge.tolist(), huge_pick.tolist(), huge_int.tolist()):
+        amounts[j] = ("1e15", "-1e15", "1000000000000000000", "-999999999999999999", str(big))[pick]
+    return amounts
+
+
+def _event_ids_with_duplicates(rng, pos, salt, bad_kind: dict) -> list:
+    """Event ids: unique per position, except ~0.1% that reuse an earlier well-formed event's id."""
+    ids = _event_ids(pos, salt)
+    size, lo = len(pos), int(pos[0])
+    dup_draw = rng.random(size)
+    dup_src = rng.random(size)
+    for j in np.flatnonzero(dup_draw < DUPLICATE_SHARE).tolist():
+        i = lo + j
+        if i in bad_kind or i == 0:
+            continue
+        src = int(dup_src[j] * i)
+        while src >= 0 and src in bad_kind:
+            src -= 1
+        if src >= 0:
+            ids[j] = _event_ids(np.array([src]), salt)[0]
+    return ids
+
+
 def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, malformed_rate: float,
              start: datetime) -> Iterator[tuple]:
     """generate_records as (key, value, partition, timestamp_ms), the producer's order, built a chunk at a
@@ -216,29 +245,11 @@ def _records(*, events: int, keys: int, partitions: int, days: int, seed: int, m
         times = np.datetime_as_string(event_us.astype("datetime64[us]"), unit="us", timezone="UTC").tolist()
         ts_ms = (event_us // 1000).tolist()
 
-        # Amounts: cents in [-100.00, 1000.00], rarely huge.
-        amounts = [repr(a) for a in (rng.integers(-10_000, 100_000, size=size, endpoint=True) / 100).tolist()]
-        huge = np.flatnonzero(rng.random(size) < HUGE_AMOUNT_SHARE)
-        huge_pick = rng.integers(0, 5, size=huge.size)
-        huge_int = rng.integers(0, 10**18, size=huge.size, endpoint=True)
-        for j, pick, big in zip(huge.tolist(), huge_pick.tolist(), huge_int.tolist()):
-            amounts[j] = ("1e15", "-1e15", "1000000000000000000", "-999999999999999999", str(big))[pick]
+        amounts = _amounts(rng, size)
 
         ev_kinds_json = kinds_json[np.searchsorted(kind_cdf, rng.random(size), side="right").clip(0, len(KINDS) - 1)]
 
-        # Event ids: unique per position, except ~0.1% that reuse an earlier well-formed event's id.
-        ids = _event_ids(pos, salt)
-        dup_draw = rng.random(size)
-        dup_src = rng.random(size)
-        for j in np.flatnonzero(dup_draw < DUPLICATE_SHARE).tolist():
-            i = lo + j
-            if i in bad_kind or i == 0:
-                continue
-            src = int(dup_src[j] * i)
-            while src >= 0 and src in bad_kind:
-                src -= 1
-            if src >= 0:
-                ids[j] = _event_ids(np.array([src]), salt)[0]
+        ids = _event_ids_with_duplicates(rng, pos, salt, bad_kind)
 
         kidx = key_idx.tolist()
         parts = key_partition[key_idx].tolist()
