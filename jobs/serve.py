@@ -30,8 +30,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from switchyard.jobs.log import logger_of
 from switchyard.jobs.stream.command import stream_command
-from switchyard.state_handoff.control import handoff_log, lease, requests
-from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.requests import StartRequest, StopRequest
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.tables import Tables
 
@@ -67,7 +66,7 @@ def wanted(view: PipelineView, held_down_at_seq: int | None) -> str | None:
     owner = view.owner
     if owner is not None:
         return f"held by `{owner.command}` (pid {owner.owner_pid} on host {owner.owner_host}): waiting for it"
-    start, stop = view.newest_request(Status.START_REQUESTED), view.newest_request(Status.STOP_REQUESTED)
+    start, stop = view.ledger.newest_seq(StartRequest), view.ledger.newest_seq(StopRequest)
     if stop > start:
         return "stopped by a stop request: `switchyard start` runs it again"
     if held_down_at_seq is not None and start <= held_down_at_seq:
@@ -207,17 +206,3 @@ class Service:
             starts.add_metric([one.name], one.started)
             down.add_metric([one.name], 1 if one.held_down_at_seq is not None else 0)
         yield from (running, starts, down)
-
-
-def request_start(tables: Tables, requested_by: str = "switchyard start") -> requests.Request:
-    """Ask `switchyard serve` to run the pipeline's stream again: a START_REQUESTED on its latest handoff."""
-    from switchyard.state_handoff.errors import UserError
-
-    handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
-    if handoff is None:
-        raise UserError(f"pipeline {tables.pipeline} has no committed handoff: run `switchyard handoff` first")
-    owner = lease.owner(tables)
-    if owner is not None and owner.command == lease.STREAM:
-        raise UserError(f"pipeline {tables.pipeline} is already streaming (pid {owner.owner_pid} on host "
-                        f"{owner.owner_host}): nothing to start")
-    return requests.ask(tables, Status.START_REQUESTED, handoff.handoff_id, requested_by)

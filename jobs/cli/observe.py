@@ -120,10 +120,11 @@ def run_serve_command(args) -> int:
 
 
 def run_start_command(args) -> int:
-    from switchyard.jobs.serve import request_start
+    from switchyard.state_handoff.control.requests import request_start
+    from switchyard.state_handoff.control.view import PipelineView
 
     _, tables = pipeline_and_tables(args)
-    entry = request_start(tables)
+    entry = request_start(PipelineView.read(tables))
     logger.info(f"start {tables.pipeline}: START_REQUESTED for handoff {entry.handoff_id}; `switchyard serve` runs its "
           "stream")
     return 0
