@@ -88,7 +88,7 @@ install_debian_packages() {
 
 spark_class_archive() {
   # Drivers start faster with their classes archived (deploy/spark_cds.py); without it they only start slower.
-  .venv/bin/python -m switchyard.deploy.spark_cds_build \
+  .venv/bin/python -m switchyard.jobs.spark_cds_build \
     || echo "switchyard setup: warning: no Spark class archive (see above); drivers start without it" >&2
 }
 

@@ -2,7 +2,7 @@
 
 A driver JVM loads and verifies ~20,000 classes before its first job; with the archive it maps them from one file
 instead. The archive is valid only for the JDK and the classpath it was made with, so its name carries a digest
-of both: a new JDK or jar makes `make setup` build another (deploy/spark_cds_build.py), and until then the JVM
+of both: a new JDK or jar makes `make setup` build another (jobs/spark_cds_build.py), and until then the JVM
 starts without one. A JVM given an archive that does not match its classpath ignores it (-Xshare:auto, the
 default) and runs as without.
 """
@@ -19,7 +19,7 @@ from switchyard.deploy.paths import jar_dir
 from switchyard.state_handoff import settings
 
 ENV = "SWITCHYARD_SPARK_CDS"  # false (or 0) starts drivers without the archive
-# What the archive's workload covers (deploy/spark_cds_build.py): a new one builds a new archive at the next setup.
+# What the archive's workload covers (jobs/spark_cds_build.py): a new one builds a new archive at the next setup.
 WORKLOAD = 2
 
 

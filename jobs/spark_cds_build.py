@@ -1,7 +1,8 @@
 """Makes the Spark driver's class archive (deploy/spark_cds.py) once, at setup: a driver built by the one session
-builder runs a small switchyard workload and writes the classes it loaded as it exits.
+builder runs a small switchyard workload and writes the classes it loaded as it exits. The workload runs the jobs,
+so it lives with them; deploy/ only says where the archive is and how a driver maps it.
 
-    python -m switchyard.deploy.spark_cds_build     # deploy/setup.sh runs it; idempotent
+    python -m switchyard.jobs.spark_cds_build     # deploy/setup.sh runs it; idempotent
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def main() -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.parent / "build.log"
     with open(log, "w") as out:
-        built = subprocess.run([sys.executable, "-c", "from switchyard.deploy.spark_cds_build import build; build()"],
+        built = subprocess.run([sys.executable, "-c", "from switchyard.jobs.spark_cds_build import build; build()"],
                                cwd=PROJECT_ROOT, stdout=out, stderr=subprocess.STDOUT)
     if built.returncode != 0:
         print(log.read_text()[-3000:], file=sys.stderr)
