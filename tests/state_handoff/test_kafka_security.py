@@ -1,5 +1,5 @@
 """SWITCHYARD_KAFKA_* settings as each client takes them, and the one-line refusal of unknown or partial settings
-(the settings against a real SASL cluster: tests/test_kafka_cluster.py)."""
+(the settings against a real SASL cluster: tests/deploy/test_kafka_cluster.py)."""
 
 from __future__ import annotations
 
