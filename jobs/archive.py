@@ -15,9 +15,9 @@ from pyspark.sql import functions as F
 from switchyard.jobs.log import warnings_to
 from switchyard.state_handoff.control.lease import Lease
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.io.archive_files import (commit_record, committed_files, file_ranges, files_on_disk,
-                                                       orphan_files, read_record, record_uri, remove_files)
-from switchyard.state_handoff.io.archive_record import check_record, file_totals, recorded_runs
+from switchyard.state_handoff.io.archive_files import (commit_record, file_ranges, files_on_disk, orphan_files,
+                                                       read_record, record_uri, remove_files)
+from switchyard.state_handoff.io.archive_record import check_record, file_totals
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
 from switchyard.state_handoff.language.parsing import EPOCH, parse_events, within
@@ -93,13 +93,6 @@ def _previous(root: str, topic: str) -> tuple[int, dict]:
     return version, meta
 
 
-def _committed_ranges(root: str, meta: dict) -> dict[str, dict[str, list[int]]]:
-    """The metadata's files map; for an archive written before the map, its files' ranges read now."""
-    if not meta or committed_files(meta) is not None:
-        return dict(meta.get("files") or {})
-    return file_ranges(root, [f.path for f in files_on_disk(root)])
-
-
 def _by_partition(ranges: dict) -> dict[int, int]:
     return {int(p): int(o) for p, o in ranges.items()}
 
@@ -136,7 +129,7 @@ def prepare(pipeline: Pipeline, root: str, topic: str, cut: dict[int, tuple[int,
     to_write, trimmed = plan_archive(pipeline.name, _by_partition(previous.get("cut", {})), cut)
     for line in trimmed:
         out(line)
-    return version, previous, _committed_ranges(root, previous), to_write
+    return version, previous, dict(previous.get("files", {})), to_write
 
 
 def run_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, topic: str,
@@ -195,7 +188,7 @@ def write_and_commit(root: str, version: int, previous: dict, committed: dict, t
     run = {"from": {str(p): lo for p, (lo, _) in sorted(reading.items())},
            "to": {str(p): hi for p, (_, hi) in sorted(reading.items())},
            "records": {str(p): wrote.get(p, 0) for p in sorted(reading)}, **(source or {})}
-    runs = recorded_runs({**previous, "files": committed}) if previous else []
+    runs = previous.get("runs", [])
     _commit(root, version, {**previous, "topic": topic,
                              "cut": {str(p): o for p, o in sorted(ends.items())},
                              "first": {str(p): o for p, o in sorted(firsts.items())},

@@ -48,14 +48,10 @@ def check_retained(start: dict[int, int], bounds: dict[int, tuple[int, int]], to
 
 def check_no_gaps(gaps: list[dict], start: dict[int, int]) -> None:
     """Refuse while a file the backfill skipped (--skip-bad-files) holds offsets the stream will not read either:
-    below its start offset, or unknown because the archive metadata predates recorded ranges. A skipped file's
-    offsets at or after the start are no gap: the stream reads them from Kafka."""
+    below its start offset. A skipped file's offsets at or after the start are no gap: the stream reads them from
+    Kafka."""
     for gap in gaps:
         fix = "restore or rewrite the file (switchyard archive), then rerun the backfill"
-        if gap["from"] is None:
-            raise UserError(f"archive file {gap['file']} was skipped by --skip-bad-files and the archive metadata "
-                            f"does not record its offsets (an archive written before ranges were recorded), so the "
-                            f"range it holds is unknown: {fix}")
         p = gap["partition"]
         if p in start and gap["from"] < start[p]:
             raise UserError(f"archive file {gap['file']} was skipped by --skip-bad-files and holds partition {p} "
@@ -115,12 +111,8 @@ def _archived_records(spark: SparkSession, tables: Tables) -> DataFrame:
     files = [f.path for f in list_archive(tables.archive) if unreadable(f.path) is None]
     if not files:
         raise UserError(f"the archive at {tables.archive} holds no readable files: run `switchyard archive` first")
-    records = spark.read.option("basePath", tables.archive).parquet(*files)
-    missing = [c for c in ("kafka_timestamp", "kafka_key", "value") if c not in records.columns]
-    if missing:
-        raise UserError(f"the archive at {tables.archive} lacks column {missing[0]}, which --boundary time needs: "
-                        "rewrite it with `switchyard archive`, or hand off with --boundary offsets")
-    return records.select("kafka_timestamp", "kafka_key", "value")
+    return (spark.read.option("basePath", tables.archive).parquet(*files)
+            .select("kafka_timestamp", "kafka_key", "value"))
 
 
 def _time_boundary(spark: SparkSession, pipeline: Pipeline, tables: Tables, handoff_id: str, at: datetime | None,

@@ -1,13 +1,17 @@
-"""The one place that knows table paths: `<warehouse>/<pipeline>/<table>`."""
+"""The one place that knows table paths: `<warehouse>/<pipeline>/<table>`. A pipeline's paths are given once its
+tables are checked to hold this switchyard's format (state_handoff/format.py): another format is refused before
+anything reads or writes them."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
 
+from switchyard.state_handoff import format as table_format
+
 TABLES = ("archive", "tiles", "backlog", "state", "windows", "window_state", "handoffs", "dead_letter", "late",
           "stream_batches", "leases", "archive_lease", "pipeline_settings", "redeploy_tiles",
-          "redeploy_dead_letter")
+          "redeploy_dead_letter", "format_version")
 
 
 @dataclass(frozen=True)
@@ -18,6 +22,14 @@ class Tables:
 
     @property
     def root(self) -> str:
+        """The pipeline's folder; UserError in one line when its tables hold another format (checked once per
+        process)."""
+        root = self._root
+        table_format.check(f"{root}/format_version", f"{root}/handoffs", self.warehouse, self.pipeline)
+        return root
+
+    @property
+    def _root(self) -> str:
         return os.path.join(os.path.abspath(self.warehouse), self.pipeline) if "://" not in self.warehouse \
             else f"{self.warehouse.rstrip('/')}/{self.pipeline}"
 
@@ -72,6 +84,11 @@ class Tables:
         """The settings every process of the pipeline must share, recorded by its first run
         (state_handoff/control/pins.py)."""
         return self.path("pipeline_settings")
+
+    @property
+    def format_version(self) -> str:
+        """The format the pipeline's tables hold, recorded with its handoff log (state_handoff/format.py)."""
+        return self.path("format_version")
 
     @property
     def leases(self) -> str:

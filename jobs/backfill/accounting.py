@@ -28,7 +28,7 @@ def archive_accounting(spark: SparkSession, pipeline: Pipeline, tables: Tables, 
     archive metadata says the files hold every offset of a range per partition (each file's count recorded at
     archive time, adding up to the range's length), the archive's counts and the range come from there: an archived
     record is dead-lettered when its offset is in `dead_letter` and in the range, and the archive is not scanned.
-    Otherwise (some days only, a skipped file, an archive older than the recorded ranges) the files are read.
+    Otherwise (some days only, a skipped file) the files are read.
     """
     spans = dense_spans(archive.recorded_ranges([f.path for f in files]))
     if spans is not None and pipeline.count_column:
@@ -90,10 +90,10 @@ def _accounting_from_delta(pipeline: Pipeline, tables: Tables, spans: dict[int, 
     return dict(sorted(counts.items()))
 
 
-def dense_spans(recorded: dict[str, dict[int, tuple[int, int, int]] | None]) -> dict[int, tuple[int, int, int]] | None:
+def dense_spans(recorded: dict[str, dict[int, tuple[int, int, int]]]) -> dict[int, tuple[int, int, int]] | None:
     """Per partition (lowest offset, highest, records) over the files, when the files' recorded counts add up to
-    every offset between the two; None when a file's ranges were not recorded or some partition has a gap."""
-    if not recorded or any(ranges is None for ranges in recorded.values()):
+    every offset between the two; None when there are no files or some partition has a gap."""
+    if not recorded:
         return None
     spans: dict[int, tuple[int, int, int]] = {}
     for ranges in recorded.values():
@@ -111,8 +111,6 @@ def check_against_record(archive: ArchiveListing, files: list[ArchiveFile], coun
     """Raise UserError when, per partition, the records read (and those found well-formed or dead-lettered) are not
     what the archive record says `files` hold: a file replaced or rewritten after it was archived."""
     recorded = archive.recorded_ranges([f.path for f in files])
-    if any(ranges is None for ranges in recorded.values()):
-        return  # an archive written before ranges were recorded: nothing to hold the read against
     held: dict[int, int] = {}
     for ranges in recorded.values():
         for p, (_, _, n) in ranges.items():

@@ -2,8 +2,7 @@
 query reads back into `state`. Its name is `<pipeline>.updates.<warehouse>`, the warehouse's identity
 (`handoff_log.warehouse_id`) in it: two warehouses running a pipeline of one name on one Kafka cluster never send to
 one topic, where compaction would drop one's update of a key for the other's, and a drain would wait for the other's
-updates. A handoff keeps the topic its stream first started with (the STREAM_STARTED entry records it; a handoff
-started before names were per warehouse used `<pipeline>.updates`).
+updates. A handoff keeps the topic its stream first started with (the STREAM_STARTED entry records it).
 
 The input topic is never an updates topic. Every record a stream sends names the handoff that wrote it (the
 `switchyard.handoff` header); a stream whose input is such a topic (its own pipeline's, another pipeline's, or
@@ -29,14 +28,8 @@ def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: 
     warehouse's."""
     for entry in entries:
         if entry.handoff_id == handoff_id and entry.status == Status.STREAM_STARTED:
-            return _started_with(entry)
+            return details.of(entry).updates_topic
     return settings.value("SWITCHYARD_UPDATES_TOPIC") or f"{pipeline.name}.updates.{handoff_log.warehouse_id(tables)}"
-
-
-def _started_with(started) -> str:
-    """The topic a STREAM_STARTED entry records; one written before names were per warehouse has none, and its
-    stream used `<pipeline>.updates`."""
-    return details.of(started).updates_topic or f"{started.pipeline}.updates"
 
 
 def last_started_with(tables: Tables) -> str | None:
@@ -44,7 +37,7 @@ def last_started_with(tables: Tables) -> str | None:
     starts = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
     if not starts:
         return None
-    return _started_with(starts[-1])
+    return details.of(starts[-1]).updates_topic
 
 
 def _is_updates_topic_of(topic: str, name: str) -> bool:

@@ -27,6 +27,7 @@ import pyarrow as pa
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from switchyard.state_handoff import format as table_format
 from switchyard.state_handoff.control.clock import as_utc, naive_utc, utc_now
 from switchyard.state_handoff.control.lifecycle import REQUESTS, Status, check_transition
 from switchyard.state_handoff.io import delta_cas, delta_upkeep, fencing
@@ -96,8 +97,14 @@ def warehouse_id(tables: Tables) -> str:
     return table.metadata().id.replace("-", "")[:12]
 
 
-def _open_or_create(uri: str) -> DeltaTable:
-    return delta_cas.open_or_create(uri, SCHEMA, name="handoffs",
+def _open_or_create(tables: Tables) -> DeltaTable:
+    """The log; created empty on first use, after the format its tables hold is recorded (state_handoff/format.py),
+    so a log is never without it."""
+    try:
+        return DeltaTable(tables.handoffs, storage_options=delta_options(tables.handoffs))
+    except TableNotFoundError:
+        table_format.record(tables.format_version)
+    return delta_cas.open_or_create(tables.handoffs, SCHEMA, name="handoffs",
                                     description="append-only handoff log, ordered by seq (its commit version)")
 
 
@@ -151,7 +158,7 @@ def _commit(tables: Tables, handoff_id: str, status: Status, state_version: int 
                              if start_offsets is not None else None),
            "backlog_watermark": as_utc(backlog_watermark), "details": json.dumps(details, default=str)}
     for _ in range(COMMIT_ATTEMPTS):
-        table = _open_or_create(tables.handoffs)
+        table = _open_or_create(tables)
         check_transition(tables.pipeline, handoff_id, status, _history(table, handoff_id))
         seq = table.version() + 1
         if delta_cas.commit_next(table, pa.Table.from_pylist([{"seq": seq, **row}], SCHEMA),

@@ -100,13 +100,13 @@ class Owner:
     heartbeat_at: datetime
     expires_at: datetime
     released: bool
-    epoch: int = 0
-    owner_boot_id: str | None = None
-    owner_started: int | None = None
+    epoch: int
+    owner_boot_id: str | None  # None from a host with no boot id to read (no /proc)
+    owner_started: int | None
 
     def gone(self) -> bool:
-        """Whether its process is provably gone: only on the owner's own boot of its host (on its host, for a row
-        written before rows named the boot)."""
+        """Whether its process is provably gone: only on the owner's own boot of its host (on its host, when the
+        owner's host named no boot)."""
         if self.owner_boot_id is not None:
             return (self.owner_boot_id == processes.boot_id()
                     and not processes.process_alive(self.owner_pid, self.owner_started))
@@ -150,8 +150,6 @@ def _latest(table: DeltaTable) -> Owner | None:
     if not rows:
         return None
     row = rows[-1]
-    if row.get("epoch") is None:  # a row written before leases had epochs: its acquisition's version is unknown
-        row["epoch"] = 0
     return Owner(**{**row, **{k: as_utc(row[k]) for k in ("acquired_at", "heartbeat_at", "expires_at")}})
 
 
@@ -199,9 +197,7 @@ def _rows(row: Owner) -> pa.Table:
 def _commit(tables: Tables, table: DeltaTable, row: Owner) -> bool:
     """Replace the lease row at the version after `table`'s and read it back; False when another writer came
     first (or a stalled commit landed where nobody reads it)."""
-    # a table written before rows had every column of SCHEMA takes the new schema with the row that replaces its own
-    widen = set(SCHEMA.names) - {field.name for field in pa.schema(table.schema())}
-    if not commit_next(table, _rows(row), mode="overwrite", schema_mode="overwrite" if widen else None):
+    if not commit_next(table, _rows(row), mode="overwrite"):
         return False
     if row.seq % CHECKPOINT_INTERVAL == 0:
         _vacuum(table)

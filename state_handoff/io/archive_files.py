@@ -6,8 +6,7 @@ missing, never skipped. Files on disk that it does not name are orphans of an in
 never read. The record is one row of a Delta table beside the day folders (`_record`), replaced by compare-and-swap
 on the table's version (state_handoff/io/delta_cas.py) and fenced by the archive's lease
 (state_handoff/io/fencing.py): a run commits only on the record it planned from, and only while it holds the lease.
-`_archive.json` is a copy of it written after each commit, for people and tools; an archive committed before the
-table existed is read from that file until its next commit.
+`_archive.json` is a copy of it written after each commit, for people and tools, never read back.
 """
 
 from __future__ import annotations
@@ -46,26 +45,21 @@ class ArchiveListing:
     files: list[ArchiveFile]
     missing: frozenset[str] = frozenset()  # paths of files the record names that are not on disk
 
-    def recorded_ranges(self, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]] | None]:
-        """Per file, what the metadata recorded it holds: per partition (lowest offset, highest, records); None for
-        a file of an archive written before ranges were."""
-        files = self.meta.get("files") or {}
-        entries = {path: files.get(storage.relative(path, self.root)) for path in paths}
-        return {path: None if e is None else {int(p): tuple(r) for p, r in e.items()} for path, e in entries.items()}
+    def recorded_ranges(self, paths: list[str]) -> dict[str, dict[int, tuple[int, int, int]]]:
+        """Per file, what the metadata recorded it holds: per partition (lowest offset, highest, records)."""
+        files = self.meta["files"]
+        return {path: {int(p): tuple(r) for p, r in files[storage.relative(path, self.root)].items()}
+                for path in paths}
 
 
 def read_listing(root: str) -> ArchiveListing:
-    """The archive's committed files: every file the metadata's "files" map names, found on disk or not (every
-    file on disk for an archive whose metadata predates the map), with that metadata and which named files are
-    missing."""
+    """The archive's committed files: every file the metadata's "files" map names, found on disk or not, with that
+    metadata and which named files are missing."""
     if not storage.is_dir(root):
         raise UserError(f"no archive at {root}: run `switchyard archive` first")
     meta = archive_meta(root)
-    committed = committed_files(meta)
-    if committed is None:
-        return ArchiveListing(root, meta, files_on_disk(root))
     on_disk = {f.path for f in files_on_disk(root)}
-    files = [ArchiveFile(storage.join(root, name), _recorded_day(root, name)) for name in sorted(committed)]
+    files = [ArchiveFile(storage.join(root, name), _recorded_day(root, name)) for name in sorted(meta["files"])]
     return ArchiveListing(root, meta, files, frozenset(f.path for f in files if f.path not in on_disk))
 
 
@@ -92,17 +86,10 @@ def list_archive(root: str) -> list[ArchiveFile]:
     return read_listing(root).files
 
 
-def committed_files(meta: dict) -> set[str] | None:
-    """The files (relative to the root) the metadata commits; None when it predates the "files" map."""
-    return None if meta.get("files") is None else set(meta["files"])
-
-
 def orphan_files(root: str) -> list[str]:
     """Parquet files on disk that no metadata commits: written by an archive run that died before its commit."""
     meta = read_record(root)[1]
-    committed = committed_files(meta) if meta is not None else set()
-    if committed is None:
-        return []
+    committed = set(meta["files"]) if meta is not None else set()
     return [f.path for f in files_on_disk(root) if storage.relative(f.path, root) not in committed]
 
 
@@ -181,28 +168,21 @@ def record_uri(root: str) -> str:
 
 def read_record(root: str) -> tuple[int, dict | None]:
     """The archive's record (None when nothing was ever committed) and the version of its table it was read at,
-    which `commit_record` expects; an archive committed before the table existed reads as version 0."""
+    which `commit_record` expects (0 when there is no table yet)."""
     from deltalake import DeltaTable
 
     uri = record_uri(root)
-    if storage.exists(storage.join(uri, "_delta_log")):
-        try:
-            table = DeltaTable(uri, storage_options=storage.delta_options(uri))
-            rows = delta_cas.read(table, ["record"]).column("record").to_pylist()
-        except Exception as err:  # noqa: BLE001 - a damaged file of the record's table, or a store that fails
-            cause = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
-            raise UserError(f"the archive record {uri} cannot be read ({cause}): if the store answers, a file of it "
-                            "is damaged: restore the record from a backup, or archive the topic again into a fresh "
-                            "--warehouse") from err
-        if rows:
-            return table.version(), json.loads(rows[-1])
-        version = table.version()
-    else:
-        version = 0
+    if not storage.exists(storage.join(uri, "_delta_log")):
+        return 0, None
     try:
-        return version, json.loads(storage.read_text(_meta_path(root)))
-    except FileNotFoundError:
-        return version, None
+        table = DeltaTable(uri, storage_options=storage.delta_options(uri))
+        rows = delta_cas.read(table, ["record"]).column("record").to_pylist()
+    except Exception as err:  # noqa: BLE001 - a damaged file of the record's table, or a store that fails
+        cause = str(err).splitlines()[0][:300] if str(err) else type(err).__name__
+        raise UserError(f"the archive record {uri} cannot be read ({cause}): if the store answers, a file of it "
+                        "is damaged: restore the record from a backup, or archive the topic again into a fresh "
+                        "--warehouse") from err
+    return table.version(), json.loads(rows[-1]) if rows else None
 
 
 def commit_record(root: str, meta: dict, expected: int) -> bool:
@@ -222,9 +202,23 @@ def commit_record(root: str, meta: dict, expected: int) -> bool:
 
 def write_archive_meta(root: str, meta: dict) -> None:
     """Commit `meta` as the archive's record whatever it was (an archive made outside `switchyard archive`: the
-    benchmarks' synthetic archives, tests)."""
-    while not commit_record(root, meta, read_record(root)[0]):
+    benchmarks' synthetic archives, tests). A record that names no files names none; one that names no runs gets the
+    one run over [first, cut) that holds its files, as a single `switchyard archive` run would have recorded."""
+    files = meta.get("files", {})
+    runs = meta["runs"] if "runs" in meta else [_one_run(meta, files)] if meta.get("cut") else []
+    record = {**meta, "files": files, "runs": runs}
+    while not commit_record(root, record, read_record(root)[0]):
         pass
+
+
+def _one_run(meta: dict, files: dict) -> dict:
+    from switchyard.state_handoff.io.archive_record import file_totals
+
+    cut = {int(p): int(o) for p, o in meta["cut"].items()}
+    first = {int(p): int(o) for p, o in meta.get("first", {}).items()}
+    held = file_totals(files)
+    return {"from": {str(p): first.get(p, 0) for p in sorted(cut)}, "to": {str(p): o for p, o in sorted(cut.items())},
+            "records": {str(p): held.get(p, 0) for p in sorted(cut)}}
 
 
 def _meta_path(root: str) -> str:

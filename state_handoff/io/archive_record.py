@@ -26,37 +26,19 @@ def file_totals(files: dict) -> dict[int, int]:
     return totals
 
 
-def recorded_runs(meta: dict) -> list[dict]:
-    """The record's archive runs, each {"from", "to", "records"} per partition (string keys, as in the JSON).
-
-    A record written before runs were recorded reads as one run over its whole range, [first, cut), holding what
-    its files say they hold: the ranges can still be checked for overlap, not for a dropped file."""
-    if meta.get("runs") is not None:
-        return list(meta["runs"])
-    cut = _by_partition(meta.get("cut"))
-    if not cut or meta.get("files") is None:
-        return []
-    first = _by_partition(meta.get("first"))
-    totals = file_totals(meta["files"])
-    return [{"from": {str(p): first.get(p, 0) for p in sorted(cut)}, "to": {str(p): o for p, o in sorted(cut.items())},
-             "records": {str(p): totals.get(p, 0) for p in sorted(cut)}}]
-
-
 def _offsets(lo: int, end: int) -> str:
     return f"{lo}..{end - 1}"
 
 
 def check_record(root: str, meta: dict) -> None:
     """Raise UserError in one line when the record's runs do not tile [first, cut) per partition, or its files
-    do not hold exactly what the runs wrote. An archive recorded before the "files" map is not checked."""
-    files = meta.get("files")
-    if files is None:
-        return
+    do not hold exactly what the runs wrote."""
+    files = meta["files"]
     where = f"the archive record {storage.join(root, '_record')}"
     fix = "restore the record from a backup, or archive the topic again into a fresh --warehouse"
     first, cut = _by_partition(meta.get("first")), _by_partition(meta.get("cut"))
     runs = [(_by_partition(r["from"]), _by_partition(r["to"]), _by_partition(r["records"]))
-            for r in recorded_runs(meta)]
+            for r in meta["runs"]]
     for p in sorted(cut):
         at = first.get(p, 0)
         for lo, end in sorted((r[0][p], r[1][p]) for r in runs if p in r[0] and r[1][p] > r[0][p]):

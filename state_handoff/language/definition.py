@@ -115,8 +115,8 @@ def changes(record: dict, pipeline: Pipeline) -> list[str]:
 
 
 def recorded(entries) -> tuple[handoff_log.LogEntry, dict] | None:
-    """The newest backfill or handoff that recorded its definition, and that record (None: none did, as in logs
-    written before definitions were recorded)."""
+    """The newest backfill or handoff that recorded its definition, and that record (None: none did yet; a
+    streaming-only backfill, details `mode`, records none)."""
     for entry in reversed(list(entries)):
         if entry.status in RECORDED_BY:
             record = details.of(entry).definition

@@ -34,7 +34,7 @@ class BatchRow:
     partitions: dict[str, dict]
     started: datetime
     finished: datetime
-    offsets: dict[str, list[int | None]] | None = None  # per partition [start, end); None in rows of older streams
+    offsets: dict[str, list[int | None]] | None = None  # per partition [start, end): the events query's rows
 
 
 class BatchRangeConflict(Failed):
@@ -49,7 +49,7 @@ def offset_range(start: dict[int, int], end: dict[int, int]) -> dict[str, list[i
 
 def check_same_range(row: BatchRow, offsets: dict[str, list[int | None]], table: str) -> None:
     """Refuse, in one line, to treat `row`'s batch as the one now asked over `offsets` when their ranges differ."""
-    if row.offsets is None or row.offsets == offsets:
+    if row.offsets == offsets:
         return
     def show(r):
         return ", ".join(f"p{p}:[{a},{b})" for p, (a, b) in sorted(r.items(), key=lambda i: int(i[0])))
@@ -119,9 +119,8 @@ def record(tables: Tables, row: BatchRow) -> bool:
         write_deltalake(tables.stream_batches, data, mode="append", storage_options=delta_options(tables.stream_batches),
                         commit_properties=CommitProperties(app_transactions=[Transaction(txn, row.batch_id)]))
         return True
-    # a table written before rows carried their range gains the column
     fencing.commit(table, [Transaction(txn, row.batch_id)], lambda properties: write_deltalake(
-        table, data, mode="append", schema_mode="merge", commit_properties=properties))
+        table, data, mode="append", commit_properties=properties))
     # one row a commit from both Delta-writing queries: whichever makes a due version compacts (appends, the
     # other query's included, never conflict with a compaction)
     if delta_upkeep.due(table.version()):
@@ -145,7 +144,7 @@ def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list
         rows.append(BatchRow(r["handoff_id"], r["query"], r["incarnation"], r["batch_id"],
                              _naive(r["watermark_before"]), _naive(r["watermark_after"]),
                              json.loads(r["partitions"] or "{}"), _naive(r["started"]), _naive(r["finished"]),
-                             json.loads(r["offsets"]) if r.get("offsets") else None))
+                             json.loads(r["offsets"]) if r["offsets"] else None))
     return sorted(rows, key=lambda b: b.batch_id)
 
 

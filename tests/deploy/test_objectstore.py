@@ -75,12 +75,33 @@ def test_the_handoff_log_compacts_itself_on_the_store(objectstore, monkeypatch):
     """delta-rs's optimize and vacuum on the store: the log's row files compacted, every entry kept in order."""
     monkeypatch.setattr(handoff_log, "COMPACT_FILES", 5)
     tables = Tables(objectstore.warehouse(), "demo")
-    written = [handoff_log.append(tables, f"h{i}", Status.BACKFILL_STARTED, details=BackfillStarted(more={"i": i}))
+    written = [handoff_log.append(tables, f"h{i}", Status.BACKFILL_STARTED, details=BackfillStarted(strategy=str(i)))
                for i in range(12)]
     table = DeltaTable(tables.handoffs, storage_options=storage.delta_options(tables.handoffs))
     assert len(table.file_uris()) < 5, table.file_uris()
     assert any(h.get("operation") == "OPTIMIZE" for h in table.history())
     assert [vars(e) for e in handoff_log.entries(tables)] == [vars(w) for w in written]
+
+
+def test_the_format_is_recorded_and_another_refused_on_the_store(objectstore):  # noqa: F811
+    """state_handoff/format.py on the store: a pipeline's first log records the format, read back by a fresh
+    process; a log that records none is refused in one line."""
+    current = Tables(objectstore.warehouse(), "demo")
+    handoff_log.append(current, "h1", Status.BACKFILL_STARTED)
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", "from switchyard.state_handoff.control import handoff_log\n"
+         "from switchyard.state_handoff.tables import Tables\n"
+         f"print(len(handoff_log.entries(Tables({current.warehouse!r}, 'demo'))))"],
+        capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (elsewhere.returncode, elsewhere.stdout) == (0, "1\n"), elsewhere.stderr[-2000:]
+
+    warehouse = objectstore.warehouse()
+    log = storage.join(warehouse, "demo", "handoffs")  # as a switchyard that records no format left it
+    delta_cas.open_or_create(log, handoff_log.SCHEMA, name="handoffs", description="a log of format 0")
+    result = _switchyard("status", "--pipeline", "demo", "--warehouse", warehouse)
+    assert result.returncode == 2 and result.stderr == (
+        f"switchyard status: error: pipeline demo of warehouse {warehouse} holds switchyard format 0 (this "
+        "switchyard reads format 1): archive and backfill it again into a new --warehouse\n"), result.stderr
 
 
 @pytest.mark.extended  # test_scale_out runs the same switch on this store, on a cluster

@@ -284,7 +284,7 @@ def _offsets_held(path: str) -> dict[int, tuple[int, int, int]]:
 def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, topic_name, tmp_path):
     """--skip-bad-files leaves a file out of the backfill; its offsets, recorded by the archive, stop the handoff."""
     from switchyard.jobs.handoff import run_handoff
-    from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive, write_archive_meta
+    from switchyard.state_handoff.io.archive_files import ARCHIVE_META, list_archive
 
     run_generate(bootstrap, topic_name, events=300, keys=10, partitions=2, days=2, seed=11, malformed_rate=0.05,
                  out=open(os.devnull, "w"))
@@ -316,13 +316,6 @@ def test_a_skipped_file_below_the_boundary_stops_the_handoff(spark, bootstrap, t
     named = re.escape(f"archive file {victim} was skipped by --skip-bad-files and holds partition {partition} "
                       f"offsets {lo}..{hi} ({n} records) below the boundary")
     with pytest.raises(UserError, match=named):
-        run_handoff(spark, PIPELINE, tables, bootstrap)
-    assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
-
-    # an archive written before ranges were recorded: the range is unknown, and refused just the same
-    write_archive_meta(tables.archive, {k: v for k, v in meta.items() if k != "files"})
-    run_backfill(spark, PIPELINE, tables, skip_bad_files=True, out=_quiet)
-    with pytest.raises(UserError, match=re.escape(f"archive file {victim} was skipped") + ".*range it holds is unknown"):
         run_handoff(spark, PIPELINE, tables, bootstrap)
     assert handoff_log.latest(tables, Status.HANDOFF_COMMITTED) is None
 
@@ -390,5 +383,4 @@ def test_the_archive_is_counted_from_its_metadata_only_where_the_files_hold_ever
     # two files (two days) interleaving partition 0's offsets 0..6, and partition 1's 0..1 in one of them
     assert dense_spans({"d1": {0: (0, 4, 3), 1: (0, 1, 2)}, "d2": {0: (2, 6, 4)}}) == {0: (0, 6, 7), 1: (0, 1, 2)}
     assert dense_spans({"d1": {0: (0, 4, 3)}, "d2": {0: (2, 6, 3)}}) is None  # one offset in 0..6 is in no file
-    assert dense_spans({"d1": {0: (0, 4, 5)}, "d2": None}) is None  # a file of an archive without ranges
     assert dense_spans({}) is None

@@ -84,7 +84,7 @@ def test_two_warehouses_of_one_pipeline_on_one_cluster_send_to_topics_of_their_o
         run_stream(spark, PIPELINE, tables, bootstrap,
                    StreamOptions(until_caught_up=True, caught_up_lag=0, tables_trigger_seconds=1), out=_quiet)
         started = handoff_log.latest(tables, Status.STREAM_STARTED)
-        topics[started.handoff_id] = details.of(started).updates_topic or f"{PIPELINE.name}.updates"
+        topics[started.handoff_id] = details.of(started).updates_topic
         handoff = handoff_log.latest(tables, Status.HANDOFF_COMMITTED)
         start, records = handoff_log.offsets(handoff), oracle.read_topic(bootstrap, topic_name)
         expected = oracle.through_stream([r for r in records if r.offset < start.get(r.partition, 0)],
