@@ -79,7 +79,7 @@ def test_executors_run_the_shipped_code_not_the_checkout(spark_cluster):
         assert len(task["shipped"]) == 1, task
         zip_in_cwd = f"{task['cwd']}/{task['shipped'][0].split('/')[-1]}"
         assert "No module named 'switchyard'" in task["without_zip"], task
-        assert task["pipelines"] == f"{zip_in_cwd}/switchyard/state_handoff/pipelines/__init__.py", task
+        assert task["pipelines"] == f"{zip_in_cwd}/switchyard/state_handoff/language/pipelines/__init__.py", task
         assert task["aggregation"] == f"{zip_in_cwd}/switchyard/jobs/aggregation.py", task
         assert task["demo_key"] == PIPELINE.key
         assert task["python"] == report["python"], "the workers run the driver's interpreter"
