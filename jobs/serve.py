@@ -3,10 +3,13 @@
 Each pipeline's stream runs as a child process (`switchyard stream`), started once the pipeline has a handoff and
 nobody asked it to stop. What the service does is read from each pipeline's handoff log, so it steers the same
 way whoever asks and from wherever (`switchyard stop`, `switchyard start`, the Dagster jobs):
-- a stream that fails (any exit but 0 and 2, a signal) starts again after a backoff that doubles; one that failed
-  `limit` times within `window_s` seconds stays down and says why, until `switchyard start`;
+- a stream that fails (any exit but 0, 2 and 75, a signal) starts again after a backoff that doubles; one that
+  failed `limit` times within `window_s` seconds stays down and says why, until `switchyard start`;
 - a stream that refuses (exit 2: the operator has to act, its last line says how) stays down until `switchyard
   start`;
+- a stream that could not run for the moment (exit 75: Kafka, the registry or the lease unavailable) starts again
+  after a backoff that doubles while it lasts, and is never held down for it: a broker away for an hour is waited
+  out, and a standby service whose stream lost the lease to another's waits for that one to end;
 - a stream a stop request ended stays stopped until `switchyard start`; a pipeline another process streams, or a
   rebase or backfill holds, is waited for;
 - SIGTERM stops every stream cleanly (each drains and logs STOPPED), then the service.
@@ -32,6 +35,7 @@ from switchyard.jobs.log import logger_of
 from switchyard.jobs.stream.command import stream_command
 from switchyard.state_handoff.control.requests import StartRequest, StopRequest
 from switchyard.state_handoff.control.view import PipelineView
+from switchyard.state_handoff.errors import NOT_NOW, REFUSED
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
@@ -49,12 +53,20 @@ class Restarts:
     first_s: float = 1.0
     most_s: float = 60.0
     failures: list[float] = field(default_factory=list)
+    unavailable: int = 0  # streams in a row that could not run for the moment
 
     def failed(self, now: float) -> float | None:
+        self.unavailable = 0
         self.failures = [t for t in self.failures if now - t < self.window_s] + [now]
         if len(self.failures) >= self.limit:
             return None
         return min(self.most_s, self.first_s * 2 ** (len(self.failures) - 1))
+
+    def not_now(self) -> float:
+        """The wait before a stream that could not run for the moment (exit 75) starts again: doubling with each
+        such exit in a row, up to `most_s`; never a hold-down, and no failure counted."""
+        self.unavailable += 1
+        return min(self.most_s, self.first_s * 2 ** (self.unavailable - 1))
 
 
 def wanted(view: PipelineView, held_down_at_seq: int | None) -> str | None:
@@ -157,10 +169,17 @@ class Service:
     def _ended(self, one: Served, code: int, now: float) -> None:
         if code == 0:
             self.say(f"serve {one.name}: the stream ended cleanly", pipeline=one.name)
+            one.restarts.unavailable = 0
             one.next_start = now + one.restarts.first_s
             return
+        if code == NOT_NOW:
+            wait = one.restarts.not_now()
+            one.next_start = now + wait
+            self.say(f"serve {one.name}: the stream could not run for the moment (exit 75); starting it again in "
+                     f"{wait:.0f}s: {one.last_line}", logging.WARNING, one.name)
+            return
         seq = PipelineView.read(one.tables).last_seq
-        if code == 2:
+        if code == REFUSED:
             one.held_down_at_seq = seq
             self.say(f"serve {one.name}: the stream refused (exit 2), held down: {one.last_line}", logging.ERROR,
                      one.name)

@@ -40,7 +40,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import processes
 from switchyard.state_handoff.control.clock import as_utc, utc_now
-from switchyard.state_handoff.errors import Failed, UserError
+from switchyard.state_handoff.errors import Failed, NotNow, UserError
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io.archive_files import record_uri
 from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read
@@ -179,9 +179,10 @@ def refuse_if_owned(tables: Tables) -> None:
         raise _refusal(tables, current, utc_now())
 
 
-def _refusal(tables: Tables, current: Owner, now: datetime) -> UserError:
-    return UserError(f"pipeline {tables.pipeline} is owned by {current.describe(now)}: already running, stop it "
-                     "or wait for the lease to expire")
+def _refusal(tables: Tables, current: Owner, now: datetime) -> NotNow:
+    """Not now: the lease is another process's for the moment (a standby `serve` waits and tries again)."""
+    return NotNow(f"pipeline {tables.pipeline} is owned by {current.describe(now)}: already running, stop it "
+                  "or wait for the lease to expire")
 
 
 def stream_running(tables: Tables) -> bool:

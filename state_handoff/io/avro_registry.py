@@ -12,10 +12,10 @@ import logging
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.errors import NotNow, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -51,8 +51,18 @@ def _headers() -> dict[str, str]:
     return {"Accept": ACCEPT, **auth}
 
 
+def shown(url: str) -> str:
+    """`url` as messages name it: any user and password in it left out."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    return urlunsplit(parts._replace(netloc=f"{host}:{parts.port}" if parts.port else host))
+
+
 def _get(url: str, path: str):
-    """The JSON the registry answers GET `path` with; None when it answers 404 (no such subject or version)."""
+    """The JSON the registry answers GET `path` with; None when it answers 404 (no such subject or version). A
+    registry out of reach, or answering 5xx, is NotNow (retry); any other answer a refusal naming what to fix."""
     request = urllib.request.Request(f"{url}{path}", headers=_headers())
     try:
         with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
@@ -61,11 +71,17 @@ def _get(url: str, path: str):
         if err.code == 404:
             return None
         detail = err.read().decode(errors="replace")[:200]
-        raise UserError(f"schema registry {url}: GET {path} answered {err.code} {detail}".strip()
-                        + ("; check SWITCHYARD_SCHEMA_REGISTRY_USER_INFO" if err.code in (401, 403) else "")) from None
-    except (urllib.error.URLError, OSError, ValueError) as err:
+        said = f"schema registry {shown(url)}: GET {path} answered {err.code} {detail}".strip()
+        if err.code >= 500:
+            raise NotNow(f"{said}; retry once the registry serves again") from None
+        raise UserError(said + ("; check SWITCHYARD_SCHEMA_REGISTRY_USER_INFO" if err.code in (401, 403) else "")) \
+            from None
+    except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
-        raise UserError(f"schema registry {url} is out of reach ({reason}): check "
+        raise NotNow(f"schema registry {shown(url)} is out of reach ({reason}): retry once it serves, or check "
+                     "SWITCHYARD_SCHEMA_REGISTRY_URL") from None
+    except ValueError as err:
+        raise UserError(f"schema registry {shown(url)}: GET {path} did not answer JSON ({err}): check "
                         "SWITCHYARD_SCHEMA_REGISTRY_URL") from None
 
 

@@ -2,9 +2,9 @@
 `switchyard` commands as a user runs them (in this process through the command line's own entry point, or in a
 process of their own when a crash point is armed or a stream stays live), and the faults done to them from outside.
 
-Every step's outcome is kept: ok, refused (exit 2, its one line), failed (exit 1), killed at its crash point, or a
-traceback. A traceback, a refusal of more than one line or a fenced owner that keeps running is a violation at
-once; the rest is judged by `check.py` after the way on."""
+Every step's outcome is kept: ok, refused (exit 2, its one line), not now (exit 75, its one line), failed (exit 1),
+killed at its crash point, or a traceback. A traceback, a refusal of more than one line or a fenced owner that keeps
+running is a violation at once; the rest is judged by `check.py` after the way on."""
 
 from __future__ import annotations
 
@@ -134,8 +134,9 @@ class World:
         lines = [line for line in stderr.splitlines() if line.strip()]
         if code == 0:
             return self._outcome(step, "ok", "", started)
-        if code in (1, 2) and len(lines) <= 1:
-            return self._outcome(step, "refused" if code == 2 else "failed", lines[0] if lines else "", started)
+        if code in (1, 2, 75) and len(lines) <= 1:
+            result = {2: "refused", 75: "not now"}.get(code, "failed")
+            return self._outcome(step, result, lines[0] if lines else "", started)
         return self._outcome(step, "violation", f"exit {code} with {len(lines)} lines: {stderr[-1500:]}", started)
 
     def _outcome(self, step: str, result: str, detail: str, started: float) -> Outcome:

@@ -16,7 +16,7 @@ from datetime import datetime
 import dagster as dg
 
 from switchyard.deploy.local_server import free_port
-from switchyard.jobs.serve import Restarts, wanted
+from switchyard.jobs.serve import Restarts, Service, wanted
 from switchyard.orchestration.factory import switchyard_definitions
 from switchyard.orchestration.scope import PipelineDeployment
 from switchyard.state_handoff.control import handoff_log, lease
@@ -38,6 +38,23 @@ def test_a_failed_stream_waits_longer_each_time_and_stays_down_after_the_limit()
     assert restarts.failed(30) is None  # the fourth failure within 100 s
     spaced = Restarts(limit=3, window_s=100)
     assert [spaced.failed(t) for t in (0, 150, 300, 450)] == [1, 1, 1, 1]  # each alone in its window
+
+
+def test_a_stream_that_could_not_run_for_the_moment_is_retried_and_never_held_down(tmp_path):
+    """Exit 75 (Kafka, the registry or the lease unavailable) waits longer each time in a row, up to the most, and
+    counts no failure: however long the outage, the service tries again; a failure after it starts the count anew."""
+    restarts = Restarts(limit=2, window_s=100, first_s=1, most_s=8)
+    assert [restarts.not_now() for _ in range(6)] == [1, 2, 4, 8, 8, 8]
+    assert restarts.failures == [] and restarts.failed(0) == 1, "no failure was counted for them"
+    assert restarts.not_now() == 1, "a failure ends the run of waits"
+    tables = Tables(str(tmp_path), "demo")
+    service = Service([tables], "127.0.0.1:1", [], lambda: Restarts(limit=1, first_s=1, most_s=4), out=lambda _: None)
+    served = service.served[0]
+    for attempt, wait in enumerate((1, 2, 4, 4)):
+        service._ended(served, 75, now=100.0 * attempt)
+        assert served.held_down_at_seq is None and served.next_start == 100.0 * attempt + wait
+    service._ended(served, 2, now=500.0)
+    assert served.held_down_at_seq is not None, "a refusal holds it down"
 
 
 def test_what_keeps_a_stream_from_starting(tmp_path):
@@ -159,4 +176,42 @@ def test_serve_restarts_a_killed_stream_obeys_stop_and_start_and_drains_on_sigte
         assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert handoff_log.entries(tables)[-1].status == Status.STOPPED  # drained on the way out
     assert lease.owner(tables) is None
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def test_a_broker_outage_longer_than_a_stream_ends_streaming_again_with_no_start(spark, broker, bootstrap, topic_name,
+                                                                                tmp_path):
+    """The stream dies while the broker is away (SIGKILLed, as a host's OOM killer would): each stream started meanwhile
+    finds Kafka out of reach and exits "not now" (75), which the service retries with its backoff and never counts
+    towards holding the stream down; once the broker is back a stream runs again, with no `switchyard start`."""
+    from switchyard.deploy import kafka_broker
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.7)
+    start = handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
+    log = tmp_path / "serve.log"
+    service = subprocess.Popen(
+        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", "0",
+         "--restarts", "3", "--stream-arg=--tables-trigger-seconds", "--stream-arg=1",
+         "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    try:
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
+        stream = lease.owner(tables)
+        kafka_broker.stop(broker)
+        try:
+            os.killpg(stream.owner_pid, signal.SIGKILL)
+            wait_until(lambda: log.read_text().count("(exit 75)") >= 3, service, log, "three streams not now",
+                       timeout=240)
+        finally:
+            kafka_broker.start(broker)
+        assert "held down" not in log.read_text(), log.read_text()[-3000:]
+        wait_until(lambda: (lease.owner(tables) is not None and lease.owner(tables).owner_pid != stream.owner_pid
+                            and lease.owner(tables).command == lease.STREAM), service, log, "a stream again")
+        assert not any(e.status == Status.START_REQUESTED for e in handoff_log.entries(tables))
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 100, seed=63))
+        total = latest_total(bootstrap, topic_name, start)
+        wait_until(lambda: stream_read(tables) >= total, service, log, f"{total} tail records read")
+    finally:
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)

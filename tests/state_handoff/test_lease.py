@@ -245,7 +245,8 @@ def test_cli_commands_are_refused_in_one_line_while_the_stream_holds_the_pipelin
             for command in ("handoff", "stream", "backfill")}
         results = {command: (run.wait(timeout=120), run.stderr.read()) for command, run in runs.items()}
     for command, (code, stderr) in results.items():
-        assert code == 2 and "Traceback" not in stderr and stderr.count("\n") == 1, (command, code, stderr)
+        # not now (75): the lease is another process's for the moment, and a retry may find it free
+        assert code == 75 and "Traceback" not in stderr and stderr.count("\n") == 1, (command, code, stderr)
         assert stderr.startswith(f"switchyard {command}: error: pipeline demo is owned by `switchyard stream` "
                                  f"(pid {os.getpid()} on host {socket.gethostname()})"), stderr
         assert "already running" in stderr
