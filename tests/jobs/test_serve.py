@@ -215,3 +215,57 @@ def test_a_broker_outage_longer_than_a_stream_ends_streaming_again_with_no_start
         service.send_signal(signal.SIGTERM)
         assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def _serve(tables: Tables, bootstrap: str, log) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", "0",
+         "--stream-arg=--tables-trigger-seconds", "--stream-arg=1", "--warehouse", tables.warehouse,
+         "--bootstrap", bootstrap],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"},
+        start_new_session=True)
+
+
+def test_a_standby_service_finishes_a_rebase_whose_host_died_and_streams_exactly_once(spark, bootstrap, topic_name,
+                                                                                      tmp_path):
+    """Two services watch one pipeline: one streams, the other's stream finds the lease taken (not now) and waits.
+    The active service and its stream are SIGKILLed mid-rebase (their host gone); the standby takes the lease over
+    at once (same host: the owner is dead), finishes the rebase at its recorded cut and streams on, exactly once."""
+    from switchyard.state_handoff.control import processes
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.7)
+    logs = [tmp_path / "serve-a.log", tmp_path / "serve-b.log"]
+    services = [_serve(tables, bootstrap, logs[0]), _serve(tables, bootstrap, logs[1])]
+    rebase = None
+    try:
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, services[0], logs[0], "SWITCHED")
+        wait_until(lambda: sum("(exit 75)" in log.read_text() for log in logs) >= 1, services[1], logs[1],
+                   "the standby's stream found the lease taken")
+        first = lease.owner(tables)
+        active = next(s for s in services if s.pid == processes.stat(first.owner_pid).parent)
+        standby = next(s for s in services if s is not active)
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 200, seed=64))
+        rebase = subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", "rebase", "--pipeline", "demo",
+                                   "--timeout", "600", "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        wait_until(lambda: handoff_log.latest(tables, Status.PAUSED) is not None, active, logs[0], "PAUSED")
+        os.killpg(first.owner_pid, signal.SIGKILL)  # the host goes: the stream and its JVM, and the service
+        os.killpg(active.pid, signal.SIGKILL)
+        active.wait()
+        out, _ = rebase.communicate(timeout=600)
+        assert rebase.returncode == 0, out[-3000:]
+        taken = lease.owner(tables)
+        assert taken is not None and taken.owner_pid != first.owner_pid and taken.epoch > first.epoch
+        assert processes.stat(taken.owner_pid).parent == standby.pid, "the standby's stream streams"
+        assert [e.status for e in handoff_log.entries(tables)].count(Status.HANDOFF_COMMITTED) == 2
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 4), 100, seed=65))
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff_log.latest(tables, Status.HANDOFF_COMMITTED)))
+        wait_until(lambda: stream_read(tables) >= total, standby, logs[1], f"{total} records read")
+    finally:
+        if rebase is not None and rebase.poll() is None:
+            rebase.kill()
+        for service in services:
+            if service.poll() is None:
+                service.send_signal(signal.SIGTERM)
+                assert service.wait(timeout=180) == 0, "\n".join(log.read_text()[-2000:] for log in logs)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
