@@ -1,5 +1,7 @@
 """Stopping a live stream from anywhere: a STOP_REQUESTED entry in the pipeline's handoff log, which the stream
-reads wherever it runs (no pid, no host, no signal), then a wait for its STOPPED."""
+reads wherever it runs (no pid, no host, no signal), then a wait for its STOPPED. Between a served stream's restarts
+(none runs, and the last one did not stop cleanly) the request names no lease: it keeps `switchyard serve` from
+starting the next one until `switchyard start`."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from switchyard.state_handoff.control import details, lease, requests
 from switchyard.state_handoff.control.answers import NoAnswer, await_answer
 from switchyard.state_handoff.control.clock import SYSTEM, Clock, utc_now
 from switchyard.state_handoff.control.handoff_log import LogEntry
-from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.lifecycle import Phase, Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
@@ -19,11 +21,18 @@ logger = logging.getLogger(__name__)
 
 
 def stop_stream(tables: Tables, timeout_s: float = 300.0, out=logger.info, requested_by: str = "switchyard stop",
-                clock: Clock = SYSTEM) -> LogEntry | None:
+                clock: Clock = SYSTEM) -> LogEntry | requests.StopRequest | None:
     """Ask the pipeline's running stream to stop cleanly (it drains and logs STOPPED) and wait for it; returns the
-    STOPPED entry, or None when the process ended without one (it failed: see the handoff log)."""
+    STOPPED entry, or None when the process ended without one (it failed: see the handoff log). With no stream
+    running but one expected to run again (between a served stream's restarts), the stop request it records."""
     view = PipelineView.read(tables)
     owner = view.owner
+    if owner is None and view.handoff is not None and view.phase not in (Phase.STOPPED, Phase.STOP_REQUESTED):
+        asked = requests.ask(tables, requests.StopRequest(handoff_id=view.handoff.handoff_id,
+                                                          requested_by=requested_by))
+        out(f"stop {tables.pipeline}: no stream runs now ({view.phase}); STOP_REQUESTED (seq {asked.seq}): "
+            "`switchyard serve` starts none until `switchyard start`")
+        return asked
     if owner is None or owner.command != lease.STREAM:
         raise UserError(f"pipeline {tables.pipeline} has no running stream"
                         + (f" (it is owned by `{owner.command}`)" if owner else "") + ": nothing to stop")

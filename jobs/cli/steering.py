@@ -37,6 +37,7 @@ def run_redeploy_command(args) -> int:
 
 def run_stop_command(args) -> int:
     from switchyard.jobs.stop import stop_stream
+    from switchyard.state_handoff.control.handoff_log import LogEntry
 
     _, tables = pipeline_and_tables(args)
     stopped = stop_stream(tables, timeout_s=args.timeout)
@@ -44,7 +45,8 @@ def run_stop_command(args) -> int:
         logger.error(f"stop {tables.pipeline}: the stream ended without STOPPED: see `switchyard status` and its "
                      "process.log")
         return 1
-    logger.info(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
+    if isinstance(stopped, LogEntry):
+        logger.info(f"stop {tables.pipeline}: STOPPED at {stopped.at.isoformat()}")
     return 0
 
 

@@ -57,6 +57,30 @@ def test_a_stream_that_could_not_run_for_the_moment_is_retried_and_never_held_do
     assert served.held_down_at_seq is not None, "a refusal holds it down"
 
 
+def test_a_stop_between_a_served_streams_restarts_keeps_the_service_from_starting_the_next(tmp_path):
+    """No stream runs (the last one died, or a new handoff waits for its first): `switchyard stop` records a stop
+    request with no lease, and the service starts none until `switchyard start`; once a stream stopped cleanly there
+    is nothing to stop."""
+    import pytest
+
+    from switchyard.jobs.stop import stop_stream
+    from switchyard.state_handoff.control import requests
+    from switchyard.state_handoff.errors import UserError
+
+    tables = Tables(str(tmp_path), "demo")
+    for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED):
+        handoff_log.append(tables, "h1", status)  # a stream started, then its process died
+    assert PipelineView.read(tables).phase == Phase.GONE and wanted(PipelineView.read(tables), None) is None
+    asked = stop_stream(tables, out=lambda _: None)
+    assert isinstance(asked, requests.StopRequest) and asked.lease_id is None
+    assert "stopped by a stop request" in wanted(PipelineView.read(tables), None)
+    handoff_log.append(tables, "h1", Status.START_REQUESTED)
+    assert wanted(PipelineView.read(tables), None) is None, "`switchyard start` lifts it"
+    handoff_log.append(tables, "h1", Status.STOPPED)
+    with pytest.raises(UserError, match="nothing to stop"):
+        stop_stream(tables, out=lambda _: None)
+
+
 def test_what_keeps_a_stream_from_starting(tmp_path):
     tables = Tables(str(tmp_path), "demo")
     assert "no handoff yet" in wanted(PipelineView.read(tables), None)
