@@ -184,6 +184,11 @@ def run_handoff_command(args) -> int:
 
 
 def run_stream_command(args) -> int:
+    import signal
+
+    stop_signal: list[str] = []  # from the process's start: `serve` may stop its stream at any moment
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda s, _f: stop_signal.append(signal.Signals(s).name))
     from switchyard.jobs.metrics import check_port, served
     from switchyard.jobs.stream import StreamOptions, run_stream
     from switchyard.jobs.stream.resume_checks import refuse_another_spark_line
@@ -205,7 +210,7 @@ def run_stream_command(args) -> int:
                                                           args.metrics_address, f"stream {pipeline.name}"):
         settle_settings(tables, lease.STREAM, record=True)
         result = run_stream(command_spark(args, "stream", progress=False), pipeline, tables, args.bootstrap, settings,
-                            lease=held)
+                            lease=held, stop_signal=stop_signal)
     logger.info(result.summary(pipeline.name))
     return 0
 

@@ -65,9 +65,10 @@ logger = logging.getLogger(__name__)
 
 def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
                settings: StreamOptions | None = None, out=logger.info,
-               lease: leases.Lease | None = None) -> StreamResult:
+               lease: leases.Lease | None = None, stop_signal: list[str] | None = None) -> StreamResult:
     """Stream the current handoff until a stop condition, across rebases; holds the pipeline's lease (takes it
-    unless the caller passes the one it holds)."""
+    unless the caller passes the one it holds). `stop_signal`: the signals the caller's handler recorded since the
+    process began (a SIGTERM during the JVM's start is obeyed, not lost); the stream adds those it receives."""
     check_classic(spark)  # a Spark Connect session a library caller handed in: refused before the lease
     settings = settings or StreamOptions()
     delta_upkeep.tidy_every()  # a bad SWITCHYARD_TIDY_EVERY stops the command here, not a query's batch
@@ -75,9 +76,9 @@ def run_stream(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstra
         raise UserError(f"pipeline {pipeline.name} has no committed handoff: run `switchyard handoff` first")
     with reporting(tables, pipeline, bootstrap, out) as report:  # to Dagster, when it launched this process
         if lease is not None:
-            return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out, report).run()
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, lease, out, report, stop_signal).run()
         with leases.hold(tables, COMMAND) as held:
-            return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report).run()
+            return Supervisor(spark, pipeline, tables, bootstrap, settings, held, out, report, stop_signal).run()
 
 
 def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, out=logger.info):
@@ -90,14 +91,14 @@ def stream_until_caught_up(pipeline: Pipeline, tables: Tables, bootstrap: str, o
 class Supervisor:
     """One handoff's queries at a time; between them, the rebases."""
 
-    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out, report=None):
+    def __init__(self, spark, pipeline, tables, bootstrap, settings, lease, out, report=None, stop_signal=None):
         self.spark, self.pipeline, self.tables, self.bootstrap = spark, pipeline, tables, bootstrap
         self.settings, self.lease, self.out = settings, lease, out
         self.warn = warnings_to(out)  # notes and retries: a warning in the command's log
         self.report = report or Silent()
         self.started = time.monotonic()
         self.startup = StepTimes(self.started)  # where the time to SWITCHED goes, for the SWITCHED entry
-        self.stop_signal: list[str] = []
+        self.stop_signal: list[str] = stop_signal if stop_signal is not None else []
         self.last_switch_back: float | None = None
         self.switched_after_s: float | None = None  # this handoff's SWITCHED, once logged
         self.state_turn: StateTurn | None = None  # the running state query's turn (a drain hurries it)
@@ -120,6 +121,10 @@ class Supervisor:
         result = None
         try:
             while True:
+                if self.stop_signal:  # before a turn starts any query (the first, or the one after a rebase)
+                    self.out(f"stream {self.pipeline.name}: {self.stop_signal[0]} before the queries started: "
+                             "nothing started, nothing to drain")
+                    return result or StreamResult("(no queries started)", reason=self.stop_signal[0])
                 self.view = view = PipelineView.read(self.tables)  # one look per turn
                 handoff = view.current_handoff
                 request = view.ledger.open_rebase

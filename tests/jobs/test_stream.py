@@ -298,3 +298,25 @@ def test_checkpoints_another_spark_line_wrote_are_rebased_not_resumed(spark, boo
         k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.state.items()}
     dead = DeltaTable(tables.dead_letter).to_pyarrow_table().num_rows
     assert dead == len(expected.dead_letter) > 0
+
+
+def test_a_sigterm_while_the_stream_starts_its_jvm_ends_it_cleanly_with_nothing_started(spark, bootstrap, topic_name,
+                                                                                      tmp_path):
+    """`serve` may stop its stream at any moment: a SIGTERM once the stream holds the lease, while its JVM starts, is
+    obeyed (exit 0, no query started, nothing logged), not the end of the process by the signal."""
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", partitions=2, events=600)
+    before = handoff_log.entries(tables)
+    proc = subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", "stream", "--pipeline", "demo",
+                             "--warehouse", tables.warehouse, "--bootstrap", bootstrap], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"})
+    deadline = time.monotonic() + 60
+    while lease.owner(tables) is None and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lease.owner(tables) is not None, "the stream took the lease"
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode == 0, out[-3000:]
+    assert "SIGTERM before the queries started" in out, out[-3000:]
+    assert handoff_log.entries(tables) == before, "nothing started, nothing logged"
+    assert lease.owner(tables) is None
