@@ -10,9 +10,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 
+from switchyard.state_handoff.control.clock import as_utc
 from switchyard.state_handoff.control.lifecycle import Phase
 from switchyard.state_handoff.tables import Tables
 
@@ -84,6 +86,8 @@ class PipelineCollector:
                                  "retention has passed the archive's cut", labels=["pipeline"])
         lost = GaugeMetricFamily("switchyard_lost_offsets", "Offsets recorded as lost to Kafka's retention before "
                                  "any handoff read them", labels=["pipeline"])
+        age = GaugeMetricFamily("switchyard_phase_age_seconds", "Seconds since the pipeline's latest log entry: how long "
+                                "it has been in its phase", labels=["pipeline"])
         gauges = {g.name: GaugeMetricFamily(f"switchyard_{g.name}", g.help,
                                             labels=["pipeline", *([g.per] if g.per else [])]) for g in GAUGES}
         for tables in self.tables:
@@ -100,6 +104,9 @@ class PipelineCollector:
             for each in PHASES:
                 phase.add_metric([name, each], 1 if each == current else 0)
             running.add_metric([name], 1 if status["stream_running"] else 0)
+            if status.get("latest_at"):
+                since = datetime.now(timezone.utc) - as_utc(datetime.fromisoformat(status["latest_at"]))
+                age.add_metric([name], max(0.0, since.total_seconds()))
             if status.get("lease"):
                 held = status["lease"]
                 lease.add_metric([name, held["command"], held["host"], str(held["pid"])], held["epoch"])
@@ -113,7 +120,7 @@ class PipelineCollector:
                             gauges[g.name].add_metric([name, str(part)], figure * g.scale)
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     gauges[g.name].add_metric([name], value * g.scale)
-        yield from [up, seconds, phase, running, lease, past, lost, *gauges.values()]
+        yield from [up, seconds, phase, running, age, lease, past, lost, *gauges.values()]
 
 
 def registry_for(tables: list[Tables], bootstrap: str | None, also=()) -> CollectorRegistry:

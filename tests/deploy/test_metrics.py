@@ -29,7 +29,7 @@ PIPELINE = get_pipeline("demo")
 def test_promtool_checks_the_alert_rules_and_their_tests_fire_them():
     checked = subprocess.run([binary("promtool"), "check", "rules", str(RULES)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 7 rules found" in checked.stdout, checked.stdout
+    assert "SUCCESS: 12 rules found" in checked.stdout, checked.stdout
     tested = subprocess.run([binary("promtool"), "test", "rules", RULES.with_suffix(".test.yml").name],
                             capture_output=True, text=True, cwd=RULES.parent)
     assert tested.returncode == 0 and "SUCCESS" in tested.stdout, tested.stdout + tested.stderr
@@ -40,7 +40,7 @@ def test_the_collector_reports_each_pipeline_and_marks_one_it_cannot_read_down(t
               "lease": {"epoch": 4, "command": "switchyard stream", "host": "h", "pid": 11},
               "dead_lettered": 2, "late": 0,
               "retention_past_archive": [{"partition": 0}], "lost_offsets": [{"records": 5}, {"records": 6}],
-              "input_rows_per_s": None}
+              "input_rows_per_s": None, "latest_at": "2026-01-01T00:00:00+00:00"}
 
     def status_of(tables):
         if tables.pipeline == "kinds":
@@ -56,6 +56,7 @@ def test_the_collector_reports_each_pipeline_and_marks_one_it_cannot_read_down(t
     assert sum(value("switchyard_phase", {"pipeline": "demo", "phase": p}) for p in PHASES) == 1
     assert value("switchyard_offsets_behind", {"pipeline": "demo", "partition": "1"}) == 7
     assert value("switchyard_last_batch_seconds", {"pipeline": "demo"}) == 0.25
+    assert value("switchyard_phase_age_seconds", {"pipeline": "demo"}) > 2.5e7, "in its phase since 2026-01-01"
     holder = {"pipeline": "demo", "command": "switchyard stream", "host": "h", "pid": "11"}
     assert value("switchyard_lease_epoch", holder) == 4
     assert value("switchyard_retention_past_archive_partitions", {"pipeline": "demo"}) == 1
