@@ -121,6 +121,12 @@ def _mask_secret_options(text: str) -> str:
     return _SECRET_OPTION.sub(lambda option: option["name"] + MASK, text)
 
 
+def split_secret_options(text: str) -> tuple[str, list[str]]:
+    """Command-line options apart: the text without the options whose names name a secret, and those options."""
+    found = [option.group(0) for option in _SECRET_OPTION.finditer(text)]
+    return " ".join(_SECRET_OPTION.sub("", text).split()), found
+
+
 TEXT = Kind("any text", str)
 BOOL = Kind("true or false (or 1 or 0)", _bool)
 MEMORY = Kind("a JVM memory size such as 512m or 2g", _memory)

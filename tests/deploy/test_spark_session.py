@@ -142,3 +142,37 @@ def test_under_spark_submit_its_master_and_confs_win(spark, bootstrap, topic_nam
     expected = oracle.backlog(oracle.read_topic(bootstrap, topic_name)).state
     state = {r.key: (r.event_count, r.amount_min, r.amount_max) for r in rows(spark, tables.state)}
     assert state == {k: (s.event_count, s.amount_min, s.amount_max) for k, s in expected.items()}
+
+
+SECRETS_SEEN = """
+import json, os
+from switchyard.deploy.spark import build_spark
+spark = build_spark("secrets", extra_conf={"spark.hadoop.fs.s3a.secret.key": "s3cr3t-in-conf",
+                                          "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "s3cr3t-in-env"})
+seen = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    if int(pid) == os.getpid():  # this script's own text names them
+        continue
+    try:
+        line = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").replace("\\0", " ")
+    except OSError:
+        continue
+    seen += [word for word in ("hunter2-in-options", "s3cr3t-in-conf", "s3cr3t-in-env") if word in line]
+print(json.dumps({"seen": seen, "conf": spark.conf.get("spark.hadoop.fs.s3a.secret.key"),
+                  "env": spark.conf.get("spark.executorEnv.AWS_SECRET_ACCESS_KEY"),
+                  "property": spark._jvm.java.lang.System.getProperty("javax.net.ssl.keyStorePassword")}))
+"""
+
+
+def test_no_secret_of_the_session_shows_on_any_process_command_line(tmp_path):
+    """A keystore password in SWITCHYARD_JVM_OPTIONS, a secret Spark setting and an executor's AWS secret reach the
+    JVM (the property set, the settings in the session) and show on no process's command line (`ps`): the settings
+    are given to the JVM once it runs, the driver's secret options through an argument file it reads at start."""
+    env = {**os.environ, "SWITCHYARD_JVM_OPTIONS": "-Djavax.net.ssl.keyStorePassword=hunter2-in-options",
+           "SWITCHYARD_SPARK_PROFILE": "test"}
+    done = subprocess.run([sys.executable, "-c", SECRETS_SEEN], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shown = json.loads(done.stdout.strip().splitlines()[-1])
+    assert shown == {"seen": [], "conf": "s3cr3t-in-conf", "env": "s3cr3t-in-env", "property": "hunter2-in-options"}
+    assert "hunter2" not in done.stderr and "s3cr3t" not in done.stderr, "nor in what the JVM printed"
