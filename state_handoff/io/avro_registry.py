@@ -2,7 +2,8 @@
 SWITCHYARD_SCHEMA_REGISTRY_USER_INFO for basic authentication), read over its REST API with the standard library.
 
 A registered version never changes, so each is fetched once per process; the list of a subject's versions is read
-again by every call, so a plan built later sees versions registered since."""
+again by every call, so a plan built later sees versions registered since. A subject this process has read versions
+of that then answers 404 was deleted: refused in one line (its records would all be dead-lettered), not warned of."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class Version:
 
 
 _VERSIONS: dict[tuple[str, str, int], Version] = {}  # (registry URL, subject, version number): fetched once
+_SEEN: dict[tuple[str, str], int] = {}  # (registry URL, subject): how many versions this process read of it
 
 
 def registry_url() -> str:
@@ -91,9 +93,13 @@ def subject_versions(subject: str) -> list[Version]:
     url = registry_url()
     quoted = quote(subject, safe="")
     numbers = _get(url, f"/subjects/{quoted}/versions?deleted=true")
+    if numbers is None and _SEEN.get((url, subject)):
+        raise UserError(f"schema registry {shown(url)} no longer has subject {subject!r}, which had "
+                        f"{_SEEN[(url, subject)]} version(s): it was deleted; register its versions again (every "
+                        "record of theirs would be dead-lettered meanwhile, so none is read until then)")
     if numbers is None:
         logger.warning("schema registry %s has no subject %r: every Avro record is dead-lettered as of an unknown "
-                       "schema id until a writer schema is registered under it", url, subject)
+                       "schema id until a writer schema is registered under it", shown(url), subject)
         return []
     versions = []
     for number in sorted(numbers):
@@ -105,4 +111,5 @@ def subject_versions(subject: str) -> list[Version]:
             _VERSIONS[key] = Version(subject, int(found["version"]), int(found["id"]), found["schema"],
                                      found.get("schemaType") or "AVRO")
         versions.append(_VERSIONS[key])
+    _SEEN[(url, subject)] = max(_SEEN.get((url, subject), 0), len(versions))
     return versions

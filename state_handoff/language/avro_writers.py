@@ -10,13 +10,15 @@ registered, so the versions listed as the plan is built cover them. A stream's p
 whose id lies within UNSEEN_IDS above the newest id the plan knows may be of a version registered since, so the
 stream's parse fails on it (`UNSEEN` and the id in Spark's error); the stream notes the id (`learned`) and starts its
 queries again from their checkpoints, with the subject listed again. An id that is still no version then is
-dead-lettered from then on, as is one further above (registries number schemas one after another: an id that far
+dead-lettered by the plans built for ABSENT_FOR_S seconds (one built after that lists the subject again, and reads the
+id if a version with it was registered meanwhile), as is one further above (registries number schemas one after another: an id that far
 ahead is not one that a registration has given yet, but bytes that only look like a header)."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 
 from switchyard.state_handoff.io import avro_registry
@@ -26,7 +28,16 @@ from switchyard.state_handoff.language.spec import AvroFormat
 UNSEEN = "switchyard-unseen-avro-schema-id"
 UNSEEN_IDS = 1 << 20  # how far above the newest known id a stream's record makes it list the subject again
 _UNSEEN_ID = re.compile(UNSEEN + r" (\d+)")
-_ABSENT: dict[str, set[int]] = {}  # subject -> ids a stream of this process met, listed again, and did not find
+_ABSENT: dict[str, dict[int, float]] = {}  # subject -> ids a stream met, listed again and did not find: when
+ABSENT_FOR_S = 600.0  # how long an id found absent is taken as no version before it is looked for again
+
+
+def _absent(subject: str) -> dict[int, float]:
+    """The ids of `subject` found absent less than ABSENT_FOR_S ago (older findings expire)."""
+    found = _ABSENT.setdefault(subject, {})
+    for schema_id in [i for i, at in found.items() if time.monotonic() - at >= ABSENT_FOR_S]:
+        del found[schema_id]
+    return found
 
 
 @dataclass(frozen=True)
@@ -59,7 +70,7 @@ def writer_schemas(avro: AvroFormat) -> WriterSchemas:
         else:
             incompatible[version.id] = why
     newest = max([v.id for v in versions], default=-1)
-    return WriterSchemas(readable, incompatible, newest, frozenset(_ABSENT.get(avro.subject, ())))
+    return WriterSchemas(readable, incompatible, newest, frozenset(_absent(avro.subject)))
 
 
 def unseen_id(error) -> int | None:
@@ -74,9 +85,9 @@ def learned(avro: AvroFormat | None, error) -> bool:
     again and an id that is still no version of it is noted as absent, so the plan built next reads the id (a version
     registered since) or dead-letters it, and the queries may start again."""
     schema_id = unseen_id(error)
-    absent = _ABSENT.setdefault(avro.subject, set()) if avro is not None and avro.subject else None
+    absent = _absent(avro.subject) if avro is not None and avro.subject else None
     if absent is None or schema_id is None or schema_id in absent:
-        return False  # met again after it was found absent: a failure, not a version to look for
+        return False  # met again soon after it was found absent: a failure, not a version to look for
     if schema_id not in {v.id for v in avro_registry.subject_versions(avro.subject)}:
-        absent.add(schema_id)
+        absent[schema_id] = time.monotonic()
     return True

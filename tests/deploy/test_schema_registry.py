@@ -68,3 +68,29 @@ def test_it_listens_on_loopback_only(registry):
     addresses = _listening_addresses(proc.pid)
     loopback = {"0100007F", "0000000000000000FFFF00000100007F"}  # 127.0.0.1, and as IPv4-mapped IPv6
     assert addresses and addresses <= loopback, addresses
+
+
+def test_a_subject_deleted_after_its_versions_were_read_is_refused_and_credentials_stay_out_of_errors(registry,
+                                                                                                      monkeypatch):
+    """A subject this process read versions of that then answers 404 was hard-deleted: refused in one line, where a
+    warning would have let every record be dead-lettered; a subject never read yet is only warned of. A registry URL
+    with credentials in it is named without them."""
+    import pytest
+
+    from switchyard.state_handoff.errors import NotNow, UserError
+    from switchyard.state_handoff.io import avro_registry
+
+    _, base = registry
+    subject = "deleted-value"
+    monkeypatch.setenv("SWITCHYARD_SCHEMA_REGISTRY_URL", base)
+    assert avro_registry.subject_versions(subject) == [], "never registered: warned of, nothing to read"
+    assert register(base, subject, V1)[0] == 200
+    assert [v.version for v in avro_registry.subject_versions(subject)] == [1]
+    assert call("DELETE", f"{base}/subjects/{subject}")[0] == 200
+    assert call("DELETE", f"{base}/subjects/{subject}?permanent=true")[0] == 200
+    with pytest.raises(UserError, match=f"no longer has subject '{subject}', which had 1 version"):
+        avro_registry.subject_versions(subject)
+    monkeypatch.setenv("SWITCHYARD_SCHEMA_REGISTRY_URL", "http://reader:pa55word@127.0.0.1:9")
+    with pytest.raises(NotNow) as unreachable:
+        avro_registry.subject_versions(subject)
+    assert "pa55word" not in str(unreachable.value) and "127.0.0.1:9" in str(unreachable.value)
