@@ -268,14 +268,14 @@ class Supervisor:
 
     def start_readers(self, handoff: Handoff, only: str | None = None, replay_only: bool = False):
         """The keyed and events queries (or `only` one of them, the other None), and the events sink. `replay_only`:
-        a trigger that fires once now and not again for hours, for a restart that should only complete the batch
-        an interrupted run had planned (Spark replays it first, exactly as planned)."""
+        Spark's once trigger, for a restart that should only complete the batch an interrupted run had planned (a
+        restarted query runs the planned batch first, exactly as planned; once runs that one and ends)."""
         spark, pipeline, tables, bootstrap, settings = (self.spark, self.pipeline, self.tables, self.bootstrap,
                                                         self.settings)
         paths = StreamPaths.of(tables, handoff.handoff_id)
         parsed, keyed_source = parsed_input(spark, pipeline, bootstrap, handoff, settings.max_offsets_per_trigger,
                                             self.added_partitions)
-        once = {"processingTime": "6 hours"}
+        once = {"once": True}
         keyed = events = None
         if only in (None, KEYED):
             if faults.armed("stream.keyed.after_send") and self._crash_listener is None:
@@ -307,8 +307,12 @@ class Supervisor:
         planned = last_planned_batch(checkpoint)
         if planned is not None and planned != last_committed_batch(checkpoint):
             query = self.start_readers(handoff, only=KEYED, replay_only=True)[0]
-            while last_committed_batch(checkpoint) != planned:
-                if query.exception() is not None or not query.isActive:
+            def replayed() -> bool:  # at or past the planned batch: a loop on `!=` could wait past it forever
+                committed = last_committed_batch(checkpoint)
+                return committed is not None and committed >= planned
+
+            while not replayed():
+                if query.exception() is not None or (not query.isActive and not replayed()):
                     raise StreamFailed(f"query {query.name} failed replaying its interrupted batch: "
                                        f"{query_error(query.exception() or 'stopped')}")
                 time.sleep(0.2)
