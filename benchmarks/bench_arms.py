@@ -63,12 +63,12 @@ def run_arm(mode: str, warehouse: str, bootstrap: str, topic: str, max_offsets: 
         run_stream(spark, pipeline, tables, bootstrap, settings, out=quiet)
         stage("stream")
     elif mode == "switchyard":
-        from switchyard.jobs.backfill import KeptTiles, backfill_tiles, commit_state
+        from switchyard.jobs.backfill import KeptTiles, backfill_tiles, commit_backfill
 
         kept = KeptTiles()  # as `switchyard backfill` runs them: the commit reads the tiles its run kept
         tiles_run = backfill_tiles(spark, pipeline, tables, out=quiet, keep=kept)
         stage("backfill_tiles")
-        commit_state(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap, kept=kept)
+        commit_backfill(spark, pipeline, tables, tiles_run, out=quiet, kafka_tail_from=bootstrap, kept=kept)
         stage("commit_state")
         handoff = run_handoff(spark, pipeline, tables, bootstrap)
         stage("handoff")

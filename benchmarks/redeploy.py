@@ -222,7 +222,7 @@ def run(args) -> Result:
         result.to_serving_s = round(_wall(switched.at) - started, 2)
         asked, stop, stopped = (_after(entries, s, seq) for s in ("REBASE_REQUESTED", "STOP_REQUESTED", "STOPPED"))
         paused, committed = _after(entries, "PAUSED", seq), _after(entries, "HANDOFF_COMMITTED", seq)
-        result.beside_s = requests.read(asked).fields["redeploy"]["beside"]["seconds"]
+        result.beside_s = requests.read(asked).redeploy.beside["seconds"]
         result.stop_s = round((stopped.at - stop.at).total_seconds(), 2)
         result.rebase_s = round((committed.at - paused.at).total_seconds(), 2)
         result.serving_gap_s = round((switched.at - stop.at).total_seconds(), 2)

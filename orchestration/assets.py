@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 import dagster as dg
 from pydantic import Field
 
-from switchyard.jobs.backfill import backfill_tiles, commit_state
+from switchyard.jobs.backfill import backfill_tiles, commit_backfill
 from switchyard.jobs.handoff import run_handoff
 from switchyard.orchestration.errors import user_errors_as_failures
 from switchyard.orchestration.partitions import days_of
@@ -142,8 +142,8 @@ def _keyed_state(context: dg.AssetExecutionContext, scope: Scope, config: KeyedS
         return
     with user_errors_as_failures(), lease.hold(tables, KEYED_STATE_OWNER):
         pipeline_settings.settle(tables, KEYED_STATE_OWNER, record=True, adopt=False, pipeline=pipeline)
-        run = commit_state(session, pipeline, tables, out=context.log.info,
-                           kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
+        run = commit_backfill(session, pipeline, tables, out=context.log.info,
+                              kafka_tail_from=scope.bootstrap(kafka) if config.kafka_tail else None)
     committed = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
     yield dg.MaterializeResult(asset_key=scope.key("state"), metadata={
         "handoff_id": run.handoff_id,

@@ -77,6 +77,11 @@ def _tile_files(path: str, version: int | None = None) -> dict[str, date]:
     return dict(zip(actions.column("path").to_pylist(), actions.column("partition.event_date").to_pylist()))
 
 
+def tile_files(path: str, version: int | None) -> dict[str, date]:
+    """Each data file of `tiles` at `version` with its day (None: no table, no files)."""
+    return {} if version is None else _tile_files(path, version)
+
+
 def _readable(path: str, version: int) -> bool:
     """The table at that version can be read: its log holds the version and no data file of it was vacuumed."""
     try:
@@ -86,8 +91,9 @@ def _readable(path: str, version: int) -> bool:
     return all(storage.exists(uri) for uri in table.file_uris())
 
 
-def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, str]:
-    """The merge the latest committed backfill recorded, when the tiles only grew since; else None and why."""
+def earlier_merge(pipeline: Pipeline, tables: Tables, now: dict[str, date]) -> tuple[Merged | None, str]:
+    """The merge the latest committed backfill recorded, when the tiles only grew since to `now` (the files of the
+    `tiles` version this commit merges: tile_files); else None and why."""
     committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
     record = details.of(committed).backlog if committed is not None else None
     if not record:
@@ -98,7 +104,6 @@ def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, st
         then = _tile_files(tables.tiles, record["tiles_version"])
     except Exception:  # the version's log entry is gone (log retention)
         return None, f"tiles version {record['tiles_version']} is no longer in the table's log"
-    now = _tile_files(tables.tiles)
     retiled = sorted({day for f, day in then.items() if f not in now})
     if retiled:
         return None, f"days merged before were tiled again ({retiled[0]}{' ...' if len(retiled) > 1 else ''})"
@@ -108,18 +113,14 @@ def earlier_merge(pipeline: Pipeline, tables: Tables) -> tuple[Merged | None, st
     return Merged(record["table"], record["version"], added, record.get("windows")), ""
 
 
-def tile_days(path: str, version: int | None) -> set[date]:
-    """The days `tiles` holds tiles of at `version` (None: no table, no days)."""
-    return set() if version is None else set(_tile_files(path, version).values())
-
-
-def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame, out=logger.info,
-                 also: DataFrame | None = None, by_key: bool = False) -> tuple[DataFrame, Merged | None]:
-    """One row per key over every tile: the earlier merge with the days tiled since, or every tile; `also`: more
-    keyed partials merged in the same aggregation (a Kafka tail's tiles). `by_key`: `tiles` are partitioned and
-    sorted by key as the tiles run made them, so every tile is merged in place first and `also` joins the merged
-    rows (one row per key) rather than the tiles."""
-    earlier, why = earlier_merge(pipeline, tables)
+def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles: DataFrame,
+                 earlier: tuple[Merged | None, str], out=logger.info, also: DataFrame | None = None,
+                 by_key: bool = False) -> DataFrame:
+    """One row per key over every tile: the `earlier` merge (earlier_merge's) with the days tiled since, or every
+    tile; `also`: more keyed partials merged in the same aggregation (a Kafka tail's tiles). `by_key`: `tiles` are
+    partitioned and sorted by key as the tiles run made them, so every tile is merged in place first and `also` joins
+    the merged rows (one row per key) rather than the tiles."""
+    earlier, why = earlier
     columns = _columns(pipeline)
     if earlier is None:
         out(f"  merging every tile: {why}")
@@ -127,7 +128,7 @@ def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles:
         if by_key:
             partials = state_from_partials(pipeline, partials).select(*columns)
             if also is None:
-                return partials, None
+                return partials
     else:
         out(f"  merging {len(earlier.new_days)} newly tiled day(s) into the earlier merge "
             f"({earlier.table} version {earlier.version})")
@@ -136,7 +137,7 @@ def merged_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables, tiles:
         partials = base.select(*columns).unionByName(added.select(*columns))
     if also is not None:
         partials = partials.unionByName(also.select(*columns))
-    return state_from_partials(pipeline, partials), earlier
+    return state_from_partials(pipeline, partials)
 
 
 def _columns(pipeline: Pipeline) -> list[str]:

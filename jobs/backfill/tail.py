@@ -77,3 +77,35 @@ def kafka_tail_tiles(spark: SparkSession, pipeline: Pipeline, tables: Tables,
     # kept too: the state and both window tables read the tail's tiles (its sort and aggregation done once)
     tiles = tiles_from_events(pipeline, parsed.where(F.col("error").isNull()), SORT).persist(StorageLevel.DISK_ONLY)
     return parsed, tiles, dict(sorted(counts.items()))
+
+
+@dataclass(frozen=True)
+class TailTiles:
+    """The tail a commit folds in, read: its parsed records and tiles (kept on local disk until `unpersist`), and its
+    accounting per partition."""
+
+    tail: KafkaTail
+    parsed: DataFrame
+    tiles: DataFrame
+    accounting: dict[str, dict[str, int]]
+
+    def as_details(self) -> dict:
+        """What BACKFILL_COMMITTED records of the tail (`kafka_tail`)."""
+        return {**self.tail.as_details(), "records": self.tail.records, "accounting": self.accounting}
+
+    @property
+    def boundary(self) -> dict[int, int]:
+        """Per partition the tail holds records of, the highest offset it read."""
+        return {p: o - 1 for p, o in self.tail.end.items() if o > self.tail.start.get(p, 0)}
+
+    def unpersist(self) -> None:
+        self.parsed.unpersist()
+        self.tiles.unpersist()
+
+
+def read_tail(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, out) -> TailTiles:
+    """The tail up to the topic's end now, read in batch into tiles and dead letters (kafka_tail_tiles)."""
+    tail = kafka_tail_to_latest(tables, bootstrap)
+    out(f"[5/5] reading the Kafka tail of {tail.topic} in batch ({tail.records:,} records: "
+        + ", ".join(f"p{p}:{tail.start.get(p, 0)}..{o}" for p, o in sorted(tail.end.items())) + ")")
+    return TailTiles(tail, *kafka_tail_tiles(spark, pipeline, tables, tail))

@@ -25,6 +25,7 @@ from switchyard.state_handoff.control.requests import RedeployPlan
 from switchyard.state_handoff.io import delta_upkeep, fencing, storage
 from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.language.aggregates import WINDOW_PREFIX, partial_columns, partial_names
+from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.parsing import cached_for_two_passes, parse_events
 from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
@@ -33,22 +34,22 @@ logger = logging.getLogger(__name__)
 TABLE = "redeploy_tiles"
 
 
-def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, record: dict, out=logger.info) -> dict:
+def tile_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, change: DefinitionChange,
+                out=logger.info) -> dict:
     """Every archived day's tiles under `pipeline` into `redeploy_tiles`, replacing what it held; what a redeploy's
     request records of them: the definition, the table's version and the archive files they fold. When `pipeline`
-    only drops or renames aggregations of the `record`ed definition, or changes windows but not their panes or
+    only drops or renames aggregations of the recorded definition, or changes windows but not their panes or
     aggregations, the recorded tiles' columns are kept or renamed, or the tiles serve as they are, and the archive is
-    not read (definition.projection)."""
+    not read (`change.projection`)."""
     started = time.monotonic()
-    named = definition.projection(pipeline, record)
-    if named is not None:
-        return _project_beside(spark, pipeline, tables, named, record, started, out)
+    if change.projection is not None:
+        return _project_beside(spark, pipeline, tables, change.projection, change.record, started, out)
     _, _, archive, _ = resolve_range(tables, None, None)
     readable, _ = check_files(archive, False, out)
     out(f"redeploy {pipeline.name}: tiling {len(readable)} archive files under the changed definition, beside the "
         "live stream")
     parsed = parse_events(pipeline, read_archive(spark, tables, readable))
-    reparsed = definition.reparsed(pipeline, record)
+    reparsed = change.reparsed
     if reparsed:  # its dead letters too (jobs/rebase/reparse.py): one parse for both
         parsed = cached_for_two_passes(pipeline, parsed)
     try:
@@ -124,13 +125,13 @@ def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: d
 
 
 def take_over_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, redeploy: RedeployPlan,
-                     archive_end: dict[int, int], out=logger.info) -> bool:
-    """At a redeploy's cut (`redeploy`: its request's plan): the tiles made beside replace `tiles` (take_over),
-    and when records parse otherwise, every archived record's dead letter is replaced by those made beside, or
-    dropped when there are none (jobs/rebase/reparse.py). False: every archived day is to be tiled at the cut, its
-    dead letters with it."""
+                     change: DefinitionChange, archive_end: dict[int, int], out=logger.info) -> bool:
+    """At a redeploy's cut (`redeploy`: its request's plan, `change`: what it changes): the tiles made beside replace
+    `tiles` (take_over), and when records parse otherwise, every archived record's dead letter is replaced by those
+    made beside, or dropped when there are none (jobs/rebase/reparse.py). False: every archived day is to be tiled at
+    the cut, its dead letters with it."""
     beside = redeploy.beside
-    reparsed = definition.reparsed(pipeline, redeploy.record)
+    reparsed = change.reparsed
     if reparsed and (beside or {}).get("dead_letter_version") is None:
         beside = None  # tiles restored or projected carry no dead letters of the changed parse
     taken = take_over(spark, pipeline, tables, beside, out)

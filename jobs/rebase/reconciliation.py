@@ -1,4 +1,5 @@
-"""A backfill at a stream's cut checks itself: the recomputed keyed state against the streamed state."""
+"""A backfill at a stream's cut checks itself: the recomputed keyed state against the streamed state (a rebase's step
+between the merge at the cut and anything the cut replaces: jobs/rebase/at_cut.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from switchyard.jobs.aggregation import state_from_partials
+from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.language.aggregates import HLL_LG_K, partial_columns
+from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.spec import Field, Pipeline
 
 ALL_KEYS = "switchyard_all_keys"  # the one key of a state merged over all its keys
@@ -137,3 +140,29 @@ def described(reconciliation: dict, examples: int = 2) -> str:
     shown = reconciliation.get("examples") or []
     more = reconciliation.get("keys_different", len(shown)) - min(examples, len(shown))
     return "; ".join(one(x) for x in shown[:examples]) + (f"; and {more} more" if more > 0 else "")
+
+
+NOT_COMPARED = "its records parse otherwise under the changed definition"
+
+
+def reconcile_at_cut(change: DefinitionChange, recomputed: DataFrame, streamed: DataFrame | None) -> dict:
+    """The recomputed state at a cut against the `streamed` one there, on what `change` compares: the aggregations
+    both definitions declare alike, over all keys at once when the key changed; nothing compared when records parse
+    otherwise (the two states hold other records), the keys recomputed counted."""
+    if change.reparsed:
+        return {"keys_different": 0, "keys_recomputed": recomputed.count(), "examples": [],
+                "not_compared": NOT_COMPARED}
+    if change.key_changed:
+        return reconcile(over_all_keys(change.compared), merged_over_all_keys(change.compared, recomputed), streamed)
+    return reconcile(change.compared, recomputed, streamed)
+
+
+class ReconciliationFailed(UserError):
+    """The state recomputed at the cut differs from the streamed state there, and nobody accepted it."""
+
+    def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
+        self.reconciliation, self.resumable = reconciliation, resumable
+        super().__init__(
+            f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
+            f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
+            "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")

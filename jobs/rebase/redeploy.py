@@ -125,8 +125,10 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     finishing = check_redeploy(pipeline, tables)
     spark = session()
     # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
-    beside = restored or (tile_beside(spark, pipeline, tables, definition.recorded(PipelineView.read(tables).entries)[1],
-                                      out) if finishing is None else None)
+    beside = restored
+    if not restored and finishing is None:
+        _, record = definition.recorded(PipelineView.read(tables).entries)
+        beside = tile_beside(spark, pipeline, tables, definition.diff(record, pipeline), out)
     stopped = lease.stream_running(tables)
     if stopped:
         out(f"redeploy {pipeline.name}: stopping the live stream; the recorded definition serves up to the cut")

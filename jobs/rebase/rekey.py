@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.io.kafka_security import spark_options
+from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.stream.update_records import JSON_OPTIONS, handoff_headers, update_key
 from switchyard.state_handoff.tables import Tables
@@ -33,11 +34,11 @@ logger = logging.getLogger(__name__)
 KAFKA_KEY = "switchyard_kafka_key"  # not a key field's name: a state may have a field called `key`
 
 
-def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, cut, record: dict,
-                        backfill: handoff_log.LogEntry, out=logger.info) -> None:
+def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, cut,
+                        change: DefinitionChange, backfill: handoff_log.LogEntry, out=logger.info) -> None:
     """The updates topic moved to `pipeline`'s key at `cut` (the paused handoff's Cut), for the handoff that
-    `backfill` (its BACKFILL_COMMITTED) commits: the old keys the changed state does not hold tombstoned, then
-    every key of the changed state sent. Nothing when no stream ever sent an update."""
+    `backfill` (its BACKFILL_COMMITTED) commits: the old keys (`change`'s recorded ones) the changed state does not
+    hold tombstoned, then every key of the changed state sent. Nothing when no stream ever sent an update."""
     starts = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
     if not starts:
         return
@@ -47,7 +48,7 @@ def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables,
         tables.state)
     now = spark.read.format("delta").option("versionAsOf", backfill.state_version).load(tables.state)
     kept = now.select(update_key(pipeline.keys).cast("binary").alias(KAFKA_KEY))
-    gone = (then.select(update_key(record.get("keys") or pipeline.keys).cast("binary").alias(KAFKA_KEY)).distinct()
+    gone = (then.select(update_key(change.recorded_keys).cast("binary").alias(KAFKA_KEY)).distinct()
             .join(kept, KAFKA_KEY, "left_anti"))
     headers = handoff_headers(backfill.handoff_id).alias("headers")
     writer_options = {**spark_options(bootstrap), "kafka.acks": "all", "topic": topic}

@@ -22,15 +22,16 @@ dies, or that a user error stops (logged FAILED, in one line), is finished at th
 its checkpoint. Once the catch-up ran, the old handoff never streams again, so the batch ids it wrote past the
 checkpoint are never planned by the stream's query over another range.
 
-A redeploy (jobs/rebase/redeploy.py) is a rebase whose request carries `redeploy`: it runs under the changed definition,
-whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
+A redeploy (jobs/rebase/redeploy.py) is a rebase whose request carries a RedeployPlan: it runs under the changed
+definition, what that changes found once (definition.diff, a DefinitionChange) and given to every step, whose tiles (made beside the live stream, or every day's now) replace the whole `tiles` table, and its
 reconciliation compares only what both definitions declare alike; when the windows changed, the catch-up writes only
 the dead letters and the windows are made again at the cut over all history; when its records parse otherwise, the
 dead letters are made again over all history too (jobs/rebase/reparse.py) and nothing is compared. Under any other
 definition it is refused.
 
-The cut itself, its records fetched and parsed once for steps 1 and 2, the events path's catch-up to it and the
-streamed state folded up to it are jobs/rebase/cut.py.
+Steps 1 and 2 and the commit at the cut run as steps that return values, and one commit that takes them
+(jobs/rebase/at_cut.py); the cut itself, its records fetched and parsed once for steps 1 and 2, the events path's
+catch-up to it and the streamed state folded up to it are jobs/rebase/cut.py.
 The stream runs a rebase between two handoffs (jobs/stream/supervisor.py); of the stream it needs only the folder
 layout and the checkpoints (state_handoff/stream/layout.py, state_handoff/stream/checkpoints.py) and the events sink
 (jobs/sinks.py), so it never imports the stream.
@@ -40,20 +41,16 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 
-from pyspark import StorageLevel
 from pyspark.sql import SparkSession
 
-from switchyard.jobs.backfill import AtCut, BackfillResult, backfill_tiles, commit_state
 from switchyard.jobs.log import warnings_to
-from switchyard.jobs.rebase.beside import take_over_at_cut
+from switchyard.jobs.rebase.at_cut import RebaseAtCut, recompute_at_cut
 from switchyard.jobs.rebase.checks import RebaseRefused, hold_archive, refuse_unless_ready
-from switchyard.jobs.rebase.cut import CutRecords, TilesAtCut, catch_up_events, pause_cut, streamed_state_at, tiles_of
-from switchyard.jobs.rebase.reconciliation import described
+from switchyard.jobs.rebase.cut import pause_cut
+from switchyard.jobs.rebase.reconciliation import ReconciliationFailed, described
 from switchyard.jobs.rebase.rekey import rekey_updates_topic
-from switchyard.jobs.rebase.reparse import remake_past_archive
 from switchyard.jobs.rebase.requests import resumable, unsettled_stream
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lease
@@ -63,10 +60,8 @@ from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.requests import Cut, RebaseRequest, request_rebase
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.io import storage
-from switchyard.state_handoff.io.archive_files import archive_meta, list_archive
 from switchyard.state_handoff.language import definition
-from switchyard.state_handoff.language.aggregates import partial_columns
+from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.stream.layout import StreamPaths
 from switchyard.state_handoff.tables import Tables
@@ -76,87 +71,18 @@ logger = logging.getLogger(__name__)
 CUT = "cut"
 
 
-class ReconciliationFailed(UserError):
-    """The state recomputed at the cut differs from the streamed state there, and nobody accepted it."""
-
-    def __init__(self, pipeline: str, reconciliation: dict, resumable: bool):
-        self.reconciliation, self.resumable = reconciliation, resumable
-        super().__init__(
-            f"rebase of {pipeline} stopped: {reconciliation['keys_different']} of {reconciliation['keys_recomputed']} "
-            f"keys differ between the streamed and the recomputed state at the cut ({described(reconciliation)}); "
-            "nothing was replaced; find the cause, or rerun with --accept-differences to replace the streamed state anyway")
-
-
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-                  paths: StreamPaths, cut: Cut, request: RebaseRequest, out=logger.info) -> Handoff:
-    """Steps 1-3 of the module docstring for a paused stream; returns the new handoff at the cut."""
+                  paths: StreamPaths, cut: Cut, request: RebaseRequest, change: DefinitionChange,
+                  out=logger.info) -> Handoff:
+    """Steps 1-3 of the module docstring for a paused stream (`change`: what its request's definition changes);
+    returns the new handoff at the cut."""
     started = time.monotonic()
-    redeploy = request.redeploy  # the recorded definition this one replaces at the cut
-    record = redeploy.record if redeploy else None
-    # a redeploy of changed windows makes them again at the cut: the catch-up writes only the dead letters
-    anew = bool(redeploy) and pipeline.windows is not None and definition.windows_changed(pipeline, record)
-    rekeyed = bool(redeploy) and definition.key_changed(pipeline, record)
-    reparsed = bool(redeploy) and definition.reparsed(pipeline, record)  # the dead letters made again too
-
-    def gate(reconciliation: dict) -> datetime | None:
-        """Between the reconciliation and the first write at the cut: differences stop the rebase unless
-        accepted; else the events path catches up to the cut, and its watermark is the new handoff's."""
-        if reconciliation["keys_different"] and not request.accept_differences:
-            raise ReconciliationFailed(pipeline.name, reconciliation, resumable(tables, handoff, paths))
-        out(f"rebase {pipeline.name}: catching the " + ("dead letters" if anew else "events path") + " up to the cut "
-            + ", ".join(f"p{p}:{cut.events[p]}..{o}" for p, o in sorted(cut.offsets.items())))
-        watermark = catch_up_events(spark, replace(pipeline, windows=None) if anew else pipeline, tables, bootstrap,
-                                    handoff, paths, cut, records)
-        if reparsed:
-            at_cut.details["dead_letters_remade"] = remake_past_archive(spark, pipeline, tables, bootstrap,
-                                                                        handoff.topic, archive_end, cut.events)
-        return watermark
-
+    rebase = RebaseAtCut(pipeline, tables, bootstrap, handoff, paths, cut, request, change)
     backfill = _committed_backfill(tables, request)
     if backfill is None:
-        meta = archive_meta(tables.archive)
-        archive_end = {int(p): int(o) for p, o in meta["cut"].items()}
-        out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
-            + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
-        first, last = days_to_tile(tables, *request.days)
-        # a redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
-        # every archived day tiled now
-        whole = bool(redeploy) and not take_over_at_cut(spark, pipeline, tables, redeploy, archive_end, out)
-        if whole:
-            first = last = None
-        tiles_run = (backfill_tiles(spark, pipeline, tables, first, last, out=out, whole=whole)
-                     if first or whole else BackfillResult(None, None, None))
-        # every step below reads a part of [the lowest of their starts, C): fetched and parsed once
-        records = CutRecords(spark, pipeline, tables, bootstrap, handoff.topic,
-                             {p: min(archive_end.get(p, 0), cut.keyed.get(p, archive_end.get(p, 0)),
-                                     cut.events.get(p, archive_end.get(p, 0))) for p in cut.offsets},
-                             cut.offsets)
-        # a rebase under the same definition tiles the records both states fold in once; a redeploy's streamed
-        # state is of the recorded definition, compared on what the two definitions declare alike
-        shared = None if redeploy else TilesAtCut(pipeline, records, archive_end, cut)
-        past = shared.past if shared else tiles_of(pipeline, records.parsed(archive_end, cut.offsets))
-        if anew:  # read twice: the state and the windows
-            past = past.persist(StorageLevel.DISK_ONLY)
-        alike = definition.compared(pipeline, record) if redeploy else pipeline
-        at_cut = AtCut(cut.offsets, past.select(*pipeline.keys, *partial_columns(pipeline.aggregations, keyed=True)),
-                       None if reparsed else streamed_state_at(spark, alike, tables, records, cut, rekeyed,
-                                                               shared.streamed_rest if shared else None), None,
-                       details={"request_id": request.request_id, "reason": request.reason,
-                                "previous_handoff": handoff.handoff_id, "archive_cut": archive_end,
-                                "pause": cut.as_details(),
-                                "accepted_differences": request.accept_differences}, before_replace=gate,
-                       compared=alike, windows_past=past if anew else None, over_all_keys=rekeyed,
-                       not_compared="its records parse otherwise under the changed definition" if reparsed else None)
-        try:
-            commit_state(spark, pipeline, tables, tiles_run if tiles_run.handoff_id is not None else None, out=out,
-                         at_cut=at_cut)
-        finally:
-            past.unpersist()
-            if shared:
-                shared.unpersist()
-            records.unpersist()
-        reconciliation = at_cut.reconciliation
-        committed = details.of(_committed_backfill(tables, request))
+        reconciliation = recompute_at_cut(spark, rebase, out)
+        backfill = _committed_backfill(tables, request)
+        committed = details.of(backfill)
         if not committed.complete:
             raise UserError(f"the rebase's backfill does not cover the whole archive (not yet tiled per partition: "
                             f"{committed.records_not_backfilled}, skipped files: {committed.skipped_files}): "
@@ -164,19 +90,9 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
         faults.reach("rebase.after_backfill")
     else:
         reconciliation = details.of(backfill).at_cut["reconciliation"]
-    backfill = _committed_backfill(tables, request)
-    if reconciliation["keys_different"]:
-        warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
-                         f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
-                         f"state; {described(reconciliation)}")
-    elif reconciliation.get("not_compared"):
-        out(f"rebase {pipeline.name}: reconciliation not made: {reconciliation['not_compared']}; the dead letters "
-            "were made again over all history, and the accounting counts every record once")
-    else:
-        out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
-            + ("merged over all keys (the key changed)" if rekeyed else f"({reconciliation['keys_recomputed']} keys)"))
-    if rekeyed or reparsed:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
-        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, record, backfill, out)
+    _report(pipeline, reconciliation, change, out)
+    if change.moves_updates_topic:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
+        rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, change, backfill, out)
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,
@@ -187,23 +103,24 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     return from_entry(entry)
 
 
+def _report(pipeline: Pipeline, reconciliation: dict, change: DefinitionChange, out) -> None:
+    """The reconciliation in one line: the differences accepted, why nothing was compared, or that the two agree."""
+    if reconciliation["keys_different"]:
+        warnings_to(out)(f"rebase {pipeline.name}: RECONCILIATION: {reconciliation['keys_different']} of "
+                         f"{reconciliation['keys_recomputed']} keys differ between the streamed and the recomputed "
+                         f"state; {described(reconciliation)}")
+    elif reconciliation.get("not_compared"):
+        out(f"rebase {pipeline.name}: reconciliation not made: {reconciliation['not_compared']}; the dead letters "
+            "were made again over all history, and the accounting counts every record once")
+    else:
+        out(f"rebase {pipeline.name}: reconciliation: the recomputed state equals the streamed state "
+            + ("merged over all keys (the key changed)" if change.key_changed
+               else f"({reconciliation['keys_recomputed']} keys)"))
+
+
 def _committed_backfill(tables: Tables, request: RebaseRequest):
     """The BACKFILL_COMMITTED the rebase wrote at its cut, as the log holds it now (None: not yet)."""
     return PipelineView.read(tables).ledger.committed_backfill_for(request.request_id)
-
-
-def days_to_tile(tables: Tables, first: str | None, last: str | None) -> tuple[str | None, str | None]:
-    """The requested days, widened to every day with archive files the last committed backfill had not tiled
-    (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
-    must hold every archived record."""
-    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
-    tiled = set(details.of(committed).tiled_files or []) if committed else set()
-    days = {f.day for f in list_archive(tables.archive) if storage.relative(f.path, tables.archive) not in tiled}
-    days |= {d for d in (first, last) if d}
-    if not days:
-        return None, None
-    ordered = sorted(str(d) for d in days)
-    return ordered[0], ordered[-1]
 
 
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
@@ -220,6 +137,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                                 handoff: Handoff, request: RebaseRequest, out, checked: bool) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
     refuse_other_definition(pipeline, tables, handoff, request)
+    change = definition.diff(request.redeploy.record, pipeline) if request.redeploy else definition.unchanged(pipeline)
     if request.paused is not None:
         cut = request.paused
     else:
@@ -232,7 +150,7 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
             + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
     faults.reach("rebase.after_pause")
     try:
-        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, out=out)
+        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, change, out=out)
     except ReconciliationFailed as err:
         handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
                            details=details.ReconciliationFailed(request_id=request.request_id, reason=str(err),

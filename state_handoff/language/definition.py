@@ -228,3 +228,41 @@ def compared(pipeline: Pipeline, record: dict) -> Pipeline:
     then, now = record.get("outputs") or {}, outputs(pipeline)
     return dataclasses.replace(pipeline, aggregations=tuple(a for a in pipeline.aggregations
                                                             if then.get(a.name) == now[a.name]))
+
+
+@dataclasses.dataclass(frozen=True)
+class DefinitionChange:
+    """What moving a pipeline's tables from the recorded definition (`record`) to `pipeline` changes, found once
+    (`diff`) and passed to every step of a rebase or redeploy that depends on it: the tiles beside the stream, the
+    reconciliation, the catch-up, the windows at the cut, the updates topic. A rebase under the definition its tables
+    were made with changes nothing (`unchanged`)."""
+
+    compared: Pipeline  # what the reconciliation compares by: the aggregations both declare alike (`compared`)
+    record: dict | None = None  # the recorded definition (None: unchanged)
+    key_changed: bool = False  # the state keyed by other fields: compared over all keys, the updates topic moved
+    reparsed: bool = False  # records parse otherwise: the dead letters made again, the states not compared
+    windows_remade: bool = False  # the windows made again at the cut (a windowed pipeline: `windows_changed`)
+    projection: dict[str, str] | None = None  # the recorded tiles' columns serve, by aggregation (`projection`)
+
+    @property
+    def recorded_keys(self) -> tuple[str, ...]:
+        """The key fields the recorded definition keyed its state and updates by."""
+        return tuple((self.record or {}).get("keys") or self.compared.keys)
+
+    @property
+    def moves_updates_topic(self) -> bool:
+        """Whether the updates topic is moved at the cut: another key, or any key's state changed by another parse."""
+        return self.key_changed or self.reparsed
+
+
+def diff(record: dict, pipeline: Pipeline) -> DefinitionChange:
+    """What a redeploy from the recorded definition to `pipeline` changes."""
+    return DefinitionChange(compared=compared(pipeline, record), record=record,
+                            key_changed=key_changed(pipeline, record), reparsed=reparsed(pipeline, record),
+                            windows_remade=pipeline.windows is not None and windows_changed(pipeline, record),
+                            projection=projection(pipeline, record))
+
+
+def unchanged(pipeline: Pipeline) -> DefinitionChange:
+    """A rebase's change under the definition its tables were made with: nothing, every aggregation compared."""
+    return DefinitionChange(compared=pipeline)

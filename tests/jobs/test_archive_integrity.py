@@ -126,7 +126,7 @@ def test_a_deleted_committed_file_is_refused_naming_its_ranges(spark, bootstrap,
 
 def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, tables):
     """Dagster runs the tiles and the state as separate steps: a committed file gone in between stops the commit."""
-    from switchyard.jobs.backfill import backfill_tiles, commit_state
+    from switchyard.jobs.backfill import backfill_tiles, commit_backfill
 
     backfill_tiles(spark, PIPELINE, tables, out=_quiet)
     gone = _below_the_others(tables)
@@ -134,7 +134,7 @@ def test_a_file_deleted_between_the_tiles_and_the_commit_is_refused(spark, table
     os.remove(gone)
     with pytest.raises(UserError, match=re.escape(f"archive file {gone} is missing; the archive record says it held "
                                                   f"{held}")):
-        commit_state(spark, PIPELINE, tables, out=_quiet)
+        commit_backfill(spark, PIPELINE, tables, out=_quiet)
     assert handoff_log.latest(tables, Status.BACKFILL_COMMITTED) is None
     assert handoff_log.latest(tables).status == Status.FAILED
 

@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from switchyard.jobs.archive import archive_cut, run_archive
-from switchyard.jobs.backfill import TAIL_PHASE, commit_state, run_backfill
+from switchyard.jobs.backfill import TAIL_PHASE, commit_backfill, run_backfill
 from switchyard.jobs.handoff import run_handoff
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.state_handoff.control import details, handoff_log
@@ -132,7 +132,7 @@ def test_the_kafka_tail_joins_the_backlog_and_the_handoff_starts_at_its_end(spar
     ends = {p: hi for p, (_, hi) in offset_bounds(bootstrap, topic).items()}
     run_backfill(spark, PIPELINE, tables, out=_quiet, kafka_tail_from=bootstrap)
     # the commit again (as after a crash before BACKFILL_COMMITTED): its tail's dead letters replace the first's
-    result = commit_state(spark, PIPELINE, tables, out=_quiet, kafka_tail_from=bootstrap)
+    result = commit_backfill(spark, PIPELINE, tables, out=_quiet, kafka_tail_from=bootstrap)
     everything = oracle.read_topic(bootstrap, topic)
     expected = oracle.backlog(everything)
     assert len(everything) > len(backlog["records"])  # a fifth of the topic is only in Kafka
@@ -234,13 +234,13 @@ def test_a_new_day_is_merged_into_the_earlier_merge_not_every_tile(spark, bootst
     assert_state_matches(spark, tables_fresh, expected)
 
     lines.clear()  # the Kafka tail on top of the earlier merge: the state holds the tail too, so it is no merge
-    commit_state(spark, PIPELINE, tables_fresh, out=lines.append, kafka_tail_from=bootstrap)  # of the tiles alone
+    commit_backfill(spark, PIPELINE, tables_fresh, out=lines.append, kafka_tail_from=bootstrap)  # of the tiles alone
     assert any(line.startswith("  merging 0 newly tiled day(s)") for line in lines), lines
     assert_state_matches(spark, tables_fresh, oracle.backlog(oracle.read_topic(bootstrap, backlog["topic"])))
     assert details.of(handoff_log.latest(tables_fresh, Status.BACKFILL_COMMITTED)).backlog is None
 
     lines.clear()  # so the next commit merges every tile, and does not fold the tail in again
-    commit_state(spark, PIPELINE, tables_fresh, out=lines.append)
+    commit_backfill(spark, PIPELINE, tables_fresh, out=lines.append)
     assert "  merging every tile: no earlier commit recorded its merge of the tiles" in lines, lines
     assert_state_matches(spark, tables_fresh, expected)
     _assert_same_state(_state_snapshot(spark, tables_fresh), _state_snapshot(spark, tables))

@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Page, expect, sync_playwright
 
 from switchyard.deploy.local_server import free_port
-from switchyard.jobs.backfill import commit_state
+from switchyard.jobs.backfill import commit_backfill
 from switchyard.jobs.handoff import run_handoff
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
@@ -202,7 +202,7 @@ def test_the_ui_shows_a_backfill_a_live_stream_and_its_death(ui, warehouse, spar
     _shot(page, "03-backfill-completed")
 
     # the switch and a live stream; the sensor's observations of it recorded into the instance
-    commit_state(spark, PIPELINE, warehouse, out=lambda *_: None)
+    commit_backfill(spark, PIPELINE, warehouse, out=lambda *_: None)
     run_handoff(spark, PIPELINE, warehouse, bootstrap)
     stream_log = tmp_path / "stream.log"
     process = start_stream(warehouse, bootstrap, stream_log)

@@ -75,6 +75,44 @@ def test_only_dropped_or_renamed_aggregations_are_projected_from_the_recorded_ti
     assert definition.projection(dataclasses.replace(DEMO_WIDER, aggregations=DEMO.aggregations), recorded) is None
 
 
+def test_a_definition_change_is_found_once_with_everything_a_redeploy_depends_on():
+    """`diff` of each change a cut takes: what the reconciliation compares, whether the key, the parse or the windows
+    change, which recorded tiles serve; a rebase under its own definition changes nothing."""
+    recorded = definition.as_details(DEMO)[definition.KEY]
+    added = definition.diff(recorded, DEMO_PLUS_ONE)
+    assert added.compared.aggregations == DEMO.aggregations, "largest2 is in no streamed state"
+    assert (added.key_changed, added.reparsed, added.windows_remade, added.projection) == (False, False, False, None)
+    assert not added.moves_updates_topic and added.recorded_keys == DEMO.keys and added.record == recorded
+
+    widened = definition.diff(recorded, DEMO_WIDER)
+    assert widened.windows_remade and not widened.key_changed and not widened.reparsed
+    assert widened.compared.aggregations == DEMO.aggregations and widened.compared.windows == DEMO_WIDER.windows
+
+    dropped = definition.diff(definition.as_details(DEMO_PLUS_ONE)[definition.KEY], DEMO)
+    assert dropped.projection == {a.name: a.name for a in DEMO.aggregations} and not dropped.windows_remade
+
+    rekeyed = definition.diff(definition.as_details(DEMO_KIND)[definition.KEY], DEMO_BY_KIND)
+    assert rekeyed.key_changed and rekeyed.windows_remade and not rekeyed.reparsed and rekeyed.projection is None
+    assert rekeyed.moves_updates_topic and rekeyed.recorded_keys == DEMO_KIND.keys
+    assert rekeyed.compared.keys == DEMO_BY_KIND.keys and rekeyed.compared.aggregations == DEMO_BY_KIND.aggregations
+
+    reparsed = definition.diff(recorded, DEMO_KIND)
+    assert reparsed.reparsed and reparsed.windows_remade and reparsed.moves_updates_topic
+    assert not reparsed.key_changed and reparsed.projection is None
+
+    flat = dataclasses.replace(DEMO_KIND, windows=None)
+    flat_by_kind = definition.diff(definition.as_details(flat)[definition.KEY], dataclasses.replace(DEMO_BY_KIND,
+                                                                                                   windows=None))
+    assert flat_by_kind.key_changed and not flat_by_kind.windows_remade, "no windows to make again"
+
+    same = definition.unchanged(DEMO)
+    assert same.compared is DEMO and same.record is None and same.recorded_keys == DEMO.keys
+    assert not (same.key_changed or same.reparsed or same.windows_remade or same.moves_updates_topic)
+    assert same.projection is None
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        same.reparsed = True
+
+
 def _made_with(tmp_path, pipeline) -> Tables:
     tables = Tables(str(tmp_path / "wh"), pipeline.name)
     handoff_log.append(tables, "h1", Status.BACKFILL_STARTED)
