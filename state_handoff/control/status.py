@@ -3,6 +3,8 @@ through delta-rs, no JVM) and the running stream's progress cache."""
 
 from __future__ import annotations
 
+import time
+
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.control.lifecycle import Status
@@ -51,11 +53,36 @@ def pipeline_status(tables: Tables, bootstrap: str | None = None, view: Pipeline
     lost = lost_ranges(entries)
     if lost:
         status["lost_offsets"] = lost
-    if bootstrap:
-        _add_retention(status, tables, bootstrap)
+    bounds = _topic_bounds(tables, bootstrap) if bootstrap else None
+    if bounds is not None:
+        _add_retention(status, tables, bootstrap, bounds)
     if handoff is not None:
-        _add_stream_figures(status, tables, handoff.handoff_id, bootstrap, view.progress)
+        _add_stream_figures(status, tables, handoff.handoff_id, bounds, view.progress)
     return status
+
+
+KAFKA_AWAY_S = 30.0  # after Kafka was found out of reach, how long a status leaves its figures out
+_KAFKA_AWAY: dict[str, float] = {}  # bootstrap -> until when (monotonic)
+
+
+def _topic_bounds(tables: Tables, bootstrap: str) -> dict[int, tuple[int, int]] | None:
+    """The archived topic's offset bounds, read once for every figure that needs Kafka; None when there is no archive
+    yet or Kafka is out of reach, and for KAFKA_AWAY_S after that (a scrape every few seconds of a dozen pipelines
+    must not wait on a broker that is down, each time for each pipeline)."""
+    from switchyard.state_handoff.io.archive_files import archive_meta
+    from switchyard.state_handoff.io.kafka_io import offset_bounds
+
+    if time.monotonic() < _KAFKA_AWAY.get(bootstrap, 0.0) or not storage.exists(tables.archive):
+        return None
+    try:
+        topic = archive_meta(tables.archive)["topic"]
+    except Exception:  # no archive record yet
+        return None
+    try:
+        return offset_bounds(bootstrap, topic)
+    except Exception:  # the broker may be down; status still reports the rest
+        _KAFKA_AWAY[bootstrap] = time.monotonic() + KAFKA_AWAY_S
+        return None
 
 
 def _add_definition(status: dict, pipeline, view: PipelineView) -> None:
@@ -72,16 +99,14 @@ def _add_definition(status: dict, pipeline, view: PipelineView) -> None:
         status["definition"]["kept_for_rollback"] = previous.record["version"]
 
 
-def _add_retention(status: dict, tables: Tables, bootstrap: str) -> None:
+def _add_retention(status: dict, tables: Tables, bootstrap: str, bounds: dict[int, tuple[int, int]]) -> None:
     """Per partition, the archive's cut minus Kafka's earliest retained offset (negative: retention has passed the
     cut, and no rebase can recompute the records in between), and the partitions where it has."""
     from switchyard.state_handoff.io import kafka_retention
 
-    if not storage.exists(tables.archive):
-        return
     try:
-        margins = kafka_retention.margins(tables, bootstrap)
-    except Exception:  # no archive record yet, or the broker down: status still reports the rest
+        margins = kafka_retention.margins(tables, bootstrap, bounds)
+    except Exception:  # no archive record yet: status still reports the rest
         return
     status["archive_retention_margin"] = {str(m.partition): m.offsets for m in margins}
     status["retention_past_archive"] = [m.as_dict() for m in margins if m.passed]
@@ -100,7 +125,7 @@ def _rows(uri: str) -> int:
     return int(sum(n or 0 for n in actions.column("num_records").to_pylist()))
 
 
-def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap: str | None, progress: dict) -> None:
+def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bounds: dict | None, progress: dict) -> None:
     batches = stream_progress.batches(tables, handoff_id)
     per_partition = stream_progress.accounting(batches)
     status["stream_accounting"] = per_partition
@@ -119,25 +144,22 @@ def _add_stream_figures(status: dict, tables: Tables, handoff_id: str, bootstrap
         # the cache holds the running stream's last look; a clean stop drained every update into `state` before
         # it logged STOPPED, and after any other end nobody knows
         status["state_updates_behind"] = 0 if status["latest_status"] == Status.STOPPED else None
-        if bootstrap and progress:
-            status["offsets_behind"] = _behind_now(bootstrap, tables, handoff_id, per_partition,
-                                                   status["start_offsets"])
+        if bounds is not None and progress:
+            status["offsets_behind"] = _behind_now(bounds, tables, handoff_id, per_partition, status["start_offsets"])
 
 
-def _behind_now(bootstrap: str, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
+def _behind_now(latest: dict, tables: Tables, handoff_id: str, per_partition: dict, start: dict) -> dict | None:
     """With no stream running: latest (last stable) offsets minus where the events query's last committed batch
     ended (its records read, past the start, when its checkpoint says nothing: counts that miss a transaction's
     markers and aborted records, which take offsets no reader sees)."""
     from switchyard.state_handoff.io.archive_files import archive_meta
-    from switchyard.state_handoff.io.kafka_io import offset_bounds
     from switchyard.state_handoff.stream.checkpoints import committed_end_offsets
     from switchyard.state_handoff.stream.layout import StreamPaths
 
     try:
         topic = archive_meta(tables.archive)["topic"]
-        latest = offset_bounds(bootstrap, topic)
         ended = committed_end_offsets(str(StreamPaths.of(tables, handoff_id).events_checkpoint), topic) or {}
-    except Exception:  # the broker may be down; status still reports the rest
+    except Exception:  # a checkpoint being written: status still reports the rest
         return None
     behind = {}
     for p, (_, hi) in latest.items():

@@ -48,10 +48,11 @@ def archive_cut(tables: Tables) -> dict[int, int]:
     return {int(p): int(o) for p, o in archive_meta(tables.archive)["cut"].items()}
 
 
-def margins(tables: Tables, bootstrap: str) -> list[Margin]:
-    """Every partition of the archived topic (a partition the archive never saw is cut at 0)."""
+def margins(tables: Tables, bootstrap: str, bounds: dict[int, tuple[int, int]] | None = None) -> list[Margin]:
+    """Every partition of the archived topic (a partition the archive never saw is cut at 0); `bounds`: the topic's
+    offset bounds when the caller has read them."""
     cut = archive_cut(tables)
-    bounds = offset_bounds(bootstrap, archive_meta(tables.archive)["topic"])
+    bounds = bounds if bounds is not None else offset_bounds(bootstrap, archive_meta(tables.archive)["topic"])
     return [Margin(p, cut.get(p, 0), lo, hi) for p, (lo, hi) in sorted(bounds.items())]
 
 

@@ -135,7 +135,9 @@ def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list
     table = _table(tables)
     if table is None:
         return []
-    data = delta_cas.read(table)
+    # read by filter, so the files' statistics skip other handoffs' rows: the cost is the handoff's, not the table's
+    data = delta_cas.read(table, where=f"handoff_id = '{_quoted(handoff_id)}'"
+                          + (f" AND query = '{_quoted(query)}'" if query is not None else ""))
     wanted = pc.equal(data["handoff_id"], handoff_id)
     if query is not None:
         wanted = pc.and_(wanted, pc.equal(data["query"], query))
@@ -146,6 +148,10 @@ def batches(tables: Tables, handoff_id: str, query: str | None = EVENTS) -> list
                              json.loads(r["partitions"] or "{}"), _naive(r["started"]), _naive(r["finished"]),
                              json.loads(r["offsets"]) if r["offsets"] else None))
     return sorted(rows, key=lambda b: b.batch_id)
+
+
+def _quoted(text: str) -> str:
+    return text.replace("'", "''")
 
 
 def batch(tables: Tables, handoff_id: str, query: str, incarnation: str, batch_id: int) -> BatchRow | None:

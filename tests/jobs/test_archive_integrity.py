@@ -226,7 +226,7 @@ def test_an_archive_while_another_archive_run_holds_its_lease_is_refused_naming_
     meta = _meta(tables)
     with lease.hold(tables.archive_writer(), lease.ARCHIVE):
         done = _archive_all(tables, bootstrap, archived["topic"])
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == 75, done.stdout + done.stderr  # not now: the lease is another run's for the moment
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and re.search(rf"pipeline demo is owned by `{lease.ARCHIVE}` \(pid {os.getpid()} ",
                                          lines[0]), done.stderr
