@@ -19,9 +19,9 @@ from switchyard.jobs.stream.command import stream_command
 from switchyard.jobs.stream.pipes import AFTER_SEQ, DETACHED, FIGURES, HANDED_OVER, TRANSITION
 from switchyard.orchestration.stream_health import is_observed, reported_progress, transition_metadata
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.handoffs import Handoff
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.stream.layout import stream_dir
 from switchyard.state_handoff.tables import Tables
@@ -145,7 +145,7 @@ def launch_and_watch(context: dg.AssetExecutionContext, config: StreamConfig, ta
     """
     log = process_log(tables, switch.handoff_id)
     log.parent.mkdir(parents=True, exist_ok=True)
-    after_seq = max([-1] + [e.seq for e in handoff_log.entries(tables)])
+    after_seq = PipelineView.read(tables).last_seq
     reports = _Reports(context, tables, switch, asset_key)
     handed_over = False
     with _pipes_session(context, {AFTER_SEQ: after_seq, DETACHED: config.detached}) as session:

@@ -22,8 +22,8 @@ import logging
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from switchyard.state_handoff.control import details, handoff_log
-from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control import handoff_log
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io.kafka_security import spark_options
 from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.spec import Pipeline
@@ -39,10 +39,9 @@ def rekey_updates_topic(spark: SparkSession, pipeline: Pipeline, tables: Tables,
     """The updates topic moved to `pipeline`'s key at `cut` (the paused handoff's Cut), for the handoff that
     `backfill` (its BACKFILL_COMMITTED) commits: the old keys (`change`'s recorded ones) the changed state does not
     hold tombstoned, then every key of the changed state sent. Nothing when no stream ever sent an update."""
-    starts = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
-    if not starts:
+    topic = PipelineView.read(tables).updates_topic
+    if topic is None:
         return
-    topic = details.of(starts[-1]).updates_topic or f"{starts[-1].pipeline}.updates"
     reader = spark.read.format("delta")
     then = (reader.option("versionAsOf", cut.state_version) if cut.state_version is not None else reader).load(
         tables.state)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import details, handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.kafka_io import newest_records
 from switchyard.state_handoff.language.pipelines import available
@@ -34,10 +35,7 @@ def updates_topic(pipeline: Pipeline, tables: Tables, handoff_id: str, entries: 
 
 def last_started_with(tables: Tables) -> str | None:
     """The updates topic of the newest stream start the log records; None before any stream started."""
-    starts = [e for e in handoff_log.entries(tables) if e.status == Status.STREAM_STARTED]
-    if not starts:
-        return None
-    return details.of(starts[-1]).updates_topic
+    return PipelineView.read(tables).updates_topic
 
 
 def _is_updates_topic_of(topic: str, name: str) -> bool:

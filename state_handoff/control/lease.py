@@ -40,7 +40,7 @@ from deltalake.exceptions import DeltaError, TableNotFoundError
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.control import processes
 from switchyard.state_handoff.control.clock import as_utc, utc_now
-from switchyard.state_handoff.errors import Failed, NotNow, UserError
+from switchyard.state_handoff.errors import Failed, NotNow
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io.archive_files import record_uri
 from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read

@@ -67,6 +67,12 @@ class PipelineView:
         """Which requests are open, paused, answered or ended (control/ledger.py)."""
         return Ledger.of(self.entries)
 
+    @property
+    def updates_topic(self) -> str | None:
+        """The updates topic the newest stream start recorded; None before any stream started."""
+        started = self.latest(Status.STREAM_STARTED)
+        return details.of(started).updates_topic if started is not None else None
+
     def since(self, seq: int) -> list[LogEntry]:
         """The entries after `seq`, oldest first."""
         return [e for e in self.entries if e.seq > seq]
