@@ -50,7 +50,7 @@ from switchyard.jobs.rebase.at_cut import RebaseAtCut, recompute_at_cut
 from switchyard.jobs.rebase.checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase.cut import pause_cut
 from switchyard.jobs.rebase.reconciliation import ReconciliationFailed, described
-from switchyard.jobs.rebase.rekey import rekey_updates_topic
+from switchyard.jobs.rebase.rekey import publish_changed_keys, rekey_updates_topic
 from switchyard.jobs.rebase.requests import resumable, unsettled_stream
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lease
@@ -91,8 +91,12 @@ def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, boots
     else:
         reconciliation = details.of(backfill).at_cut["reconciliation"]
     _report(pipeline, reconciliation, change, out)
-    if change.moves_updates_topic:  # again when a rerun finishes it: a tombstone, or an update, sent twice changes nothing
+    # the updates topic at the cut, before the handoff commits (again when a rerun finishes it: a tombstone, or a
+    # key's whole state, sent twice changes nothing)
+    if change.moves_updates_topic:
         rekey_updates_topic(spark, pipeline, tables, bootstrap, cut, change, backfill, out)
+    else:
+        publish_changed_keys(spark, pipeline, tables, bootstrap, cut, backfill, out)
     entry = handoff_log.append(
         tables, backfill.handoff_id, Status.HANDOFF_COMMITTED, state_version=backfill.state_version,
         start_offsets=cut.offsets, backlog_watermark=backfill.backlog_watermark,

@@ -25,7 +25,8 @@ from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.stream.layout import stream_dir
 from switchyard.state_handoff.tables import Tables
 from tests.support import oracle
-from tests.support.compare import assert_state_matches, assert_windows_match, key_of_row, rows
+from tests.support.compare import (assert_state_matches, assert_updates_topic_matches_state,
+                                   assert_windows_match, key_of_row, rows)
 from tests.support.streams import event_batches, start_stream, tail_events, wait_until
 
 PIPELINE = get_pipeline("demo")
@@ -115,6 +116,7 @@ def assert_exact_across_handoffs(spark, bootstrap, topic, tables: Tables, backlo
     assert in_windows + len(late) == sum(expected.well_formed.values())
     final = Counter((key_of_row(r, keys), r.window_start) for r in rows(spark, tables.windows))
     assert max(final.values()) == 1, "a window final twice"
+    assert_updates_topic_matches_state(spark, bootstrap, tables, keys)
     return expected
 
 

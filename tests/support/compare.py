@@ -49,3 +49,47 @@ def assert_windows_match(spark, path, expected_windows: dict, size: timedelta = 
         assert close(got.amount_sum, want.amount_sum, want.amount_abs), k
         if "amount_max" in got.__fields__:  # a pipeline whose windows keep it too
             assert got.amount_max == want.amount_max, k
+
+
+def assert_updates_topic_matches_state(spark, bootstrap: str, tables, keys: tuple[str, ...] = ("key",)) -> int:
+    """Once the stream is drained (or a cut committed with none after it): each key's newest record on the updates
+    topic is its `state` row (every column but `update_version`, written as the topic writes them), and a key the
+    topic tombstoned is not in `state` (a key no stream ever changed has no record: the topic carries changes).
+    Returns the keys compared."""
+    import json
+
+    from kafka import KafkaConsumer, TopicPartition
+    from pyspark.sql import functions as F
+
+    from switchyard.jobs.seed import UPDATE_VERSION
+    from switchyard.state_handoff.control.view import PipelineView
+    from switchyard.state_handoff.stream.update_records import JSON_OPTIONS, update_key
+
+    topic = PipelineView.read(tables).updates_topic
+    if topic is None:
+        return 0
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        newest = {}
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            for batch in consumer.poll(timeout_ms=2000).values():
+                for record in batch:  # a key lives in one partition: its records come in offset order
+                    newest[record.key.decode()] = None if record.value is None else json.loads(record.value)
+    finally:
+        consumer.close()
+    state = spark.read.format("delta").load(tables.state)
+    shown = state.select(update_key(list(keys)).cast("string").alias("k"),
+                         F.to_json(F.struct(*[F.col(c) for c in state.columns]), JSON_OPTIONS).alias("v")).collect()
+    expected = {r.k: {c: v for c, v in json.loads(r.v).items() if c != UPDATE_VERSION} for r in shown}
+    carried = {k: {c: v for c, v in value.items() if c != UPDATE_VERSION}
+               for k, value in newest.items() if value is not None}
+    stale = {k: (value, expected.get(k)) for k, value in carried.items() if value != expected.get(k)}
+    assert not stale, f"{len(stale)} of {len(carried)} keys stale on {topic}, e.g. (topic, state): " \
+                      f"{next(iter(stale.items()))}"
+    gone = {k for k, value in newest.items() if value is None}
+    assert not gone & set(expected), f"keys tombstoned on {topic} but in state: {sorted(gone & set(expected))[:5]}"
+    return len(carried)
