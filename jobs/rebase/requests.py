@@ -21,6 +21,21 @@ from switchyard.state_handoff.tables import Tables
 logger = logging.getLogger(__name__)
 
 
+PAUSED_FAILURES = 3  # failures of a paused rebase a stream retries by itself before it asks for an operator
+
+
+def refuse_if_failing(view: PipelineView, request: RebaseRequest) -> None:
+    """A stream does not run again by itself a paused rebase that failed PAUSED_FAILURES times since the last start
+    request: refused in one line (exit 2, so `switchyard serve` holds the stream down and its alert fires) naming the
+    way on. Each attempt can take minutes, so a bound on attempts, not a window of time."""
+    failures = view.ledger.failures_after_pause(request)
+    if request.paused is not None and failures >= PAUSED_FAILURES:
+        raise UserError(f"the paused rebase of {view.tables.pipeline} (request {request.request_id}) failed {failures} "
+                        "times at its cut (its FAILED entries say why, `switchyard status`): fix that, then "
+                        "`switchyard start` (or `switchyard rebase`) runs it again; or `switchyard rebase --abandon` "
+                        "gives it up while the paused stream can resume")
+
+
 def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
     """The paused stream can stream on: no events batch is recorded past the one its checkpoint last planned (an
     earlier attempt's catch-up writes its batches there, and the stream would plan those ids over other ranges)."""

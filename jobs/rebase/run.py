@@ -171,6 +171,16 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
         handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
                            details=details.Failed(phase="rebase", request_id=request.request_id, reason=reason))
         raise UserError(reason) from None
+    except Exception as err:  # a query, the cluster or Kafka: the same record, so the failures after a pause count
+        said = str(err).strip()
+        reason = f"{type(err).__name__}" + (f": {said.splitlines()[0][:400]}" if said else "")
+        try:
+            handoff_log.append(tables, handoff.handoff_id, Status.FAILED, details=details.Failed(
+                phase="rebase", request_id=request.request_id,
+                reason=f"{reason}; the rebase stays paused at its cut: the next `stream` (or `rebase`) finishes it"))
+        except Exception:  # noqa: BLE001 - the log out of reach too: the exit code still says it
+            pass
+        raise
 
 
 def refuse_other_definition(pipeline: Pipeline, tables: Tables, handoff: Handoff, request: RebaseRequest) -> None:

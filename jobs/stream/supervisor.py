@@ -129,6 +129,7 @@ class Supervisor:
                 handoff = view.current_handoff
                 request = view.ledger.open_rebase
                 if request is not None:  # asked for while no query ran, or a rebase a crash interrupted
+                    rebase_requests.refuse_if_failing(view, request)
                     if request.paused is not None or rebase_requests.unsettled_stream(view) is None:
                         self.rebase(handoff, request, queries=None)
                     elif self.may_pause(handoff, request):  # refused and answered otherwise

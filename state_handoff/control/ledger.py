@@ -17,7 +17,9 @@ The rules, side by side. A rebase request (REBASE_REQUESTED) is
   *open*, a resumable RECONCILIATION_FAILED does not end this: the redeploy's tiles may hold the table until
   `rebase --abandon` restores the version, which must still exist then.
 
-A stop request (STOP_REQUESTED) is for the stream holding its `lease_id` alone. A start request (START_REQUESTED)
+A paused rebase's FAILEDs are counted since the last START_REQUESTED: past a bound, a stream refuses to run it again by
+itself (an operator acts, then `switchyard start` counts anew). A stop request (STOP_REQUESTED) is for the stream
+holding its `lease_id` alone. A start request (START_REQUESTED)
 lifts every stop request and hold-down before it. The previous definition (for `rollback`) is the one the newest
 answered redeploy replaced, until a PREVIOUS_DROPPED names that redeploy."""
 
@@ -61,6 +63,8 @@ class Ledger:
     at_cut_backfills: dict[str, LogEntry] = field(default_factory=dict)  # request id -> its BACKFILL_COMMITTED
     tiles_ended: frozenset[str] = frozenset()    # answered, abandoned or refused: a redeploy's tiles version goes
     entries: tuple[LogEntry, ...] = ()
+    failed_since_start: dict[str, int] = field(default_factory=dict)  # request id -> FAILEDs after its pause, since
+    # the last START_REQUESTED (an operator's start counts them anew)
 
     @classmethod
     def of(cls, entries: Sequence[LogEntry]) -> Ledger:
@@ -68,9 +72,11 @@ class Ledger:
         paused: dict[str, Cut] = {}
         answered, backfills = {}, {}
         refused, abandoned, reconciled, failed = set(), set(), set(), set()
-        kept, switched_past = {}, set()
+        kept, switched_past, failed_after_pause = {}, set(), {}
         for e in entries:
             asked = read(e)
+            if isinstance(asked, StartRequest):
+                failed_after_pause = {}
             if asked is not None:
                 {RebaseRequest: rebases, StopRequest: stops, StartRequest: starts,
                  PreviousDropped: dropped}[type(asked)].append(asked)
@@ -94,13 +100,15 @@ class Ledger:
                 abandoned.add(request_id)
             elif e.status == Status.FAILED:
                 failed.add(request_id)
+                if request_id in paused:
+                    failed_after_pause[request_id] = failed_after_pause.get(request_id, 0) + 1
             elif e.status == Status.RECONCILIATION_FAILED and logged.resumable:
                 reconciled.add(request_id)  # nothing replaced: the stream goes on from its own state
         ended = frozenset(refused | abandoned | reconciled | (failed - set(paused)))
         kept = {r: v for r, v in kept.items() if r not in switched_past and r not in abandoned and r not in reconciled}
         return cls(tuple(replace(r, paused=paused.get(r.request_id)) for r in rebases), tuple(stops), tuple(starts),
                    tuple(dropped), answered, ended, kept, backfills,
-                   frozenset(set(answered) | abandoned | refused), tuple(entries))
+                   frozenset(set(answered) | abandoned | refused), tuple(entries), failed_after_pause)
 
     # ---------------------------------------------------------------- rebases
 
@@ -114,6 +122,10 @@ class Ledger:
 
     def rebase(self, request_id: str) -> RebaseRequest | None:
         return next((r for r in self.rebases if r.request_id == request_id), None)
+
+    def failures_after_pause(self, request: RebaseRequest) -> int:
+        """How often the paused rebase of `request` failed since the last START_REQUESTED (or ever)."""
+        return self.failed_since_start.get(request.request_id, 0)
 
     def committed_backfill_for(self, request_id: str) -> LogEntry | None:
         """The BACKFILL_COMMITTED a rebase (or redeploy) wrote at its cut, or None yet."""

@@ -91,3 +91,27 @@ def test_every_request_kind_has_one_class_and_reads_back_as_written(tables):
     ledger = Ledger.of(handoff_log.entries(tables))
     assert ledger.stop_for("l1").requested_by == "switchyard stop" and ledger.stop_for("l2") is None
     assert ledger.newest_seq(requests.StartRequest) > ledger.newest_seq(requests.StopRequest)
+
+
+def test_a_paused_rebase_that_keeps_failing_is_refused_until_an_operator_starts_it_again(tables):
+    """Each failure after the pause is counted; at PAUSED_FAILURES a stream stops retrying it by itself (exit 2:
+    `serve` holds the stream down and alerts); a start request counts anew. A failure before any pause is no such
+    failure."""
+    from switchyard.jobs.rebase.requests import PAUSED_FAILURES, refuse_if_failing
+    from switchyard.state_handoff.control.details import Failed
+
+    asked = requests.request_rebase(PipelineView.read(tables), "test", "switch back")
+    handoff_log.append(tables, "h1", Status.PAUSED, details=Paused(request_id=asked.request_id, cut=CUT.as_details()))
+    for _ in range(PAUSED_FAILURES - 1):
+        handoff_log.append(tables, "h1", Status.FAILED, details=Failed(phase="rebase", request_id=asked.request_id))
+    view = PipelineView.read(tables)
+    refuse_if_failing(view, view.ledger.open_rebase)  # not yet
+    handoff_log.append(tables, "h1", Status.FAILED, details=Failed(phase="rebase", request_id=asked.request_id))
+    view = PipelineView.read(tables)
+    assert view.ledger.failures_after_pause(view.ledger.open_rebase) == PAUSED_FAILURES
+    with pytest.raises(UserError, match=f"failed {PAUSED_FAILURES} times at its cut.*`switchyard start`"):
+        refuse_if_failing(view, view.ledger.open_rebase)
+    requests.ask(tables, requests.StartRequest(handoff_id="h1", requested_by="switchyard start"))
+    view = PipelineView.read(tables)
+    refuse_if_failing(view, view.ledger.open_rebase)  # an operator's start: counted anew
+    assert view.ledger.open_rebase.request_id == asked.request_id, "still open: the cut is the way on"
