@@ -18,6 +18,7 @@ backfill's commit logs it; BACKFILL_COMMITTED is appended only once every write 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -47,10 +48,16 @@ logger = logging.getLogger(__name__)
 Offsets = dict[int, int]
 
 
+class RebaseInterrupted(Exception):
+    """A stop signal between two steps of a rebase: it stops there, paused at its cut, and the next `stream` (or
+    `rebase`) finishes it from the step it reached (each step is idempotent)."""
+
+
 @dataclass(frozen=True)
 class RebaseAtCut:
     """One rebase at its cut: the pipeline it runs under, its tables and Kafka, the paused handoff and its stream's
-    folders, the cut, the request, and what the definition changes (nothing, but for a redeploy)."""
+    folders, the cut, the request, and what the definition changes (nothing, but for a redeploy). `stop_asked`: a
+    stop signal came (the rebase stops between its steps)."""
 
     pipeline: Pipeline
     tables: Tables
@@ -60,6 +67,11 @@ class RebaseAtCut:
     cut: Cut
     request: RebaseRequest
     change: DefinitionChange
+    stop_asked: Callable[[], bool] = lambda: False
+
+    def between_steps(self, step: str) -> None:
+        if self.stop_asked():
+            raise RebaseInterrupted(f"stopped after its {step}, paused at its cut")
 
 
 def recompute_at_cut(spark: SparkSession, rebase: RebaseAtCut, out=logger.info) -> dict:
@@ -70,6 +82,7 @@ def recompute_at_cut(spark: SparkSession, rebase: RebaseAtCut, out=logger.info) 
     out(f"rebase {pipeline.name}: recomputing keyed state from the archive and Kafka "
         + ", ".join(f"p{p}:{archive_end.get(p, 0)}..{o}" for p, o in sorted(cut.offsets.items())))
     tiles_run = tile_to_cut(spark, rebase, archive, archive_end, out)
+    rebase.between_steps("tiles")
     states = CutStates(spark, rebase, archive_end)
     try:
         tiled = read_backlog(spark, pipeline, rebase.tables, tiles_run)
@@ -80,6 +93,7 @@ def recompute_at_cut(spark: SparkSession, rebase: RebaseAtCut, out=logger.info) 
             refuse_differences(rebase, reconciliation)
             watermark, remade = catch_up_to_cut(spark, rebase, states.records, archive_end, out)
             tiled.times.end("catch_up")
+        rebase.between_steps("catch-up")
         commit_at_cut(spark, pipeline, rebase.tables, tiled, merged, AtCut(
             cut.offsets, watermark, reconciliation, _at_cut_details(rebase, archive_end, remade),
             windows_past=states.past if rebase.change.windows_remade else None), out)

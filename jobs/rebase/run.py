@@ -46,7 +46,7 @@ from datetime import datetime, timezone
 from pyspark.sql import SparkSession
 
 from switchyard.jobs.log import warnings_to
-from switchyard.jobs.rebase.at_cut import RebaseAtCut, recompute_at_cut
+from switchyard.jobs.rebase.at_cut import RebaseAtCut, RebaseInterrupted, recompute_at_cut
 from switchyard.jobs.rebase.checks import RebaseRefused, hold_archive, refuse_unless_ready
 from switchyard.jobs.rebase.cut import pause_cut
 from switchyard.jobs.rebase.reconciliation import ReconciliationFailed, described
@@ -73,11 +73,11 @@ CUT = "cut"
 
 def rebase_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
                   paths: StreamPaths, cut: Cut, request: RebaseRequest, change: DefinitionChange,
-                  out=logger.info) -> Handoff:
+                  out=logger.info, stop_asked=lambda: False) -> Handoff:
     """Steps 1-3 of the module docstring for a paused stream (`change`: what its request's definition changes);
     returns the new handoff at the cut."""
     started = time.monotonic()
-    rebase = RebaseAtCut(pipeline, tables, bootstrap, handoff, paths, cut, request, change)
+    rebase = RebaseAtCut(pipeline, tables, bootstrap, handoff, paths, cut, request, change, stop_asked)
     backfill = _committed_backfill(tables, request)
     if backfill is None:
         reconciliation = recompute_at_cut(spark, rebase, out)
@@ -128,17 +128,19 @@ def _committed_backfill(tables: Tables, request: RebaseRequest):
 
 
 def run_rebase(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str, handoff: Handoff,
-               request: RebaseRequest, out=logger.info, checked: bool = False) -> Handoff:
+               request: RebaseRequest, out=logger.info, checked: bool = False, stop_asked=lambda: False) -> Handoff:
     """A requested rebase of a handoff whose queries are stopped (drained, or never run in this process):
     pause at a cut unless a crash left one recorded, then the backlog phase to the cut and the handoff there.
     `checked`: the caller ran refuse_unless_ready a moment ago, while the queries still ran. The archive's lease is
-    held throughout (hold_archive)."""
+    held throughout (hold_archive). `stop_asked`: a stop signal came; the rebase then stops between its steps, paused
+    at its cut (RebaseInterrupted), for the next `stream` (or `rebase`) to finish."""
     with hold_archive(tables, handoff, request, out):
-        return _rebase_holding_the_archive(spark, pipeline, tables, bootstrap, handoff, request, out, checked)
+        return _rebase_holding_the_archive(spark, pipeline, tables, bootstrap, handoff, request, out, checked,
+                                           stop_asked)
 
 
 def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables: Tables, bootstrap: str,
-                                handoff: Handoff, request: RebaseRequest, out, checked: bool) -> Handoff:
+                                handoff: Handoff, request: RebaseRequest, out, checked: bool, stop_asked) -> Handoff:
     paths = StreamPaths.of(tables, handoff.handoff_id)
     refuse_other_definition(pipeline, tables, handoff, request)
     change = definition.diff(request.redeploy.record, pipeline) if request.redeploy else definition.unchanged(pipeline)
@@ -153,8 +155,13 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
         out(f"PAUSED for a rebase ({request.reason}) at the cut "
             + ", ".join(f"p{p}:{o}" for p, o in sorted(cut.offsets.items())))
     faults.reach("rebase.after_pause")
+    if stop_asked():
+        raise RebaseInterrupted("stopped after its pause, paused at its cut")
     try:
-        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, change, out=out)
+        return rebase_at_cut(spark, pipeline, tables, bootstrap, handoff, paths, cut, request, change, out=out,
+                             stop_asked=stop_asked)
+    except RebaseInterrupted:
+        raise
     except ReconciliationFailed as err:
         handoff_log.append(tables, handoff.handoff_id, Status.RECONCILIATION_FAILED,
                            details=details.ReconciliationFailed(request_id=request.request_id, reason=str(err),

@@ -394,7 +394,12 @@ class Supervisor:
             self.settle(handoff, queries)
         try:
             new = rebase.run_rebase(self.spark, self.pipeline, self.tables, self.bootstrap, handoff, request,
-                                    out=self.out, checked=queries is not None)  # the monitor checked: may_pause
+                                    out=self.out, checked=queries is not None,  # the monitor checked: may_pause
+                                    stop_asked=lambda: bool(self.stop_signal))
+        except rebase.RebaseInterrupted as stopped:  # a stop signal between its steps: the next stream finishes it
+            self.out(f"rebase {self.pipeline.name}: {self.stop_signal[0]}: {stopped}; the next `switchyard stream` "
+                     "finishes it there")
+            return None
         except rebase_checks.RebaseRefused as refused:
             self.refused(handoff, refused)
             return None

@@ -132,3 +132,36 @@ def test_a_rebase_after_a_stop_in_the_middle_of_a_keyed_batch_streams_it_until_c
     assert details.of(handoffs[1]).reconciliation["keys_different"] == 0, lines
     stream_until_caught_up(spark, tables, bootstrap)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+def test_a_sigterm_mid_rebase_stops_it_between_its_steps_and_the_next_stream_finishes_it(spark, bootstrap,
+                                                                                        topic_name, tmp_path):
+    """A live stream asked to rebase gets SIGTERM once the rebase has paused: it stops between the rebase's steps
+    (exit 0, well within a service unit's stop timeout), logging no FAILED and no new handoff; the request stays
+    paused at its cut, and the next `switchyard stream` finishes it there, exactly."""
+    import signal
+    import time
+
+    from switchyard.state_handoff.control import handoff_log
+    from switchyard.state_handoff.control.lifecycle import Status
+    from tests.support.streams import start_stream, wait_until
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.5)
+    log = tmp_path / "stream.log"
+    proc = start_stream(tables, bootstrap, log, "--tables-trigger-seconds", "1")
+    wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, proc, log, "SWITCHED")
+    produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 60, seed=48))
+    request_rebase(PipelineView.read(tables), "test", "rebase")
+    wait_until(lambda: handoff_log.latest(tables, Status.PAUSED) is not None, proc, log, "PAUSED")
+    asked = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    assert time.monotonic() - asked < 240
+    statuses = [e.status for e in handoff_log.entries(tables)]
+    assert statuses[-1] == Status.PAUSED and Status.FAILED not in statuses, statuses
+    assert "finishes it there" in log.read_text()
+    assert PipelineView.read(tables).ledger.open_rebase.paused is not None
+    again = start_stream(tables, bootstrap, tmp_path / "again.log", "--until-caught-up", "--tables-trigger-seconds", "1")
+    assert again.wait(timeout=600) == 0, (tmp_path / "again.log").read_text()[-3000:]
+    assert len(_handoffs(tables)) == 2
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
