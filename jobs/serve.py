@@ -33,7 +33,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from switchyard.jobs.log import logger_of
 from switchyard.jobs.stream.command import stream_command
-from switchyard.state_handoff.control.requests import StartRequest, StopRequest
+from switchyard.state_handoff.control.requests import StartRequest
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import NOT_NOW, REFUSED
 from switchyard.state_handoff.tables import Tables
@@ -78,10 +78,9 @@ def wanted(view: PipelineView, held_down_at_seq: int | None) -> str | None:
     owner = view.owner
     if owner is not None:
         return f"held by `{owner.command}` (pid {owner.owner_pid} on host {owner.owner_host}): waiting for it"
-    start, stop = view.ledger.newest_seq(StartRequest), view.ledger.newest_seq(StopRequest)
-    if stop > start:
+    if view.ledger.stop_in_force() is not None:
         return "stopped by a stop request: `switchyard start` runs it again"
-    if held_down_at_seq is not None and start <= held_down_at_seq:
+    if held_down_at_seq is not None and view.ledger.newest_seq(StartRequest) <= held_down_at_seq:
         return "held down: `switchyard start` runs it again"
     return None
 

@@ -42,8 +42,8 @@ from switchyard.jobs.rebase.run import run_rebase
 from switchyard.jobs.stop import stop_stream
 from switchyard.state_handoff.control import kept_versions, lease, requests
 from switchyard.state_handoff.control.handoffs import Handoff
-from switchyard.state_handoff.control.requests import (PreviousDropped, RebaseRequest, RedeployPlan, request_rebase,
-                                                       request_start)
+from switchyard.state_handoff.control.requests import (REDEPLOY, PreviousDropped, RebaseRequest, RedeployPlan,
+                                                       request_rebase, request_start)
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep
@@ -52,7 +52,7 @@ from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.tables import Tables
 
 logger = logging.getLogger(__name__)
-REQUESTED_BY = "switchyard redeploy"
+REQUESTED_BY = REDEPLOY
 
 
 def check_redeploy(pipeline: Pipeline, tables: Tables) -> RebaseRequest | None:

@@ -20,7 +20,8 @@ The rules, side by side. A rebase request (REBASE_REQUESTED) is
 A paused rebase's FAILEDs are counted since the last START_REQUESTED: past a bound, a stream refuses to run it again by
 itself (an operator acts, then `switchyard start` counts anew). A stop request (STOP_REQUESTED) is for the stream
 holding its `lease_id` alone. A start request (START_REQUESTED)
-lifts every stop request and hold-down before it. The previous definition (for `rollback`) is the one the newest
+lifts every stop request and hold-down before it; so does the handoff of a redeploy for the stop that redeploy asked
+for (a redeploy killed after its handoff, or whose stop timed out, leaves no stopped pipeline behind). The previous definition (for `rollback`) is the one the newest
 answered redeploy replaced, until a PREVIOUS_DROPPED names that redeploy."""
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from switchyard.state_handoff.control import details
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.control.requests import (Cut, PreviousDropped, RebaseRequest, StartRequest, StopRequest,
-                                                       read)
+from switchyard.state_handoff.control.requests import (REDEPLOY, Cut, PreviousDropped, RebaseRequest, StartRequest,
+                                                       StopRequest, read)
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,18 @@ class Ledger:
     def stop_for(self, lease_id: str) -> StopRequest | None:
         """The stop request for the stream holding lease `lease_id`, or None."""
         return next((r for r in self.stops if r.lease_id == lease_id), None)
+
+    def stop_in_force(self) -> StopRequest | None:
+        """The newest stop request, while it holds: no start request came after it, and it is not a redeploy's own
+        stop whose redeploy then handed off (the stream it stopped is the recorded definition's; the changed one's is
+        to stream, whether or not the redeploy lived to ask for its start)."""
+        if not self.stops or self.newest_seq(StartRequest) > self.stops[-1].seq:
+            return None
+        stop = self.stops[-1]
+        if stop.requested_by == REDEPLOY and any(
+                r.redeploy is not None and r.seq > stop.seq and r.request_id in self.answered for r in self.rebases):
+            return None
+        return stop
 
     def newest_seq(self, kind: type[StopRequest] | type[StartRequest]) -> int:
         """The seq of the newest request of `kind`, -1 when none."""

@@ -170,6 +170,8 @@ class PreviousDropped(Request):
         return {"redeploy_request": recorded.get("redeploy_request"), "tiles_version": recorded.get("tiles_version")}
 
 
+REDEPLOY = "switchyard redeploy"  # who asks for a redeploy's stop, rebase and start
+
 KINDS: dict[Status, type[Request]] = {k.KIND: k for k in (RebaseRequest, StopRequest, StartRequest, PreviousDropped)}
 _COMMON = tuple(f.name for f in fields(Request) if f.name not in ("handoff_id", "seq"))
 assert set(KINDS) == set(REQUESTS), "every request status has its class"

@@ -81,6 +81,28 @@ def test_a_stop_between_a_served_streams_restarts_keeps_the_service_from_startin
         stop_stream(tables, out=lambda _: None)
 
 
+def test_a_redeploy_that_died_after_its_handoff_leaves_the_served_pipeline_streaming(tmp_path):
+    """A redeploy stops the stream, hands the changed definition off, then asks for a start: killed between the
+    handoff and the start (or its stop timed out and a later run handed off), its own stop request no longer holds
+    once its handoff committed, so the service streams the changed definition with no `switchyard start`."""
+    from switchyard.state_handoff.control import requests
+    from switchyard.state_handoff.control.details import HandoffCommitted
+
+    tables = Tables(str(tmp_path), "demo")
+    for status in (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED, Status.STREAM_STARTED, Status.STOPPED):
+        handoff_log.append(tables, "h1", status)
+    requests.ask(tables, requests.StopRequest(handoff_id="h1", requested_by=requests.REDEPLOY, lease_id="l1"))
+    asked = requests.ask(tables, requests.RebaseRequest(handoff_id="h1", requested_by=requests.REDEPLOY,
+                                                        reason="redeploy",
+                                                        redeploy=requests.RedeployPlan("v2", {"version": "v1"})))
+    assert "stopped by a stop request" in wanted(PipelineView.read(tables), None), "until its handoff"
+    handoff_log.append(tables, "h2", Status.BACKFILL_COMMITTED)
+    handoff_log.append(tables, "h2", Status.HANDOFF_COMMITTED, details=HandoffCommitted(request_id=asked.request_id))
+    assert wanted(PipelineView.read(tables), None) is None, "the redeploy's stop ended with its handoff"
+    requests.ask(tables, requests.StopRequest(handoff_id="h2", requested_by="switchyard stop"))
+    assert "stopped by a stop request" in wanted(PipelineView.read(tables), None), "an operator's stop holds"
+
+
 def test_what_keeps_a_stream_from_starting(tmp_path):
     tables = Tables(str(tmp_path), "demo")
     assert "no handoff yet" in wanted(PipelineView.read(tables), None)
