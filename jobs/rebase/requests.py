@@ -48,7 +48,8 @@ def resumable(tables: Tables, handoff: Handoff, paths: StreamPaths) -> bool:
 def unsettled_stream(view: PipelineView) -> tuple[str, str] | None:
     """(the current handoff, how its stream ended) when `state` may lack updates that stream sent (none runs: the
     caller found no stream live): the log's last word on it is that its stream runs (killed without a stop, maybe
-    after sending a batch's updates and before `state` applied them), or it stopped (or failed) with its keyed
+    after sending a batch's updates and before `state` applied them), or it failed (its state query may have lagged
+    the updates sent when it did), or it stopped with its keyed
     query's last planned batch uncommitted (some of that batch's updates sent and applied, its checkpoint before it).
     Compared with that `state`, a rebase would find differences the stream never made; a restart of the stream
     replays the planned batch and drains `state`."""
@@ -58,6 +59,10 @@ def unsettled_stream(view: PipelineView) -> tuple[str, str] | None:
     history = view.history(handoff.handoff_id)
     if lifecycle.current(history) in lifecycle.RUNNING:
         return handoff.handoff_id, "ended without a stop"
+    last = next((e for e in reversed(view.entries) if e.handoff_id == handoff.handoff_id
+                 and e.status not in lifecycle.NOTES | lifecycle.REQUESTS), None)
+    if last is not None and last.status == Status.FAILED and details.of(last).phase == "stream":
+        return handoff.handoff_id, "ended FAILED"  # its state query may not have applied every update sent
     keyed = StreamPaths.of(view.tables, handoff.handoff_id).keyed_checkpoint
     planned = last_planned_batch(keyed)
     if planned is not None and planned != last_committed_batch(keyed):
