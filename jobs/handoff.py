@@ -15,8 +15,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.state_handoff import faults
+from switchyard.state_handoff.clock import as_utc, naive_utc
 from switchyard.state_handoff.control import details, handoff_log
-from switchyard.state_handoff.control.clock import as_utc, naive_utc
 from switchyard.state_handoff.control.details import HandoffCommitted
 from switchyard.state_handoff.control.handoffs import (BOUNDARY_MODES, OFFSETS, TIME, Handoff, current_handoff,
                                                        from_entry)

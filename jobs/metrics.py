@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 
 from prometheus_client.core import CollectorRegistry, GaugeMetricFamily, Metric
 
-from switchyard.state_handoff.control.clock import as_utc
+from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control.lifecycle import Phase
 from switchyard.state_handoff.tables import Tables
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
+from switchyard.state_handoff.clock import SYSTEM, Clock, utc_now
 from switchyard.state_handoff.control.answers import NoAnswer, await_answer
-from switchyard.state_handoff.control.clock import SYSTEM, Clock, utc_now
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.requests import request_start

@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 
 from switchyard.jobs.log import warnings_to
+from switchyard.state_handoff.clock import SYSTEM, Clock, utc_now
 from switchyard.state_handoff.control import details, lease, requests
 from switchyard.state_handoff.control.answers import NoAnswer, await_answer
-from switchyard.state_handoff.control.clock import SYSTEM, Clock, utc_now
 from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.lifecycle import Phase, Status
 from switchyard.state_handoff.control.view import PipelineView

@@ -16,9 +16,9 @@ from switchyard.orchestration.resources import KafkaResource, SparkResource, War
 from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_health import recorded_figures
 from switchyard.orchestration.stream_launch import StreamConfig, launch_and_watch
+from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control import details, handoff_log, lease
 from switchyard.state_handoff.control import pins as pipeline_settings
-from switchyard.state_handoff.control.clock import as_utc
 from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView

@@ -7,8 +7,8 @@ from datetime import datetime
 
 import dagster as dg
 
+from switchyard.state_handoff.clock import as_utc
 from switchyard.state_handoff.control import details, handoff_log, lifecycle, requests
-from switchyard.state_handoff.control.clock import as_utc
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.stream.layout import read_json, stream_dir

@@ -39,7 +39,7 @@ def record(uri: str) -> None:
     from deltalake import write_deltalake
     from deltalake.exceptions import DeltaError
 
-    from switchyard.state_handoff.control.clock import utc_now
+    from switchyard.state_handoff.clock import utc_now
     from switchyard.state_handoff.io.storage import delta_options
 
     if _recorded(uri) is not None:

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
+from switchyard.state_handoff.clock import SYSTEM, Clock
 from switchyard.state_handoff.control import details
-from switchyard.state_handoff.control.clock import SYSTEM, Clock
 from switchyard.state_handoff.control.handoffs import Handoff, from_entry
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView

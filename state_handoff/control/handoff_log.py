@@ -28,7 +28,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from switchyard.state_handoff import format as table_format
-from switchyard.state_handoff.control.clock import as_utc, naive_utc, utc_now
+from switchyard.state_handoff.clock import as_utc, naive_utc, utc_now
 from switchyard.state_handoff.control.lifecycle import REQUESTS, Status, check_transition
 from switchyard.state_handoff.io import delta_cas, delta_upkeep, fencing
 from switchyard.state_handoff.io.storage import delta_options

@@ -38,8 +38,8 @@ from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError, TableNotFoundError
 
 from switchyard.state_handoff import settings
+from switchyard.state_handoff.clock import as_utc, utc_now
 from switchyard.state_handoff.control import processes
-from switchyard.state_handoff.control.clock import as_utc, utc_now
 from switchyard.state_handoff.errors import Failed, NotNow
 from switchyard.state_handoff.io import fencing
 from switchyard.state_handoff.io.archive_files import record_uri

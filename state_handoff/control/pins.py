@@ -29,7 +29,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from switchyard.state_handoff import settings
-from switchyard.state_handoff.control.clock import utc_now
+from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.errors import Failed, UserError
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.delta_cas import commit_next, open_or_create, read

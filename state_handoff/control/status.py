@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.control import handoff_log
-from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage

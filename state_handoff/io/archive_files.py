@@ -18,7 +18,7 @@ from datetime import date
 
 import pyarrow as pa
 
-from switchyard.state_handoff.control.clock import utc_now
+from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_cas, fencing, storage
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.control import lease, processes
-from switchyard.state_handoff.control.clock import utc_now
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.tables import Tables
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from switchyard.state_handoff.clock import ManualClock
 from switchyard.state_handoff.control import handoff_log, requests
 from switchyard.state_handoff.control.answers import NoAnswer, await_answer
-from switchyard.state_handoff.control.clock import ManualClock
 from switchyard.state_handoff.control.details import HandoffCommitted, Paused, ReconciliationFailed
 from switchyard.state_handoff.control.ledger import Ledger
 from switchyard.state_handoff.control.lifecycle import Status

@@ -1,6 +1,6 @@
-"""The clocks of the control state: the one UTC clock of its timestamps (the handoff log and the lease are UTC,
-aware in memory and in Delta (TIMESTAMP), naive where callers compare them with Spark's naive UTC values), and the
-monotonic clock its waits run on, injectable."""
+"""The clocks of switchyard's state, below everything that writes it: the one UTC clock of its timestamps (the
+handoff log, the lease and the archive's commit records are UTC, aware in memory and in Delta (TIMESTAMP), naive where
+callers compare them with Spark's naive UTC values), and the monotonic clock its waits run on, injectable."""
 
 from __future__ import annotations
 
