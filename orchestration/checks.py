@@ -16,9 +16,9 @@ from switchyard.orchestration.partitions import days_of
 from switchyard.orchestration.resources import KafkaResource, SparkResource, StreamMonitorResource, WarehouseResource
 from switchyard.orchestration.scope import Scope
 from switchyard.orchestration.stream_health import CHECKS, Watch, problem, read_progress, sample_latency, verdicts
+from switchyard.state_handoff.control import kafka_retention
 from switchyard.state_handoff.control.handoffs import current_handoff
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.io import kafka_retention
 from switchyard.state_handoff.io.archive_files import archive_meta, list_archive, unreadable
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.storage import delta_options

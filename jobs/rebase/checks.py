@@ -9,12 +9,11 @@ import time
 from contextlib import ExitStack
 
 from switchyard.jobs.backfill import verify_archive
-from switchyard.state_handoff.control import details, handoff_log, lease
+from switchyard.state_handoff.control import details, handoff_log, kafka_retention, lease
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.requests import RebaseRequest
 from switchyard.state_handoff.errors import UserError
-from switchyard.state_handoff.io import kafka_retention
 from switchyard.state_handoff.io.archive_files import archive_meta
 from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.stream.checkpoints import committed_end_offsets, planned_end_offsets

@@ -102,7 +102,7 @@ def _add_definition(status: dict, pipeline, view: PipelineView) -> None:
 def _add_retention(status: dict, tables: Tables, bootstrap: str, bounds: dict[int, tuple[int, int]]) -> None:
     """Per partition, the archive's cut minus Kafka's earliest retained offset (negative: retention has passed the
     cut, and no rebase can recompute the records in between), and the partitions where it has."""
-    from switchyard.state_handoff.io import kafka_retention
+    from switchyard.state_handoff.control import kafka_retention
 
     try:
         margins = kafka_retention.margins(tables, bootstrap, bounds)

@@ -16,7 +16,7 @@ from switchyard.deploy.local_server import free_port
 from switchyard.jobs.archive import archive_cut, run_archive
 from switchyard.jobs.inputs.generate import run_generate
 from switchyard.jobs.metrics import PHASES, PipelineCollector
-from switchyard.state_handoff.io import kafka_retention
+from switchyard.state_handoff.control import kafka_retention
 from switchyard.state_handoff.io.kafka_io import admin_client
 from switchyard.state_handoff.language.pipelines import get_pipeline
 from switchyard.state_handoff.tables import Tables
