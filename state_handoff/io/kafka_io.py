@@ -7,8 +7,9 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from switchyard.state_handoff.errors import NotNow, UserError
+from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_security
+from switchyard.state_handoff.io.kafka_errors import unreachable
 
 logger = logging.getLogger(__name__)
 
@@ -19,33 +20,6 @@ NODE_DOWN_GRACE_S = 20.0
 
 def _client_kwargs(bootstrap: str) -> dict:
     return {"bootstrap_servers": bootstrap, "request_timeout_ms": 30000, **kafka_security.client_kwargs()}
-
-
-def _unreachable(bootstrap: str, error: Exception) -> UserError:
-    """A client that cannot connect: a broker that refused these credentials (refused: the settings must change), or
-    none reachable now (not now: a broker restarting, a network away; also a refusal the client could not tell from a
-    failed connection)."""
-    said = (f"cannot connect to Kafka at {bootstrap} as a {kafka_security.from_env().describe()} client "
-            f"({type(error).__name__})")
-    if _refused_credentials(error):
-        return UserError(f"{said}: the broker refused the credentials: check the SWITCHYARD_KAFKA_* settings")
-    return NotNow(f"{said}: start a broker with `switchyard dev kafka start`, or check --bootstrap and the "
-                  "SWITCHYARD_KAFKA_* settings")
-
-
-def _refused_credentials(error: Exception) -> bool:
-    """A broker's answer that the client's credentials are refused: kafka-python's authentication errors, or
-    librdkafka's (confluent-kafka) authentication codes."""
-    from kafka.errors import AuthorizationError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
-
-    if isinstance(error, (SaslAuthenticationFailedError, UnsupportedSaslMechanismError, AuthorizationError)):
-        return True
-    code = getattr(error.args[0], "code", None) if getattr(error, "args", None) else None
-    if callable(code):
-        from confluent_kafka import KafkaError
-
-        return code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED)
-    return False
 
 
 @contextmanager
@@ -60,10 +34,10 @@ def admin_client(bootstrap: str) -> Iterator:
             break
         except NodeNotReadyError as error:  # a node just stopped, still in the metadata: ask again
             if time.monotonic() > deadline:
-                raise _unreachable(bootstrap, error) from None
+                raise unreachable(bootstrap, error) from None
             time.sleep(0.5)
         except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
-            raise _unreachable(bootstrap, error) from None
+            raise unreachable(bootstrap, error) from None
     try:
         yield admin
     finally:
@@ -81,7 +55,7 @@ def _new_consumer(bootstrap: str, request_timeout_ms: int | None = None, group: 
         return KafkaConsumer(**{**_client_kwargs(bootstrap), **timeout}, enable_auto_commit=False, group_id=group,
                              consumer_timeout_ms=5000, isolation_level=kafka_security.ISOLATION)
     except KafkaError as error:  # refused authentication surfaces as a failed connection or version probe
-        raise _unreachable(bootstrap, error) from None
+        raise unreachable(bootstrap, error) from None
 
 
 @contextmanager
@@ -378,7 +352,7 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple],
     def check() -> None:
         if fatal:
             producer.purge()
-            raise _unreachable(bootstrap, KafkaException(fatal[0]))
+            raise unreachable(bootstrap, KafkaException(fatal[0]))
 
     # Delivery reports for failures only: a Python callback per acknowledged record cost more than the send.
     producer = Producer({**kafka_security.librdkafka_config(bootstrap), "acks": "all", "linger.ms": linger_ms,
