@@ -10,6 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from switchyard.jobs.log import warnings_to
+from switchyard.state_handoff.control.lost_offsets import archive_holds
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io.archive_files import (ArchiveFile, ArchiveListing, missing_column, read_listing,
                                                        unreadable)
@@ -18,7 +19,6 @@ from switchyard.state_handoff.io.kafka_io import offset_bounds
 from switchyard.state_handoff.io.kafka_security import spark_source_options
 from switchyard.state_handoff.language.parsing import parse_events
 from switchyard.state_handoff.language.spec import Pipeline
-from switchyard.state_handoff.stream.lost_offsets import archive_holds
 from switchyard.state_handoff.tables import Tables
 
 ARCHIVE_COLUMNS = ("kafka_partition", "kafka_offset", "value")

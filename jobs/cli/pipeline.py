@@ -165,8 +165,8 @@ def run_handoff_command(args) -> int:
     if at is not None and args.boundary != "time":
         raise UserError("--at applies only with --boundary time")
     if args.restart_from_retained:
+        from switchyard.state_handoff.control.lost_offsets import lost_ranges, restart_from_retained
         from switchyard.state_handoff.control.view import PipelineView
-        from switchyard.state_handoff.stream.lost_offsets import lost_ranges, restart_from_retained
 
         if args.boundary is not None or at is not None:
             raise UserError("--restart-from-retained keeps the committed handoff's boundary: drop --boundary and --at")

@@ -17,13 +17,13 @@ from switchyard.state_handoff.control import lifecycle
 from switchyard.state_handoff.control.details import Failed, Lag
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.lost_offsets import behind_retention
 from switchyard.state_handoff.control.requests import RebaseRequest, request_rebase
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.io.kafka_watch import LatestOffsets
 from switchyard.state_handoff.language.avro_writers import UNSEEN, unseen_id
 from switchyard.state_handoff.stream.layout import StreamPaths, prune_earlier_streams, write_json_atomically
-from switchyard.state_handoff.stream.lost_offsets import behind_retention
 
 # How Spark's Kafka source fails a query whose offsets Kafka's retention deleted (failOnDataLoss)
 KAFKA_DATA_LOSS = "Some data may have been lost because they are not available in Kafka any more"

@@ -46,6 +46,7 @@ from switchyard.state_handoff.control import details, handoff_log, lifecycle, pr
 from switchyard.state_handoff.control import lease as leases
 from switchyard.state_handoff.control.handoffs import Handoff
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.lost_offsets import refuse_if_expired
 from switchyard.state_handoff.control.requests import RebaseRequest
 from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.control.view import PipelineView
@@ -56,7 +57,6 @@ from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.stream.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
 from switchyard.state_handoff.stream.layout import KEYED, StreamPaths
-from switchyard.state_handoff.stream.lost_offsets import refuse_if_expired
 from switchyard.state_handoff.stream.progress import EVENTS
 from switchyard.state_handoff.tables import Tables
 

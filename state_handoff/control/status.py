@@ -8,10 +8,10 @@ import time
 from switchyard.state_handoff.clock import utc_now
 from switchyard.state_handoff.control import handoff_log
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.lost_offsets import lost_ranges
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.io import storage
 from switchyard.state_handoff.stream import progress as stream_progress
-from switchyard.state_handoff.stream.lost_offsets import lost_ranges
 from switchyard.state_handoff.tables import Tables
 
 
