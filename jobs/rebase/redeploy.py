@@ -59,7 +59,7 @@ def check_redeploy(pipeline: Pipeline, tables: Tables) -> RebaseRequest | None:
     """Before any JVM: the open redeploy request to finish (None: a new one is to be asked for); UserError, in one
     line, when there is nothing to redeploy or a cut cannot move the pipeline to `pipeline`."""
     view = PipelineView.read(tables)
-    found = definition.recorded(view.entries)
+    found = view.recorded_definition
     if view.handoff is None or found is None:
         raise UserError(f"pipeline {pipeline.name} has no handoff that recorded its definition: there is nothing to "
                         "redeploy (archive, backfill and hand off under this definition)")
@@ -127,7 +127,7 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
     # a new redeploy: the whole history tiled while the recorded definition still serves (a rollback's are kept)
     beside = restored
     if not restored and finishing is None:
-        _, record = definition.recorded(PipelineView.read(tables).entries)
+        _, record = PipelineView.read(tables).recorded_definition
         beside = tile_beside(spark, pipeline, tables, definition.diff(record, pipeline), out)
     stopped = lease.stream_running(tables)
     if stopped:
@@ -144,7 +144,7 @@ def redeploy_pipeline(pipeline: Pipeline, tables: Tables, bootstrap: str, sessio
         request = check_redeploy(pipeline, tables)  # again, holding the pipeline
         view = PipelineView.read(tables)
         if request is None:
-            _, record = definition.recorded(view.entries)
+            _, record = view.recorded_definition
             plan = RedeployPlan(definition.version(pipeline), record, table_version(tables.tiles),
                                 table_version(tables.dead_letter), beside or None)
             request_rebase(view, REQUESTED_BY, "rollback" if rollback else "redeploy", redeploy=plan,

@@ -99,12 +99,11 @@ def settle(tables: Tables, command: str, record: bool = False, adopt: bool = Tru
     `env` (this process's environment by default): for a command's own process. Without it (a process serving
     several pipelines, such as Dagster's), the value in effect, the default when unset, must be the recorded one.
     With `record`, the process's values in effect are recorded where none is. With `pipeline`, its definition must
-    be the one the pipeline's tables were made with (state_handoff/language/definition.py)."""
+    be the one the pipeline's tables were made with (control/recorded_definition.py)."""
     if pipeline is not None:
-        from switchyard.state_handoff.control import handoff_log
-        from switchyard.state_handoff.language import definition
+        from switchyard.state_handoff.control import handoff_log, recorded_definition
 
-        definition.refuse_changed(pipeline, handoff_log.entries(tables))
+        recorded_definition.refuse_changed(pipeline, handoff_log.entries(tables))
     env = os.environ if env is None else env
     current = recorded(tables)
     if record and any(name not in current for name in PIPELINE_WIDE):

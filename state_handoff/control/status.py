@@ -89,7 +89,7 @@ def _add_definition(status: dict, pipeline, view: PipelineView) -> None:
     """The definition's version now and as the tables were made with it, and the parts that differ."""
     from switchyard.state_handoff.language import definition
 
-    found = definition.recorded(view.entries)
+    found = view.recorded_definition
     recorded = found[1] if found else None
     status["definition"] = {"version": definition.version(pipeline),
                             "recorded": recorded["version"] if recorded else None,

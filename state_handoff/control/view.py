@@ -16,6 +16,7 @@ from switchyard.state_handoff.control.handoff_log import LogEntry
 from switchyard.state_handoff.control.handoffs import Handoff, from_entry
 from switchyard.state_handoff.control.ledger import Ledger
 from switchyard.state_handoff.control.lifecycle import Phase, Status
+from switchyard.state_handoff.control.recorded_definition import recorded
 from switchyard.state_handoff.stream.layout import read_json, stream_dir
 from switchyard.state_handoff.tables import Tables
 
@@ -84,6 +85,11 @@ class PipelineView:
     @property
     def backfill(self) -> LogEntry | None:
         return self.latest(Status.BACKFILL_COMMITTED)
+
+    @property
+    def recorded_definition(self) -> tuple[LogEntry, dict] | None:
+        """The newest backfill or handoff that recorded its definition, and that record (None: none did yet)."""
+        return recorded(self.entries)
 
     @property
     def phase(self) -> Phase:

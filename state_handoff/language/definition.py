@@ -1,8 +1,9 @@
 """A pipeline definition's version: a fingerprint of what shapes its state and outputs (its input format, fields,
 key, event time, aggregations and windows; not its description), recorded with every backfill and handoff it
 commits. A backfill, handoff, rebase or stream under a definition other than the one the pipeline's tables were made
-with is refused in one line before any JVM, naming what changed: Spark would otherwise fail the stream on its state
-store's schema, or a backfill would write tiles of another shape beside the recorded ones."""
+with is refused in one line before any JVM, naming what changed (control/recorded_definition.py): Spark would otherwise
+fail the stream on its state store's schema, or a backfill would write tiles of another shape beside the recorded
+ones."""
 
 from __future__ import annotations
 
@@ -11,13 +12,9 @@ import hashlib
 import json
 from dataclasses import MISSING, fields, is_dataclass
 
-from switchyard.state_handoff.control import details, handoff_log
-from switchyard.state_handoff.control.lifecycle import Status
-from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.language.spec import Pipeline
 
 KEY = "definition"
-RECORDED_BY = (Status.BACKFILL_COMMITTED, Status.HANDOFF_COMMITTED)
 
 
 def _digest(value) -> str:
@@ -112,36 +109,6 @@ def changes(record: dict, pipeline: Pipeline) -> list[str]:
         return f"{part} ({', '.join(mine)})" if mine else part
 
     return [told(name, name == "windows") if name in ("aggregations", "windows") else name for name in changed]
-
-
-def recorded(entries) -> tuple[handoff_log.LogEntry, dict] | None:
-    """The newest backfill or handoff that recorded its definition, and that record (None: none did yet; a
-    streaming-only backfill, details `mode`, records none)."""
-    for entry in reversed(list(entries)):
-        if entry.status in RECORDED_BY:
-            record = details.of(entry).definition
-            if record is not None:
-                return entry, record
-    return None
-
-
-def refuse_changed(pipeline: Pipeline, entries) -> None:
-    """A UserError of one line when the pipeline's tables were made with another definition than `pipeline`."""
-    found = recorded(entries)
-    if found is None:
-        return
-    entry, record = found
-    if record["version"] == version(pipeline):
-        return
-    changed = changes(record, pipeline) or ["its parts"]
-    what = "backfill" if entry.status == Status.BACKFILL_COMMITTED else "handoff"
-    raise UserError(f"pipeline {pipeline.name}'s definition changed since its {what} {entry.handoff_id} (its "
-                    f"{', '.join(changed)}: version {record['version']} then, {version(pipeline)} now): its state, "
-                    "windows and checkpoints keep the recorded shape and are not rebuilt in place; "
-                    + (f"`switchyard redeploy --pipeline {pipeline.name}` switches the changed one in at a cut, or "
-                       "restore the recorded definition" if refuse_redeploy(pipeline, record) is None else
-                       "restore the recorded definition, or declare the changed one as a pipeline of another name and "
-                       "archive, backfill, hand off and stream that"))
 
 
 # The parts a redeploy switches in at a cut: the keyed state, and the windows (with their late records), are
