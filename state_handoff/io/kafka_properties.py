@@ -14,7 +14,7 @@ from pathlib import Path
 
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import kafka_oauth
-from switchyard.state_handoff.io.kafka_security import Protocol
+from switchyard.state_handoff.io.kafka_protocol import Protocol
 
 # Spark's Kafka source and sink set these themselves (and refuse them as options), or switchyard does
 NOT_PASSED = {"bootstrap.servers", "group.id", "key.deserializer", "value.deserializer", "key.serializer",

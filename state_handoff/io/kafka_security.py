@@ -10,6 +10,7 @@ from pathlib import Path
 
 from switchyard.state_handoff import settings
 from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.io.kafka_protocol import Protocol
 
 PREFIX = "SWITCHYARD_KAFKA_"
 PROTOCOL = PREFIX + "SECURITY_PROTOCOL"
@@ -25,20 +26,6 @@ SCRAM = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 _LOGIN_MODULE = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
-
-
-class Protocol:
-    """What a security protocol's name says: SASL and/or TLS."""
-
-    protocol: str
-
-    @property
-    def sasl(self) -> bool:
-        return self.protocol.startswith("SASL_")
-
-    @property
-    def ssl(self) -> bool:
-        return self.protocol.endswith("SSL")
 
 
 @dataclass(frozen=True)
