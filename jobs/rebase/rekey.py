@@ -58,10 +58,10 @@ def publish_changed_keys(spark: SparkSession, pipeline: Pipeline, tables: Tables
     then = reader.option("versionAsOf", cut.state_version).load(tables.state)
     now = spark.read.format("delta").option("versionAsOf", backfill.state_version).load(tables.state)
     compared = [c for c in now.columns if c != UPDATE_VERSION]
-    if set(compared) <= set(then.columns):
+    if set(compared) == {c for c in then.columns if c != UPDATE_VERSION}:
         changed = now.join(now.select(*compared).exceptAll(then.select(*compared)).select(*pipeline.keys).distinct(),
                            list(pipeline.keys), "left_semi")
-    else:  # a redeploy that added or renamed an aggregation: every key's record has another shape now
+    else:  # a redeploy (or rollback) that added, dropped or renamed an aggregation: every key's record has another shape
         changed = now
     changed = changed.withColumn(UPDATE_VERSION, F.lit(version_base(backfill.at)).cast("long")).persist()
     try:
