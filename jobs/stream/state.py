@@ -16,6 +16,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from switchyard.jobs.delta_txn import TxnApp, keys_equal, merge_once
 from switchyard.jobs.seed import UPDATE_VERSION
+from switchyard.jobs.stream.queries import kafka_end_offsets, last_progress
 from switchyard.jobs.stream.updates_topic import check_input_topic
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, kept_versions
@@ -151,3 +152,22 @@ def start_state_query(spark: SparkSession, pipeline: Pipeline, tables: Tables, b
              .trigger(**trigger).start())
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)
     return query
+
+
+def applied_every_update(state: StreamingQuery, bootstrap: str, topic: str, updates_from: dict[int, int]) -> bool:
+    """The state query's last batch ended at the updates topic's end (the readers stopped, so nothing more comes),
+    or, before its first batch in this process, no update was sent since the handoff's updates began
+    (`updates_from`): a drain has nothing to wait for. Unsure (Kafka unreachable): False.
+
+    Without the second case, a stream stopped soon after its start (at CAUGHT_UP, a short `--until-caught-up`) would
+    wait out the state query's first, cold batch over nothing."""
+    try:
+        applied = kafka_end_offsets(last_progress(state), topic)
+        ends = latest_offsets(bootstrap, [topic])[topic]
+    except Exception:
+        return False
+    if applied is None:  # no batch yet: what it applied before this process is unknown, but not below the start
+        if state.exception() is not None:
+            return False  # a failed query: the wait reports its error
+        applied = updates_from
+    return all(applied.get(p, 0) >= hi for p, hi in ends.items())

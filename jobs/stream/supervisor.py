@@ -35,11 +35,10 @@ from switchyard.jobs.stream.keyed import KeyedCrashPoint, start_keyed_query
 from switchyard.jobs.stream.monitor import Monitor
 from switchyard.jobs.stream.options import COMMAND, StreamFailed, StreamOptions, StreamResult
 from switchyard.jobs.stream.pipes import Silent, reporting
-from switchyard.jobs.stream.queries import (checkpoint_conf, kafka_end_offsets, keep_recent_progress, last_progress,
-                                            query_error, stop_all)
+from switchyard.jobs.stream.queries import checkpoint_conf, keep_recent_progress, query_error, stop_all
 from switchyard.jobs.stream.query_restarts import may_start_again
 from switchyard.jobs.stream.resume_checks import check_resumable, check_spark_line
-from switchyard.jobs.stream.state import StateTurn, start_state_query, updates_start
+from switchyard.jobs.stream.state import StateTurn, applied_every_update, start_state_query, updates_start
 from switchyard.jobs.stream.updates_topic import updates_topic
 from switchyard.state_handoff import faults
 from switchyard.state_handoff.control import details, handoff_log, lifecycle, processes
@@ -52,7 +51,7 @@ from switchyard.state_handoff.control.step_times import StepTimes
 from switchyard.state_handoff.control.view import PipelineView
 from switchyard.state_handoff.errors import UserError
 from switchyard.state_handoff.io import delta_upkeep, storage
-from switchyard.state_handoff.io.kafka_io import create_topic, latest_offsets
+from switchyard.state_handoff.io.kafka_io import create_topic
 from switchyard.state_handoff.language.spec import Pipeline
 from switchyard.state_handoff.stream import progress as stream_progress
 from switchyard.state_handoff.stream.checkpoints import checkpoint_incarnation, last_committed_batch, last_planned_batch
@@ -340,32 +339,13 @@ class Supervisor:
         if self.state_turn is not None:
             self.state_turn.hurry.set()
         try:
-            if not self._applied_every_update(state):
+            if not applied_every_update(state, self.bootstrap, self.updates_topic, self.updates_from):
                 state.processAllAvailable()  # waits for the query's next trigger, then for what it finds
             state.stop()
         except Exception as err:
             reason = f"applying the last updates to state: {query_error(err)}"
             self.log(handoff.handoff_id, Status.FAILED, details=details.Failed(phase="stream", reason=reason))
             raise StreamFailed(reason) from None
-
-    def _applied_every_update(self, state) -> bool:
-        """The state query's last batch ended at the updates topic's end (the readers stopped, so nothing more
-        comes), or, before its first batch in this process, no update was sent since the handoff's updates began:
-        a drain has nothing to wait for. Unsure (Kafka unreachable): False.
-
-        Without the second case, a stream stopped soon after its start (at CAUGHT_UP, a short `--until-caught-up`)
-        would wait out the state query's first, cold batch over nothing."""
-        topic = self.updates_topic
-        try:
-            applied = kafka_end_offsets(last_progress(state), topic)
-            ends = latest_offsets(self.bootstrap, [topic])[topic]
-        except Exception:
-            return False
-        if applied is None:  # no batch yet: what it applied before this process is unknown, but not below the start
-            if state.exception() is not None:
-                return False  # a failed query: the wait reports its error
-            applied = self.updates_from
-        return all(applied.get(p, 0) >= hi for p, hi in ends.items())
 
     # ------------------------------------------------------------ the way back
 
