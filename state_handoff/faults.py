@@ -1,7 +1,9 @@
 """Named crash points: `SWITCHYARD_FAULT=<point>[:<n>]` kills the process the n-th time it reaches `point`.
 
 The kill is what a SIGKILL of the process group does: the JVM and every other child first, then this
-process, with no cleanup, no log entry and no flush. Unset, `reach` is one comparison.
+process, with no cleanup, no log entry and no flush. `SWITCHYARD_FAULT=<point>[:<n>]:fail` raises InjectedFailure
+there instead: a failure the process sees and reports, as a query's or the cluster's would be. Unset, `reach` is one
+comparison.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from switchyard.state_handoff.errors import UserError
 ENV = "SWITCHYARD_FAULT"
 
 
-def _armed_from_env() -> tuple[str, int] | None:
-    """(point, n) or None; the setting's kind (state_handoff/settings.py) parses it."""
+class InjectedFailure(RuntimeError):
+    """What a crash point armed with `:fail` raises."""
+
+
+def _armed_from_env() -> tuple[str, int, bool] | None:
+    """(point, n, fail) or None; the setting's kind (state_handoff/settings.py) parses it."""
     try:
         return settings.value(ENV)
     except UserError:  # a misspelt point never fires: the command line refuses it before any work
@@ -41,6 +47,8 @@ def reach(point: str) -> None:
         return
     _reached += 1
     if _reached >= _armed[1]:
+        if _armed[2]:
+            raise InjectedFailure(f"injected failure at {point} ({ENV})")
         kill_process_tree()
 
 

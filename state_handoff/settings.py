@@ -98,16 +98,20 @@ def _url(text: str) -> str:
     return text
 
 
-def _crash_point(text: str) -> tuple[str, int]:
+def _crash_point(text: str) -> tuple[str, int, bool]:
     from switchyard.state_handoff.crash_points import POINTS
 
-    point, _, nth = text.partition(":")
+    point, *rest = text.split(":")
     if point not in POINTS:
         raise Hint(f"the points: {', '.join(POINTS)}")
-    n = int(nth) if nth else 1
+    fail = bool(rest) and rest[-1] == "fail"
+    rest = rest[:-1] if fail else rest
+    if len(rest) > 1:
+        raise ValueError(text)
+    n = int(rest[0]) if rest else 1
     if n < 1:
         raise ValueError(text)
-    return point, n
+    return point, n, fail
 
 
 MASK = "********"
@@ -137,7 +141,8 @@ CHECKOUT_PATH = Kind("a path (a relative one from the checkout)",
                      lambda text: (CHECKOUT / Path(text).expanduser()).resolve())
 HOME_PATH = Kind("a path (a relative one from the checkout, or in an installed copy from the working folder)",
                  lambda text: ((CHECKOUT if IN_CHECKOUT else Path.cwd()) / Path(text).expanduser()).resolve())
-CRASH_POINT = Kind("`point[:n]`: a crash point of state_handoff/faults.py, its n-th arrival (n at least 1)",
+CRASH_POINT = Kind("`point[:n][:fail]`: a crash point of state_handoff/faults.py, its n-th arrival (n at least 1); "
+                   "`fail`: an exception there instead of the kill",
                    _crash_point)
 
 KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")

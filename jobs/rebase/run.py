@@ -59,7 +59,7 @@ from switchyard.state_handoff.control.handoffs import Handoff, from_entry
 from switchyard.state_handoff.control.lifecycle import Status
 from switchyard.state_handoff.control.requests import Cut, RebaseRequest, request_rebase
 from switchyard.state_handoff.control.view import PipelineView
-from switchyard.state_handoff.errors import UserError
+from switchyard.state_handoff.errors import NotNow, UserError
 from switchyard.state_handoff.language import definition
 from switchyard.state_handoff.language.definition import DefinitionChange
 from switchyard.state_handoff.language.spec import Pipeline
@@ -175,9 +175,10 @@ def _rebase_holding_the_archive(spark: SparkSession, pipeline: Pipeline, tables:
                   + ("; or `switchyard rebase --abandon` gives it up and the paused stream resumes from its checkpoint"
                      if resumable(tables, handoff, paths) and _committed_backfill(tables, request) is None
                      else ""))
-        handoff_log.append(tables, handoff.handoff_id, Status.FAILED,
-                           details=details.Failed(phase="rebase", request_id=request.request_id, reason=reason))
-        raise UserError(reason) from None
+        not_now = isinstance(err, NotNow)
+        handoff_log.append(tables, handoff.handoff_id, Status.FAILED, details=details.Failed(
+            phase="rebase", request_id=request.request_id, reason=reason, not_now=not_now))
+        raise (NotNow if not_now else UserError)(reason) from None
     except Exception as err:  # a query, the cluster or Kafka: the same record, so the failures after a pause count
         said = str(err).strip()
         reason = f"{type(err).__name__}" + (f": {said.splitlines()[0][:400]}" if said else "")

@@ -175,6 +175,7 @@ class Failed(Details):
     phase: str | None = None
     reason: str | None = None
     request_id: str | None = None
+    not_now: bool = False  # unavailable for the moment (Kafka, the registry): retried, never counted against a rebase
 
 
 @dataclass(frozen=True, kw_only=True)

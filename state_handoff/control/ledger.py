@@ -101,7 +101,7 @@ class Ledger:
                 abandoned.add(request_id)
             elif e.status == Status.FAILED:
                 failed.add(request_id)
-                if request_id in paused:
+                if request_id in paused and not logged.not_now:
                     failed_after_pause[request_id] = failed_after_pause.get(request_id, 0) + 1
             elif e.status == Status.RECONCILIATION_FAILED and logged.resumable:
                 reconciled.add(request_id)  # nothing replaced: the stream goes on from its own state
@@ -125,7 +125,8 @@ class Ledger:
         return next((r for r in self.rebases if r.request_id == request_id), None)
 
     def failures_after_pause(self, request: RebaseRequest) -> int:
-        """How often the paused rebase of `request` failed since the last START_REQUESTED (or ever)."""
+        """How often the paused rebase of `request` failed since the last START_REQUESTED (or ever); a failure for
+        the moment (Kafka or the registry out of reach) is not counted: it is retried for as long as it lasts."""
         return self.failed_since_start.get(request.request_id, 0)
 
     def committed_backfill_for(self, request_id: str) -> LogEntry | None:

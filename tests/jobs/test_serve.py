@@ -264,13 +264,69 @@ def test_a_broker_outage_longer_than_a_stream_ends_streaming_again_with_no_start
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
 
 
-def _serve(tables: Tables, bootstrap: str, log) -> subprocess.Popen:
+def _serve(tables: Tables, bootstrap: str, log, port: int = 0, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", "0",
+        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "demo", "--metrics-port", str(port),
          "--stream-arg=--tables-trigger-seconds", "--stream-arg=1", "--warehouse", tables.warehouse,
          "--bootstrap", bootstrap],
-        stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test"},
-        start_new_session=True)
+        stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        env={**os.environ, "SWITCHYARD_SPARK_PROFILE": "test", **(env or {})}, start_new_session=True)
+
+
+def _stopped(service: subprocess.Popen, log) -> None:
+    if service.poll() is None:
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=180) == 0, log.read_text()[-3000:]
+
+
+def test_a_paused_rebase_that_keeps_failing_is_held_down_and_alerts_until_a_start(spark, bootstrap, topic_name,
+                                                                                 tmp_path):
+    """A served stream's rebase fails after its pause at every attempt (an injected failure, as a query's or the
+    cluster's would be): the service starts it again with its backoff, each attempt logs FAILED, and at
+    PAUSED_FAILURES the stream no longer runs it by itself: the service holds the stream down
+    (`switchyard_serve_held_down` 1: SwitchyardServeHeldDown fires) while the phase says FAILED. A service started
+    again keeps it down; once the cause is gone, `switchyard start` finishes the rebase at its cut, exactly once."""
+    from switchyard.jobs.rebase.requests import PAUSED_FAILURES
+    from switchyard.state_handoff.control import details
+
+    tables = _prepare(spark, bootstrap, topic_name, tmp_path / "wh", fraction=0.7)
+    port, log = free_port(), tmp_path / "serve.log"
+    service = _serve(tables, bootstrap, log, port, env={"SWITCHYARD_FAULT": "backfill.after_state:fail"})
+    try:
+        wait_until(lambda: handoff_log.latest(tables, Status.SWITCHED) is not None, service, log, "SWITCHED")
+        produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 2, 20), 200, seed=66))
+        rebase = subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", "rebase", "--pipeline", "demo",
+                                   "--timeout", "900", "--warehouse", tables.warehouse, "--bootstrap", bootstrap],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: "held down" in log.read_text(), service, log, "the stream held down", timeout=600)
+        rebase.kill()
+        failed = [details.of(e) for e in handoff_log.entries(tables) if e.status == Status.FAILED]
+        assert len(failed) == PAUSED_FAILURES and all("injected failure at backfill.after_state" in f.reason
+                                                      for f in failed), failed
+        assert "failed 3 times at its cut" in log.read_text(), log.read_text()[-3000:]
+        metrics = scrape(f"http://127.0.0.1:{port}/metrics")
+        assert metrics[("switchyard_serve_held_down", ("pipeline", "demo"))] == 1
+        assert metrics[("switchyard_serve_stream_running", ("pipeline", "demo"))] == 0
+        assert pipeline_status(tables)["phase"] == Phase.FAILED.value
+        assert lease.owner(tables) is None and handoff_log.latest(tables, Status.PAUSED) is not None
+    finally:
+        _stopped(service, log)
+
+    log = tmp_path / "serve-fixed.log"  # the cause gone: a service without the fault
+    service = _serve(tables, bootstrap, log)
+    try:
+        wait_until(lambda: "held down" in log.read_text(), service, log, "the stream refused again by itself")
+        code, out = cli_here(tables, bootstrap, "start")
+        assert code == 0, out
+        wait_until(lambda: [e.status for e in handoff_log.entries(tables)].count(Status.HANDOFF_COMMITTED) == 2
+                   and handoff_log.entries(tables)[-1].status in (Status.SWITCHED, Status.CAUGHT_UP), service, log,
+                   "the rebase finished at its cut and streaming", timeout=600)
+        total = latest_total(bootstrap, topic_name, handoff_log.offsets(handoff_log.latest(tables,
+                                                                                            Status.HANDOFF_COMMITTED)))
+        wait_until(lambda: stream_read(tables) >= total, service, log, f"{total} records read")
+    finally:
+        _stopped(service, log)
+    assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
 
 
 def test_a_standby_service_finishes_a_rebase_whose_host_died_and_streams_exactly_once(spark, bootstrap, topic_name,

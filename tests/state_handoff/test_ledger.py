@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from switchyard.state_handoff.clock import ManualClock
-from switchyard.state_handoff.control import handoff_log, requests
+from switchyard.state_handoff.control import details, handoff_log, requests
 from switchyard.state_handoff.control.answers import NoAnswer, await_answer
 from switchyard.state_handoff.control.details import HandoffCommitted, Paused, ReconciliationFailed
 from switchyard.state_handoff.control.ledger import Ledger
@@ -115,3 +115,31 @@ def test_a_paused_rebase_that_keeps_failing_is_refused_until_an_operator_starts_
     view = PipelineView.read(tables)
     refuse_if_failing(view, view.ledger.open_rebase)  # an operator's start: counted anew
     assert view.ledger.open_rebase.request_id == asked.request_id, "still open: the cut is the way on"
+
+
+def test_a_paused_rebase_out_of_reach_of_kafka_for_the_moment_is_not_now_and_never_counted(tables, monkeypatch):
+    """A paused rebase that meets Kafka (or the registry) out of reach exits not now (75: `serve` retries it with its
+    backoff) and records a FAILED that the bound on a paused rebase's failures does not count, so an outage that
+    outlasts three attempts does not hold the stream down."""
+    from switchyard.jobs.rebase import run
+    from switchyard.jobs.rebase.requests import PAUSED_FAILURES, refuse_if_failing
+    from switchyard.state_handoff.errors import NotNow
+    from switchyard.state_handoff.language.pipelines import get_pipeline
+
+    asked = requests.request_rebase(PipelineView.read(tables), "test", "switch back")
+    handoff_log.append(tables, "h1", Status.PAUSED, details=Paused(request_id=asked.request_id, cut=CUT.as_details()))
+
+    def kafka_away(*_args, **_kwargs):
+        raise NotNow("Kafka at 127.0.0.1:9 did not answer within 10 s: start it, or check --bootstrap")
+
+    monkeypatch.setattr(run, "rebase_at_cut", kafka_away)
+    for _ in range(PAUSED_FAILURES + 1):
+        view = PipelineView.read(tables)
+        with pytest.raises(NotNow, match="did not answer.*the rebase stays paused at its cut"):
+            run.run_rebase(None, get_pipeline("demo"), tables, "127.0.0.1:9", view.current_handoff,
+                           view.ledger.open_rebase)
+    view = PipelineView.read(tables)
+    failed = [e for e in handoff_log.entries(tables) if e.status == Status.FAILED]
+    assert len(failed) == PAUSED_FAILURES + 1 and all(details.of(e).not_now for e in failed)
+    assert view.ledger.failures_after_pause(view.ledger.open_rebase) == 0
+    refuse_if_failing(view, view.ledger.open_rebase)  # still retried by itself
