@@ -104,7 +104,7 @@ BAD = [
     ("SWITCHYARD_SCHEMA_REGISTRY_URL", "registry:8081", "SWITCHYARD_SCHEMA_REGISTRY_URL must be an http:// or https:// URL"),
     ("SWITCHYARD_SWITCH_BACK", "always", "SWITCHYARD_SWITCH_BACK must be one of"),
     ("SWITCHYARD_FIRST_DAY", "1 Dec 2025", "SWITCHYARD_FIRST_DAY must be a day as YYYY-MM-DD, not '1 Dec 2025'"),
-    ("SWITCHYARD_FAULT", "stream.nowhere", "SWITCHYARD_FAULT must be `point[:n]`"),
+    ("SWITCHYARD_FAULT", "stream.nowhere", "SWITCHYARD_FAULT must be `point[:n][:fail]`"),
     ("SWITCHYARD_FAULT", "stream.after_seed:0", "not 'stream.after_seed:0'"),
     ("SWITCHYARD_LOG_FORMAT", "yaml", "SWITCHYARD_LOG_FORMAT must be one of text or json, not 'yaml'"),
 ]
@@ -176,7 +176,7 @@ def test_from_env_gives_typed_values():
     assert held.warehouse == "s3a://bucket/wh"
     assert held.lease_seconds == 2.5 and held.tidy_every == 7 and held.shuffle_partitions == 16
     assert held.kafka_security_protocol == "SASL_SSL" and held.kafka_ssl_check_hostname is False
-    assert held.spark_cds is False and held.fault == ("stream.after_seed", 3)
+    assert held.spark_cds is False and held.fault == ("stream.after_seed", 3, False)
     assert held.home == ROOT / "tmp" / "home" and held.kafka_ssl_cafile == Path("/etc/ca.pem")
     assert held.first_day == date(2026, 1, 31)
     assert held.pipeline is None  # empty counts as unset
@@ -213,3 +213,16 @@ def test_the_code_reads_no_setting_around_the_table():
     around = [f"{p.relative_to(ROOT)}: {line.strip()}" for p in sources for line in p.read_text().splitlines()
               if re.search(r"(environ\.get|getenv)\(\s*[\"']SWITCHYARD_", line)]
     assert around == []
+
+
+def test_a_crash_point_armed_to_fail_raises_there_instead_of_the_kill():
+    from switchyard.state_handoff import settings
+
+    parse = settings.CRASH_POINT.parse
+    assert parse("rebase.after_pause") == ("rebase.after_pause", 1, False)
+    assert parse("rebase.after_pause:2") == ("rebase.after_pause", 2, False)
+    assert parse("backfill.after_state:fail") == ("backfill.after_state", 1, True)
+    assert parse("backfill.after_state:3:fail") == ("backfill.after_state", 3, True)
+    for wrong in ("backfill.after_state:0:fail", "backfill.after_state:1:2", "backfill.after_state:never"):
+        with pytest.raises(ValueError):
+            parse(wrong)
