@@ -1,8 +1,9 @@
 """A rebase's backlog phase at its cut (jobs/rebase/run.py's steps 1 and 2, and the state committed at the cut), as
 steps that each return a value, run in this order:
 
-1. tile_to_cut: the archive's days the last backfill had not tiled (or, for a redeploy, every day, or the tiles made
-   beside it put in place), as a tiles run;
+1. tile_to_cut: the archive's days the last backfill had not tiled (for a redeploy: the tiles made beside it, or a
+   rollback's kept ones, put in place, then the days of the archive files they do not hold; else every day), as a
+   tiles run;
 2. CutStates: the records up to the cut fetched and parsed once, the tiles of the Kafka range past the archive's
    cut, and the streamed state folded up to the cut;
 3. merge_at_cut (jobs/backfill/commit.py): the recomputed keyed state;
@@ -105,27 +106,33 @@ def recompute_at_cut(spark: SparkSession, rebase: RebaseAtCut, out=logger.info) 
 def tile_to_cut(spark: SparkSession, rebase: RebaseAtCut, archive: ArchiveListing, archive_end: Offsets,
                 out=logger.info) -> BackfillResult | None:
     """Step 1: the tiles run the commit at the cut closes (None: no day to tile; the commit takes a pending one, if
-    any). A redeploy's tiles, of another shape, replace the whole table: those made beside the live stream, else
-    every archived day tiled now."""
-    first, last = days_to_tile(rebase.tables, archive, *rebase.request.days)
+    any). A redeploy's tiles, of another shape, replace the whole table: those made beside the live stream (or a
+    rollback's, kept), then the days of the archive files they do not hold are tiled; else every archived day is
+    tiled now."""
     redeploy = rebase.request.redeploy
-    whole = redeploy is not None and not take_over_at_cut(spark, rebase.pipeline, rebase.tables, redeploy,
-                                                          rebase.change, archive_end, out)
-    if whole:
-        first = last = None
+    held = None
+    if redeploy is not None:
+        held = take_over_at_cut(spark, rebase.pipeline, rebase.tables, redeploy, rebase.change, archive_end, out)
+    whole = redeploy is not None and held is None
+    first, last = (None, None) if whole else days_to_tile(rebase.tables, archive, *rebase.request.days, tiled=held)
     if not (first or whole):
         return None
+    if redeploy is not None and not whole:
+        out(f"redeploy {rebase.pipeline.name}: tiling {first}..{last}, the days of the archive files its tiles do "
+            "not hold")
     tiles_run = backfill_tiles(spark, rebase.pipeline, rebase.tables, first, last, out=out, whole=whole)
     return tiles_run if tiles_run.handoff_id is not None else None
 
 
-def days_to_tile(tables: Tables, archive: ArchiveListing, first: str | None,
-                 last: str | None) -> tuple[str | None, str | None]:
-    """The requested days, widened to every day with archive files the last committed backfill had not tiled
-    (the archive grew since): the Kafka range of a rebase begins at the archive's cut, so the days below it
-    must hold every archived record."""
-    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
-    tiled = set(details.of(committed).tiled_files or []) if committed else set()
+def days_to_tile(tables: Tables, archive: ArchiveListing, first: str | None, last: str | None,
+                 tiled: set[str] | None = None) -> tuple[str | None, str | None]:
+    """The requested days, widened to every day with archive files the tiles do not hold: those the last committed
+    backfill had not tiled (the archive grew since), or, given `tiled`, those not in it (the tiles a redeploy took
+    over). The Kafka range of a rebase begins at the archive's cut, so the days below it must hold every archived
+    record."""
+    if tiled is None:
+        committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+        tiled = set(details.of(committed).tiled_files or []) if committed else set()
     days = {f.day for f in archive.files if storage.relative(f.path, tables.archive) not in tiled}
     days |= {d for d in (first, last) if d}
     if not days:

@@ -94,52 +94,60 @@ def _project_beside(spark: SparkSession, pipeline: Pipeline, tables: Tables, nam
             "seconds": round(time.monotonic() - started, 3)}
 
 
-def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: dict | None, out=logger.info) -> bool:
-    """At the cut: the tiles made beside replace `tiles` when they are `pipeline`'s and fold every file the last
-    committed backfill tiled (the days it did not are tiled at the cut); False when they cannot, and every day is
-    tiled at the cut instead. A rollback's (`restore`: the `tiles` version kept with the previous definition's) are
-    restored in one metadata commit, nothing copied."""
+def take_over(spark: SparkSession, pipeline: Pipeline, tables: Tables, beside: dict | None,
+              out=logger.info) -> set[str] | None:
+    """At the cut: the tiles made beside replace `tiles` when they are `pipeline`'s; returns the archive files the
+    tiles hold then (relative to the archive), so that the cut tiles only the days of the files archived or tiled
+    since (None: they cannot, and every day is tiled at the cut). A rollback's (`restore`: the `tiles` version kept
+    with the previous definition's) are restored in one metadata commit, nothing copied."""
     if not beside or beside["version"] != definition.version(pipeline):
-        return False
-    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
-    if not set(details.of(committed).tiled_files or []) <= set(beside["files"]):
-        out(f"redeploy {pipeline.name}: the tiles made beside miss archive files tiled since; tiling every day again")
-        return False
+        return None
     if beside.get("as_is") is not None:  # of the same shape: the recorded tiles are this definition's
-        return True
+        committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+        return set(details.of(committed).tiled_files or [])
     if beside.get("restore") is not None:
         try:
             delta_upkeep.restore(tables.tiles, beside["restore"])
         except (DeltaError, OSError) as err:
             out(f"redeploy {pipeline.name}: the kept tiles of version {beside['restore']} cannot be restored "
                 f"({str(err).splitlines()[0][:200]}); tiling every day again")
-            return False
+            return None
         out(f"redeploy {pipeline.name}: the tiles kept with this definition restored (tiles version "
             f"{beside['restore']})")
-        return True
+        return set(beside["files"])
     frame = spark.read.format("delta").option("versionAsOf", beside["table_version"]).load(tables.path(TABLE))
     (frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .options(**fencing.spark_options(tables.tiles)).partitionBy("event_date").save(tables.tiles))
     out(f"redeploy {pipeline.name}: the tiles made beside the live stream replace the recorded definition's")
-    return True
+    return set(beside["files"])
 
 
 def take_over_at_cut(spark: SparkSession, pipeline: Pipeline, tables: Tables, redeploy: RedeployPlan,
-                     change: DefinitionChange, archive_end: dict[int, int], out=logger.info) -> bool:
+                     change: DefinitionChange, archive_end: dict[int, int], out=logger.info) -> set[str] | None:
     """At a redeploy's cut (`redeploy`: its request's plan, `change`: what it changes): the tiles made beside replace
     `tiles` (take_over), and when records parse otherwise, every archived record's dead letter is replaced by those
-    made beside, or dropped when there are none (jobs/rebase/reparse.py). False: every archived day is to be tiled at
-    the cut, its dead letters with it."""
+    made beside, or dropped when there are none (jobs/rebase/reparse.py). Returns the archive files the tiles hold
+    (the cut tiles the days of the others); None: every archived day is to be tiled at the cut, its dead letters
+    with it."""
     beside = redeploy.beside
     reparsed = change.reparsed
     if reparsed and (beside or {}).get("dead_letter_version") is None:
         beside = None  # tiles restored or projected carry no dead letters of the changed parse
-    taken = take_over(spark, pipeline, tables, beside, out)
+    if reparsed and beside and not _holds_every_tiled_file(tables, beside):
+        out(f"redeploy {pipeline.name}: the dead letters made beside miss archive files tiled since; tiling every "
+            "day again")
+        beside = None  # dead letters made beside are taken whole: they must cover every archived file
+    held = take_over(spark, pipeline, tables, beside, out)
     if reparsed:
-        reparse.archived_dead_letters(spark, tables, archive_end, beside if taken else None)
-    if taken:
+        reparse.archived_dead_letters(spark, tables, archive_end, beside if held is not None else None)
+    if held is not None:
         faults.reach("redeploy.after_tiles")
-    return taken
+    return held
+
+
+def _holds_every_tiled_file(tables: Tables, beside: dict) -> bool:
+    committed = handoff_log.latest(tables, Status.BACKFILL_COMMITTED)
+    return set(details.of(committed).tiled_files or []) <= set(beside["files"])
 
 
 def drop_beside(tables: Tables) -> None:

@@ -205,8 +205,15 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert {k: r["largest2"] for k, r in state.items()} == {k: s.amount_max for k, s in expected.state.items()}
     assert [e.status for e in entries].count(Status.REBASE_ABANDONED) == 1
 
-    # back to the recorded definition: a rollback, run under it, restores its tiles, kept since the redeploy
+    # archived and tiled since under the changed definition: a rollback tiles only the days of those files
+    from switchyard.jobs.archive import archive_cut, run_archive
     from switchyard.state_handoff.control import kept_versions
+
+    run_archive(spark, DEMO_PLUS_ONE, tables, bootstrap, topic_name, archive_cut(bootstrap, topic_name, fraction=1.0),
+                out=lambda *_: None)
+    rebase_pipeline(DEMO_PLUS_ONE, tables, bootstrap, "rebase", "test", lambda: spark, out=lambda *_: None)
+
+    # back to the recorded definition: a rollback, run under it, restores its tiles, kept since the redeploy
 
     wrong = _cli(tables, bootstrap, "rollback", "--pipeline", CHANGED)
     out, _ = wrong.communicate(timeout=120)
@@ -223,6 +230,9 @@ def test_a_redeploy_that_dies_is_given_up_or_finished_at_its_cut(spark, bootstra
     assert requests.as_details(asked)["reason"] == "rollback" and requests.as_details(asked)["redeploy"]["beside"]["restore"] == kept[0], asked
     back = details.of(handoff_log.latest(tables, Status.HANDOFF_COMMITTED))
     assert back.request_id == asked.request_id and back.definition["version"] == definition.version(DEMO)
+    at_cut = details.of(handoff_log.latest(tables, Status.BACKFILL_COMMITTED))
+    archived = sum(a["read"] for a in at_cut.archive_accounting.values())
+    assert 0 < at_cut.records_read < archived, f"the rollback tiled {at_cut.records_read} of {archived} archived"
     produce(bootstrap, topic_name, tail_events(2, datetime(2026, 1, 3, 6), 40, seed=46))
     stream(DEMO)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
