@@ -71,13 +71,19 @@ def _tables(args):
     return [Tables(args.warehouse, name) for name in names]
 
 
-def _until_sigterm(seconds: float | None = None) -> None:
-    """Wait until SIGTERM, Ctrl-C or `seconds`."""
+def _sigterm_event():
+    """An event SIGTERM sets, from now on."""
     import signal
     import threading
 
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    return done
+
+
+def _until_sigterm(seconds: float | None = None, done=None) -> None:
+    """Wait until SIGTERM (`done`, when its handler was set earlier), Ctrl-C or `seconds`."""
+    done = done or _sigterm_event()
     try:
         done.wait(seconds)
     except KeyboardInterrupt:
@@ -98,6 +104,7 @@ def run_metrics_command(args) -> int:
 def run_serve_command(args) -> int:
     import threading
 
+    stopped = _sigterm_event()  # from the command's start: a stop before the service runs is obeyed, nothing started
     from switchyard.jobs.metrics import check_port, served
     from switchyard.jobs.serve import Restarts, Service
     from switchyard.state_handoff.errors import UserError
@@ -110,11 +117,12 @@ def run_serve_command(args) -> int:
                       lambda: Restarts(limit=args.restarts, window_s=args.restart_window), refs=_references(args))
     names = ", ".join(t.pipeline for t in tables)
     with served(tables, args.bootstrap, port, args.metrics_address, f"switchyard serve ({names})", also=[service]):
-        worker = threading.Thread(target=service.run, name="serve")
-        worker.start()
-        _until_sigterm()
-        service.stop()
-        worker.join()
+        if not stopped.is_set():
+            worker = threading.Thread(target=service.run, name="serve")
+            worker.start()
+            _until_sigterm(done=stopped)
+            service.stop()
+            worker.join()
     logger.info(f"switchyard serve ({names}): stopped")
     return 0
 

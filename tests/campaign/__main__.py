@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--minutes", type=float, help="with --histories: start no new history after this long")
     parser.add_argument("--steps", type=int, help="with --seed: only the history's first STEPS steps")
     parser.add_argument("--out", type=Path, help="where the verdicts and the summary go (default: a temporary folder)")
+    parser.add_argument("--classic", action="store_true", help="the first campaign's histories (no served streams, "
+                        "redeploys or Dagster jobs): the short mode's earlier seeds")
     parser.add_argument("--broker-port", type=int, help=argparse.SUPPRESS)  # a long campaign's broker, for a child
     parser.add_argument("--broker-home", type=Path, help=argparse.SUPPRESS)
     return parser
@@ -63,7 +65,7 @@ def _one(args) -> int:
     spark = build_spark("switchyard-campaign", profile="test")
     work = out / (f"history-{args.seed}" + (f"-{args.steps}" if args.steps else ""))
     try:
-        verdict = run_history(spark, broker, Path(work), args.seed, args.steps)
+        verdict = run_history(spark, broker, Path(work), args.seed, args.steps, surfaces=not args.classic)
     finally:
         spark.stop()
         if own:
@@ -79,10 +81,11 @@ def _one(args) -> int:
     return 0 if verdict.ok else 1
 
 
-def _child(broker, out: Path, seed: int, steps: int | None = None) -> dict:
+def _child(broker, out: Path, seed: int, steps: int | None = None, classic: bool = False) -> dict:
     argv = [sys.executable, "-m", "tests.campaign", "--seed", str(seed), "--out", str(out),
             "--broker-port", str(broker.port), "--broker-home", str(broker.home)]
     argv += ["--steps", str(steps)] if steps else []
+    argv += ["--classic"] if classic else []
     child = subprocess.Popen(argv, cwd=ROOT, start_new_session=True)
     try:
         child.wait(timeout=BUDGET_S)
@@ -111,14 +114,15 @@ def _campaign(args) -> int:
             if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
                 print(f"--minutes {args.minutes:g} passed: no new history", flush=True)
                 break
-            verdict = _child(broker, out, seed)
+            verdict = _child(broker, out, seed, classic=args.classic)
             verdicts.append(verdict)
             if verdict["violations"]:
                 length = len(verdict["steps"])
                 shortest = shortest_failing_prefix(
-                    lambda k: k == length or bool(_child(broker, out, seed, k)["violations"]), length)
+                    lambda k: k == length or bool(_child(broker, out, seed, k, args.classic)["violations"]), length)
                 failures.append({"seed": seed, "steps": length, "shortest_failing_prefix": shortest,
-                                 "replay": f"python -m tests.campaign --seed {seed} --steps {shortest}",
+                                 "replay": f"python -m tests.campaign --seed {seed} --steps {shortest}"
+                                           + (" --classic" if args.classic else ""),
                                  "violations": verdict["violations"][:5]})
             print(f"{len(verdicts)}/{args.histories} histories, {len(failures)} failing, "
                   f"{time.monotonic() - started:.0f} s", flush=True)
@@ -126,8 +130,11 @@ def _campaign(args) -> int:
         kafka_broker.stop(broker)
     summary = {
         "histories": len(verdicts), "seeds": f"{args.first_seed}..{args.first_seed + len(verdicts) - 1}",
+        "histories_of": "the first campaign (--classic)" if args.classic else "every surface",
+        "command": "python -m tests.campaign " + " ".join(sys.argv[1:]),
         "seconds": round(time.monotonic() - started),
         "steps": sum(len(v["steps"]) for v in verdicts),
+        "families": dict(Counter(v.get("family", "json") for v in verdicts).most_common()),
         "faults_by_kind": dict(sum((Counter(v["faults"]) for v in verdicts), Counter()).most_common()),
         "commands_by_kind": dict(sum((Counter(v["commands"]) for v in verdicts), Counter()).most_common()),
         "outcomes": dict(Counter(o["result"] for v in verdicts for o in v.get("outcomes", [])).most_common()),

@@ -7,18 +7,28 @@ command it names (one of `WAY_ON`), at most three times. Not streaming caught up
 The invariants hold whatever the stream's batches were: every record Kafka ever held is dead-lettered for the
 oracle's reason or aggregated, exactly once; each key's state is the oracle's over every well-formed record; per
 window, what the final and open window tables hold plus the records dead-lettered as late is the oracle's window;
-no window in both tables; a late record's window ended before the newest event time less the lateness."""
+no window in both tables; a late record's window ended before the newest event time less the lateness; each key's
+newest record on the updates topic is its `state` row; the history's secret shows in no log line, metric, status or
+command line. A served pipeline's way on is docs/operating.md's (tests/campaign/surfaces.py: way_on_served), and its
+metrics agree with `switchyard status` once it is caught up."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 
-from switchyard.state_handoff.control import handoff_log
+from types import SimpleNamespace
+
+from switchyard.state_handoff.control import handoff_log, lease
 from switchyard.state_handoff.control.lifecycle import Status
+from switchyard.state_handoff.control.view import PipelineView
+from tests.campaign.surfaces import (recorded_definition, running_services, secret_sightings, start_service,
+                                     stop_services, way_on_served)
 from tests.campaign.world import STREAM_FLAGS, World
 from tests.support import oracle
-from tests.support.compare import close, rows
+from tests.support.compare import close, rows, updates_topic_differences
+
+_NO_REQUEST = SimpleNamespace(redeploy=None)
 
 # the commands a refusal may name as the way on, as the campaign runs them
 WAY_ON = {
@@ -29,6 +39,8 @@ WAY_ON = {
     "switchyard handoff": ["handoff"],
     "switchyard handoff --restart-from-retained": ["handoff", "--restart-from-retained"],
     "switchyard rebase": ["rebase", "--timeout", "240"],
+    "switchyard start": ["start"],
+    "switchyard redeploy": None,  # under the definition the open redeploy request moves to: see _finish_redeploy
 }
 NAMED = re.compile(r"`(switchyard [a-z-]+(?: --[a-z-]+)?)")
 
@@ -41,8 +53,35 @@ def _named_command(detail: str) -> list[str] | None:
     for named in NAMED.findall(detail):
         for text in (named, named.rsplit(" --", 1)[0]):
             if text in WAY_ON:
-                return ["archive"] if WAY_ON[text] is None else WAY_ON[text]
+                return [text.split()[1]] if WAY_ON[text] is None else WAY_ON[text]
     return None
+
+
+def _owner(world: World):
+    try:
+        return lease.owner(world.tables)
+    except Exception:  # noqa: BLE001 - as _open_request
+        return None
+
+
+def _open_request(world: World):
+    try:
+        return PipelineView.read(world.tables).ledger.open_rebase
+    except Exception:  # noqa: BLE001 - tables no command can read (a wedge's): the commands' own refusals say why
+        return None
+
+
+def _finish_redeploy(world: World, step: str) -> None:
+    """An open redeploy request is finished by `switchyard redeploy` under the definition it moves to (its
+    refusals say so); the commands after it run under that definition."""
+    from tests.campaign.surfaces import definition_for_version
+
+    request = _open_request(world)
+    to = definition_for_version(request.redeploy.version) if request and request.redeploy else None
+    if to is not None:
+        world.definition = to
+        world.cli(step, ["redeploy", "--timeout", "240"])
+    world.definition = recorded_definition(world)
 
 
 def _has(world: World, status: str) -> bool:
@@ -53,7 +92,19 @@ def way_on(world: World) -> None:
     """Bring the pipeline to streaming caught up as the docs say; a violation when it cannot be done."""
     if world.live_running():
         world.stop_live("command", "way on: stop")
+    if (_open_request(world) or _NO_REQUEST).redeploy is not None:
+        served = len(running_services(world))
+        stop_services(world, "way on: stop the services")
+        _finish_redeploy(world, "way on: redeploy")
+        for _ in range(served):  # deployed again with the changed code
+            start_service(world, "way on: serve")
+    if running_services(world) or world.served_ever:  # a served pipeline: its services are how it streams
+        way_on_served(world)
+    owner = _owner(world)
+    if owner is not None and owner.command == lease.STREAM:  # a stream whose service was killed streams on
+        world.cli("way on: stop", ["stop", "--timeout", "180"])
     world.close()
+    world.definition = recorded_definition(world)
     if world.corrupted:
         world.repair()
         world.log("way on: repaired the corrupted archive files")
@@ -76,6 +127,8 @@ def way_on(world: World) -> None:
             break
         if named == ["archive"]:
             _archive(world, "way on: archive")
+        elif named == ["redeploy"]:
+            _finish_redeploy(world, "way on: redeploy")
         else:
             world.cli(f"way on: {' '.join(named[:2])}", named)
     last = world.outcomes[-1]
@@ -141,4 +194,6 @@ def invariants(spark, world: World) -> list[str]:
         if want is None or got[0] != want.event_count or not close(got[1], want.amount_sum, want.amount_abs):
             found.append(f"window {k}: windows + late hold {got[0]} records (sum {got[1]}), the oracle "
                          f"{want.event_count if want else 0}")
+    found += updates_topic_differences(spark, world.bootstrap, tables)[1]
+    found += secret_sightings(world)
     return found[:40]

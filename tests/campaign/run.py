@@ -9,7 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tests.campaign.check import invariants, way_on
-from tests.campaign.history import generate
+from tests.campaign import registry
+from tests.campaign.history import family_of, generate
 from tests.campaign.world import World, run_step
 
 
@@ -23,35 +24,40 @@ class Verdict:
     commands: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     log: str = ""
+    surfaces: bool = True  # the history is over every surface (False: the first campaign's, `--classic`)
+    family: str = "json"  # its records: the demo's JSON, or a team's Avro pipeline's under a schema registry
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     def replay(self) -> str:
-        return f"python -m tests.campaign --seed {self.seed} --steps {len(self.steps)}"
+        return (f"python -m tests.campaign --seed {self.seed} --steps {len(self.steps)}"
+                + ("" if self.surfaces else " --classic"))
 
     def as_dict(self) -> dict:
         return {**asdict(self), "replay": self.replay()}
 
 
-def run_history(spark, broker, root: Path, seed: int, steps: int | None = None) -> Verdict:
-    """Run the history of `seed` (its first `steps` steps, when given), the way on, and the invariants."""
-    history = generate(seed)
+def run_history(spark, broker, root: Path, seed: int, steps: int | None = None, surfaces: bool = True) -> Verdict:
+    """Run the history of `seed` (its first `steps` steps, when given), the way on, and the invariants; `surfaces`:
+    a history over every surface (False: the first campaign's)."""
+    history = generate(seed, surfaces=surfaces)
     history = history[:steps] if steps is not None else history
     root.mkdir(parents=True, exist_ok=True)
-    world, started = World(broker, root), time.monotonic()
+    world, started = World(broker, root, family=family_of(seed, surfaces)), time.monotonic()
     rng = random.Random(seed * 7919 + 1)
     try:
         for step in history:
             run_step(world, step, rng)
         way_on(world)
         if not any(v.startswith("wedged") for v in world.violations):
-            world.violations += invariants(spark, world)
+            world.violations += (registry.invariants if world.registry else invariants)(spark, world)
     finally:
-        world.close()
+        world.end()
     return Verdict(seed, [str(s) for s in history], world.violations, [asdict(o) for o in world.outcomes],
-                   world.faults, world.commands, round(time.monotonic() - started, 1), str(world.log_path))
+                   world.faults, world.commands, round(time.monotonic() - started, 1), str(world.log_path), surfaces,
+                   world.family)
 
 
 def shortest_failing_prefix(fails: Callable[[int], bool], length: int) -> int:

@@ -32,7 +32,7 @@ EXTENDED = {26, 120}  # run by `make test-extended`: make test's budget holds on
 @pytest.mark.parametrize("seed", [pytest.param(s, marks=[pytest.mark.extended] if s in EXTENDED else [])
                                   for s in sorted(SEEDS)])
 def test_history_of_seed(spark, broker, tmp_path, seed):
-    verdict = run_history(spark, broker, tmp_path, seed)
+    verdict = run_history(spark, broker, tmp_path, seed, surfaces=False)
     assert verdict.ok, (f"seed {seed}: replay with `{verdict.replay()}`; log {verdict.log}\n"
                         + "\n".join(verdict.violations))
 
@@ -65,3 +65,57 @@ def test_a_failing_history_shrinks_to_its_shortest_failing_prefix():
         return k >= 6
 
     assert shortest_failing_prefix(fails, 13) == 6 and len(runs) <= 4
+
+
+def test_the_checker_finds_a_stale_topic_record_a_metric_that_disagrees_and_a_secret(spark, broker, tmp_path):
+    """The invariants of every output are not vacuous: a key's newest record on the updates topic that is not its
+    `state` row is found, so is a metric that disagrees with `switchyard status`, and so is the history's secret in
+    a log line or on a process's command line."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from kafka import KafkaConsumer
+
+    from switchyard.state_handoff.control.lifecycle import Phase
+    from switchyard.state_handoff.control.status import pipeline_status
+    from switchyard.state_handoff.control.view import PipelineView
+    from switchyard.state_handoff.io.kafka_io import produce
+    from tests.campaign.surfaces import cmdline_sightings, metrics_differences, secret_sightings
+
+    world = World(broker, tmp_path)
+    for step in [Step("produce", {"kind": "normal", "count": 300, "seed": 3}), Step("archive", {"fraction": 0.6}),
+                 Step("backfill"), Step("handoff"), Step("produce", {"kind": "normal", "count": 60, "seed": 4})]:
+        run_step(world, step, None)
+    way_on(world)
+    assert world.violations == [] and invariants(spark, world) == []
+
+    topic = PipelineView.read(world.tables).updates_topic
+    consumer = KafkaConsumer(topic, bootstrap_servers=world.bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000)
+    record = next(r for r in consumer if r.value is not None)
+    consumer.close()
+    value = json.loads(record.value)
+    value["event_count"] += 1
+    produce(world.bootstrap, topic, [(record.key, json.dumps(value).encode(), record.partition, None)])
+    assert any("keys stale on" in v for v in invariants(spark, world))
+
+    status = dict(pipeline_status(world.tables, world.bootstrap), phase_name=Phase.FAILED.name)
+    scraped = "\n".join(f'switchyard_phase{{pipeline="demo",phase="{p.name}"}} {int(p == Phase.CAUGHT_UP)}'
+                        for p in Phase) + "\n"
+    assert any(v.startswith("metrics: phase ['CAUGHT_UP'], status FAILED")
+               for v in metrics_differences(world, scraped, status))
+
+    assert secret_sightings(world) == []
+    world.log(f"a line that prints the JVM options: {world.env['SWITCHYARD_JVM_OPTIONS']}")
+    shown = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", world.secret])
+    try:
+        for _ in range(50):  # until the child has exec'd
+            if str(shown.pid) in cmdline_sightings(world):
+                break
+            time.sleep(0.1)
+        assert str(shown.pid) in cmdline_sightings(world)
+    finally:
+        shown.kill()
+    assert any(v.startswith("secret in a log line") for v in secret_sightings(world))

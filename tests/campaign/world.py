@@ -41,6 +41,10 @@ STREAM_FLAGS = ["--caught-up-lag", "0", "--tables-trigger-seconds", "1"]
 # rebase, so the rebases a switch back starts would never meet the faults.
 ENV = {"SWITCHYARD_SPARK_PROFILE": "test", "SWITCHYARD_STATE_PARTITIONS": "2", "SWITCHYARD_SWITCH_BACK": "lag",
        lease.ENV: str(LEASE_SECONDS)}
+# the definitions a history moves between (`redeploy` there, `redeploy` or `rollback` back): the demo, and the demo
+# with one aggregation added; the oracle's columns are in both
+DEFINITIONS = {"demo": PIPELINE, "plus_one": "tests.support.changed_pipeline:DEMO_PLUS_ONE",
+               "payments": "registry_payments_pipeline:PIPELINE"}  # the Avro histories' (tests/campaign/registry.py)
 
 
 @dataclass
@@ -63,12 +67,27 @@ class World:
     kept: dict = field(default_factory=dict)  # (partition, offset) -> record, read before retention deleted it
     corrupted: list[tuple[Path, Path]] = field(default_factory=list)
     stream_settings: list[str] = field(default_factory=list)
+    definition: str = "demo"  # which of DEFINITIONS the commands run under
+    services: list = field(default_factory=list)  # surfaces.Service: the `switchyard serve` processes started
+    orphans: list[int] = field(default_factory=list)  # streams whose service was killed, left running
+    scraped: list[str] = field(default_factory=list)  # every metrics text scraped
+    secret: str = field(default_factory=lambda: f"campaign-secret-{uuid.uuid4().hex[:12]}")
+    secret_pids: list[str] = field(default_factory=list)  # processes whose command line showed the secret
+    family: str = "json"  # the demo's JSON records, or "avro": a team's Avro pipeline and a schema registry
+    served_ever: bool = False  # a service ran: the way on is a served pipeline's
 
     def __post_init__(self):
         self.root.mkdir(parents=True, exist_ok=True)
-        self.tables = Tables(str(self.root / "wh"), PIPELINE)
+        self.registry = None
+        if self.family == "avro":
+            from tests.campaign.registry import PIPELINE_NAME, AvroProducer, Registry
+
+            self.registry, self.definition = Registry(self.root), "payments"
+            self.producer = AvroProducer(self.registry)
+        else:
+            self.producer = Producer()
+        self.tables = Tables(str(self.root / "wh"), PIPELINE_NAME if self.registry else PIPELINE)
         self.log_path = self.root / "history.log"
-        self.producer = Producer()
         self.faults: dict[str, int] = {}
         self.commands: dict[str, int] = {}
         create_topic(self.bootstrap, self.topic, self.partitions)
@@ -83,16 +102,24 @@ class World:
 
     # ---- running the command line ----
 
-    def _argv(self, command: list[str]) -> list[str]:
-        return [*command, "--pipeline", PIPELINE, "--warehouse", self.tables.warehouse, "--bootstrap", self.bootstrap]
+    def _argv(self, command: list[str], pipeline_ref: str | None = None) -> list[str]:
+        return [*command, "--pipeline", pipeline_ref or DEFINITIONS[self.definition], "--warehouse",
+                self.tables.warehouse, "--bootstrap", self.bootstrap]
+
+    @property
+    def env(self) -> dict:
+        """Every process's settings: ENV, and a secret where a team's would be (a keystore password in the JVM
+        options), which no log line, metric, status or command line may show."""
+        return {**ENV, "SWITCHYARD_JVM_OPTIONS": f"-Djavax.net.ssl.keyStorePassword={self.secret}",
+                **(self.registry.env if self.registry else {})}
 
     def cli(self, step: str, command: list[str], env: dict | None = None) -> Outcome:
         """`switchyard COMMAND` in this process, through the command line's own entry point."""
         from switchyard.jobs.cli.parser import main
 
         self.commands[command[0]] = self.commands.get(command[0], 0) + 1
-        saved = {k: os.environ.get(k) for k in {**ENV, **(env or {})}}
-        os.environ.update({**ENV, **(env or {})})
+        saved = {k: os.environ.get(k) for k in {**self.env, **(env or {})}}
+        os.environ.update({**self.env, **(env or {})})
         err, started = io.StringIO(), time.monotonic()
         try:
             with open(self.log_path, "a") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -104,11 +131,13 @@ class World:
                 os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
         return self._judge(step, code, err.getvalue(), started)
 
-    def spawn(self, command: list[str], env: dict | None = None) -> subprocess.Popen:
+    def spawn(self, command: list[str], env: dict | None = None, pipeline_ref: str | None = None,
+              prefix: tuple[str, ...] = ()) -> subprocess.Popen:
         self.commands[command[0]] = self.commands.get(command[0], 0) + 1
-        return subprocess.Popen([sys.executable, "-m", "switchyard.jobs.cli", *self._argv(command)],
+        return subprocess.Popen([*prefix, sys.executable, "-m", "switchyard.jobs.cli",
+                                 *self._argv(command, pipeline_ref)],
                                 stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT, cwd=ROOT,
-                                env={**os.environ, **ENV, **(env or {})}, start_new_session=True)
+                                env={**os.environ, **self.env, **(env or {})}, start_new_session=True)
 
     def run_process(self, step: str, command: list[str], env: dict | None = None, timeout: float = 600) -> Outcome:
         """`switchyard COMMAND` in a process of its own (a crash point kills the whole process tree)."""
@@ -321,6 +350,22 @@ class World:
                 os.killpg(self.live.pid, signal.SIGKILL)
             self.live.wait()
         self.live = None
+        for service in self.services:
+            if service.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(service.proc.pid, signal.SIGKILL)
+                service.proc.wait()
+        self.services = []
+        for pid in self.orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        self.orphans = []
+
+    def end(self) -> None:
+        """The history over: its processes, and its schema registry."""
+        self.close()
+        if self.registry is not None:
+            self.registry.close()
 
 
 def run_step(world: World, step: Step, rng: random.Random) -> None:
@@ -328,7 +373,11 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
     name = str(step)
     started = time.monotonic()
     world.log(f"step {name}")
-    if op == "produce":
+    from tests.campaign.surfaces import cmdline_sightings, run_surface_step, surface_step
+
+    if surface_step(world, step):
+        run_surface_step(world, step, rng)
+    elif op == "produce":
         world.produce(a["kind"], a["count"], a["seed"])
         world._outcome(name, "done", "", started)
     elif op == "archive":
@@ -347,9 +396,9 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
                                                                  f", exited {world.live.returncode}"), started)
     elif op == "wait":
         time.sleep(a["seconds"])
-        world._outcome(name, "done", "live" if world.live_running() else f"the live stream exited "
-                                                                          f"{world.live and world.live.returncode}",
-                       started)
+        owner = lease.owner(world.tables)
+        world._outcome(name, "done", "live" if world.live_running() else
+                       f"held by {owner.command} pid {owner.owner_pid}" if owner else "no stream", started)
     elif op == "stop":
         world.stop_live(a["how"], name)
     elif op == "rebase":
@@ -398,6 +447,7 @@ def run_step(world: World, step: Step, rng: random.Random) -> None:
                       env={"SWITCHYARD_MAX_RECORD_BYTES": str(a["max_record_bytes"])})
     else:
         raise ValueError(f"unknown step {op}")
+    world.secret_pids += cmdline_sightings(world)
 
 
 def _flags(args: dict) -> list[str]:

@@ -51,11 +51,12 @@ def assert_windows_match(spark, path, expected_windows: dict, size: timedelta = 
             assert got.amount_max == want.amount_max, k
 
 
-def assert_updates_topic_matches_state(spark, bootstrap: str, tables, keys: tuple[str, ...] = ("key",)) -> int:
+def updates_topic_differences(spark, bootstrap: str, tables,
+                              keys: tuple[str, ...] = ("key",)) -> tuple[int, list[str]]:
     """Once the stream is drained (or a cut committed with none after it): each key's newest record on the updates
     topic is its `state` row (every column but `update_version`, written as the topic writes them), and a key the
     topic tombstoned is not in `state` (a key no stream ever changed has no record: the topic carries changes).
-    Returns the keys compared."""
+    Returns the keys compared and what differs."""
     import json
 
     from kafka import KafkaConsumer, TopicPartition
@@ -67,7 +68,7 @@ def assert_updates_topic_matches_state(spark, bootstrap: str, tables, keys: tupl
 
     topic = PipelineView.read(tables).updates_topic
     if topic is None:
-        return 0
+        return 0, []
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, isolation_level="read_committed")
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
@@ -88,8 +89,16 @@ def assert_updates_topic_matches_state(spark, bootstrap: str, tables, keys: tupl
     carried = {k: {c: v for c, v in value.items() if c != UPDATE_VERSION}
                for k, value in newest.items() if value is not None}
     stale = {k: (value, expected.get(k)) for k, value in carried.items() if value != expected.get(k)}
-    assert not stale, f"{len(stale)} of {len(carried)} keys stale on {topic}, e.g. (topic, state): " \
-                      f"{next(iter(stale.items()))}"
+    found = [f"{len(stale)} of {len(carried)} keys stale on {topic}, e.g. (topic, state): "
+             f"{next(iter(stale.items()))}"] if stale else []
     gone = {k for k, value in newest.items() if value is None}
-    assert not gone & set(expected), f"keys tombstoned on {topic} but in state: {sorted(gone & set(expected))[:5]}"
-    return len(carried)
+    if gone & set(expected):
+        found.append(f"keys tombstoned on {topic} but in state: {sorted(gone & set(expected))[:5]}")
+    return len(carried), found
+
+
+def assert_updates_topic_matches_state(spark, bootstrap: str, tables, keys: tuple[str, ...] = ("key",)) -> int:
+    """updates_topic_differences, asserted: returns the keys compared."""
+    compared, found = updates_topic_differences(spark, bootstrap, tables, keys)
+    assert not found, "\n".join(found)
+    return compared
