@@ -191,7 +191,7 @@ def test_unknown_crash_point_is_a_one_line_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "switchyard.jobs.cli", "status", "--pipeline", "demo", "--warehouse",
                            str(tmp_path)], capture_output=True, text=True, cwd=ROOT, env=env)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.count("\n") == 1 and f"{faults.ENV} must be `point[:n]`" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"{faults.ENV} must be `point[:n][:fail]`" in proc.stderr
     assert "not 'stream.nowhere'" in proc.stderr
     assert all(point in proc.stderr for point in faults.POINTS)
 
