@@ -92,24 +92,18 @@ def way_on(world: World) -> None:
     """Bring the pipeline to streaming caught up as the docs say; a violation when it cannot be done."""
     if world.live_running():
         world.stop_live("command", "way on: stop")
+    if world.corrupted:
+        world.repair()
+        world.log("way on: repaired the corrupted archive files")
+    world.stream_settings = []
     if (_open_request(world) or _NO_REQUEST).redeploy is not None:
         served = len(running_services(world))
         stop_services(world, "way on: stop the services")
         _finish_redeploy(world, "way on: redeploy")
         for _ in range(served):  # deployed again with the changed code
             start_service(world, "way on: serve")
-    if running_services(world) or world.served_ever:  # a served pipeline: its services are how it streams
-        way_on_served(world)
-    owner = _owner(world)
-    if owner is not None and owner.command == lease.STREAM:  # a stream whose service was killed streams on
-        world.cli("way on: stop", ["stop", "--timeout", "180"])
-    world.close()
     world.definition = recorded_definition(world)
-    if world.corrupted:
-        world.repair()
-        world.log("way on: repaired the corrupted archive files")
-    world.stream_settings = []
-    if not _has(world, Status.HANDOFF_COMMITTED):
+    if not _has(world, Status.HANDOFF_COMMITTED):  # a service waits for a handoff
         if world.archived_end() == {}:
             _archive(world, "way on: archive")
         if not _has(world, Status.BACKFILL_COMMITTED):
@@ -118,6 +112,13 @@ def way_on(world: World) -> None:
         if handoff.result == "refused" and _named_command(handoff.detail) == WAY_ON["switchyard backfill"]:
             world.cli("way on: backfill", WAY_ON["switchyard backfill"])  # e.g. a ranged backfill left days out
             world.cli("way on: handoff", ["handoff"])
+    if running_services(world) or world.served_ever:  # a served pipeline: its services are how it streams
+        way_on_served(world)
+    owner = _owner(world)
+    if owner is not None and owner.command == lease.STREAM:  # a stream whose service was killed streams on
+        world.cli("way on: stop", ["stop", "--timeout", "180"])
+    world.close()
+    world.definition = recorded_definition(world)
     for attempt in range(4):
         outcome = world.cli("way on: stream --until-caught-up", ["stream", *STREAM_FLAGS, "--until-caught-up"])
         if outcome.result == "ok":
