@@ -269,12 +269,15 @@ def way_on_served(world: World) -> None:
     held = any("held down" in line for line in world.log_path.read_text(errors="replace").splitlines()[-400:])
     if ledger.stop_in_force() is not None or held:
         world.cli("way on: start", ["start"])
-    deadline = time.monotonic() + 300
+    started = time.monotonic()
+    deadline = started + 300
     while time.monotonic() < deadline:
         status = pipeline_status(world.tables, world.bootstrap)
         behind = status.get("offsets_behind") or {}
         if status["stream_running"] and behind and all(v == 0 for v in behind.values()) \
                 and status["phase"] in (Phase.CAUGHT_UP, Phase.STREAMING):
+            world._outcome("way on: served, caught up", "done", f"phase {status['phase']}, pid "
+                           f"{(status.get('lease') or {}).get('pid')}", started)
             break
         time.sleep(2)
     else:
