@@ -87,6 +87,15 @@ def _stream_pid(world: World) -> int | None:
     return owner.owner_pid if owner is not None and owner.command == lease.STREAM else None
 
 
+def _parent(pid: int) -> int | None:
+    from switchyard.state_handoff.control import processes
+
+    try:
+        return processes.stat(pid).parent
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return None
+
+
 def kill_service(world: World, step: str, with_stream: bool) -> None:
     """SIGKILL of a service (its process group); `with_stream`: its stream process too, as when its host dies."""
     started = time.monotonic()
@@ -94,8 +103,10 @@ def kill_service(world: World, step: str, with_stream: bool) -> None:
     if not alive:
         world._outcome(step, "done", "no service running", started)
         return
-    service = alive[0]
-    stream = _stream_pid(world) if with_stream else None
+    stream = _stream_pid(world)
+    owner = next((s for s in alive if stream is not None and _parent(stream) == s.proc.pid), None)
+    service = owner or alive[0]  # the one whose stream holds the lease, when one does
+    stream = stream if with_stream and owner is not None else None
     with contextlib.suppress(ProcessLookupError):
         os.killpg(service.proc.pid, signal.SIGKILL)
     service.proc.wait()
@@ -312,10 +323,9 @@ def run_surface_step(world: World, step, rng) -> None:
         world.cli(name, ["start"])
     elif op in ("kill_service", "kill_host"):
         world.count_fault(op)
-        if op == "kill_service":
-            stream = _stream_pid(world)
-            if stream is not None:
-                world.orphans.append(stream)
+        stream = _stream_pid(world)
+        if op == "kill_service" and stream is not None:
+            world.orphans.append(stream)  # killed with the history, if its own service's: it streams on till then
         kill_service(world, name, with_stream=op == "kill_host")
     elif op == "sigterm_service":
         world.count_fault("sigterm_service during a rebase" if a.get("during_rebase") else op)
