@@ -353,7 +353,7 @@ def run_surface_step(world: World, step, rng) -> None:
         world.cli(name, ["redeploy", "--drop-previous"])
     elif op == "register":
         readable = a["version"] != "text_amount"
-        world.count_fault(f"register a {'compatible' if readable else 'unreadable'} version"
+        world.count_fault(f"register {'a compatible' if readable else 'an unreadable'} version"
                           + (" while streaming" if _stream_pid(world) else ""))
         world._outcome(name, "done", f"id {world.registry.register(a['version'])}", started)
     elif op == "registry_down":
