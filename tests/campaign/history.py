@@ -52,6 +52,7 @@ class Model:
     kept: bool = False  # a redeploy handed off keeps the definition it replaced, for `rollback`
     family: str = "json"  # or "avro": a team's Avro pipeline under a schema registry (tests/campaign/registry.py)
     registered: tuple[str, ...] = ("v1",)  # the Avro histories' versions registered so far
+    subject_deleted: bool = False  # soft-deleted: the registry (Apicurio) takes no new version under it
 
 
 def family_of(seed: int, surfaces: bool = True) -> str:
@@ -125,7 +126,7 @@ def _registry(rng: random.Random, m: Model) -> list[tuple[float, Step]]:
     subject soft-deleted, the registry down and back."""
     options = [(0.5, Step("registry_down", {"seconds": rng.choice((5, 20, 45))})), (0.25, Step("delete_subject"))]
     unregistered = [v for v in ("v2", "v3", "text_amount") if v not in m.registered]
-    if unregistered:
+    if unregistered and not m.subject_deleted:
         options.append((0.9, Step("register", {"version": rng.choice(unregistered)})))
     return options
 
@@ -204,6 +205,8 @@ def _apply(m: Model, step: Step) -> None:
         m.kept = False
     elif op == "register":
         m.registered += (step.args["version"],)
+    elif op == "delete_subject":
+        m.subject_deleted = True
     elif op in ("stop", "kill_live"):
         m.live = False
     elif op == "corrupt":
