@@ -193,7 +193,8 @@ def dagster_job(world: World, step: str, job: str) -> None:
     try:
         with contextlib.redirect_stdout(open(world.log_path, "a")), contextlib.redirect_stderr(open(world.log_path,
                                                                                                     "a")):
-            result = defs.resolve_job_def(f"demo__{job}").execute_in_process(raise_on_error=False)
+            result = defs.resolve_job_def(f"{world.tables.pipeline}__{job}").execute_in_process(
+                raise_on_error=False)
     except dg.DagsterError as err:
         world._outcome(step, "failed", str(err).splitlines()[0][:300], started)
         return
