@@ -372,3 +372,38 @@ def test_a_standby_service_finishes_a_rebase_whose_host_died_and_streams_exactly
                 service.send_signal(signal.SIGTERM)
                 assert service.wait(timeout=180) == 0, "\n".join(log.read_text()[-2000:] for log in logs)
     assert_exact_across_handoffs(spark, bootstrap, topic_name, tables)
+
+
+SLOW_PIPELINE = """
+import os
+import time
+from pathlib import Path
+
+from switchyard.state_handoff.language.pipelines import get_pipeline
+
+Path(os.environ["SLOW_MARKER"]).write_text("importing")  # the command line has begun loading its pipelines
+time.sleep(8)
+PIPELINE = get_pipeline("demo")
+"""
+
+
+def test_a_sigterm_before_the_service_runs_ends_it_cleanly_with_nothing_started(tmp_path):
+    """SIGTERM while `serve` is still loading its pipelines (here: a pipeline module that takes 8 s to import) is
+    obeyed from the command's start: exit 0, no stream started; the default action would end it with -15."""
+    site, marker = tmp_path / "site", tmp_path / "importing"
+    site.mkdir()
+    (site / "slow_pipeline.py").write_text(SLOW_PIPELINE)
+    log = tmp_path / "serve.log"
+    service = subprocess.Popen(
+        [sys.executable, "-m", "switchyard.jobs.cli", "serve", "--pipeline", "slow_pipeline:PIPELINE",
+         "--metrics-port", "0", "--warehouse", str(tmp_path / "wh"), "--bootstrap", "127.0.0.1:9"],
+        stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+        env={**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+             "SLOW_MARKER": str(marker)})
+    deadline = time.monotonic() + 60
+    while not marker.exists() and service.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), log.read_text()
+    service.send_signal(signal.SIGTERM)
+    assert service.wait(timeout=60) == 0, log.read_text()[-2000:]
+    assert "stream started" not in log.read_text()
