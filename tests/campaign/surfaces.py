@@ -191,8 +191,7 @@ def dagster_job(world: World, step: str, job: str) -> None:
     defs = switchyard_definitions([PipelineDeployment(pipeline, first_day="2026-03-01", served=True)],
                                   resources=resources(world.tables, world.bootstrap))
     try:
-        with contextlib.redirect_stdout(open(world.log_path, "a")), contextlib.redirect_stderr(open(world.log_path,
-                                                                                                    "a")):
+        with open(world.log_path, "a") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             result = defs.resolve_job_def(f"{world.tables.pipeline}__{job}").execute_in_process(
                 raise_on_error=False)
     except dg.DagsterError as err:
@@ -333,7 +332,7 @@ def run_surface_step(world: World, step, rng) -> None:
         waiter = None
         if a.get("during_rebase") and running_services(world):
             waiter = world.spawn(["rebase", "--timeout", "240"])
-            _until(lambda: _paused_after(world, started) or waiter.poll() is not None, rng.choice((20, 60)))
+            _until(lambda: _rebasing(world) or waiter.poll() is not None, rng.choice((20, 60)))
         sigterm_service(world, name)
         if waiter is not None and waiter.poll() is None:
             waiter.kill()  # a client waiting for the answer: its request stands
@@ -375,12 +374,12 @@ def _until(condition, seconds: float) -> None:
         time.sleep(0.5)
 
 
-def _paused_after(world: World, since: float) -> bool:
-    from switchyard.state_handoff.control import handoff_log
+def _rebasing(world: World) -> bool:
+    """The newest log entry is a rebase's pause or its tiles run's start."""
     from switchyard.state_handoff.control.lifecycle import Status
 
-    last = handoff_log.entries(world.tables)[-1:]
-    return bool(last) and last[0].status in (Status.PAUSED, Status.BACKFILL_STARTED)
+    last = PipelineView.read(world.tables).last
+    return last is not None and last.status in (Status.PAUSED, Status.BACKFILL_STARTED)
 
 
 def _redeploy(world: World, step, name: str) -> None:
@@ -394,24 +393,7 @@ def _redeploy(world: World, step, name: str) -> None:
     if op == "crash":
         world.count_fault(f"crash {a['point'].split(':')[0]} (redeploy)")
         env = {"SWITCHYARD_FAULT": a["point"]}
-    started, mark = time.monotonic(), world.log_path.stat().st_size if world.log_path.exists() else 0
-    proc = world.spawn(command, env=env, pipeline_ref=DEFINITIONS[to])
-    try:
-        code = proc.wait(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        world._outcome(name, "violation", "no end within 900 s", started)
-        return
-    with open(world.log_path, errors="replace") as fh:
-        fh.seek(mark)
-        output = fh.read()
-    if code == -signal.SIGKILL:
-        world._outcome(name, "killed", "", started)
-    elif "Traceback (most recent call last)" in output:
-        world._outcome(name, "traceback", output[-2000:], started)
-    else:
-        world._judge(name, code, "\n".join(line for line in output.splitlines() if ": error: " in line), started)
+    world.run_process(name, command, env=env, timeout=900, pipeline_ref=DEFINITIONS[to])
     if world.live is not None and world.live.poll() is not None:
         world.live = None  # the redeploy stopped the live stream
     if running_services(world):

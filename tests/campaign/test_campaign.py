@@ -37,15 +37,23 @@ def test_history_of_seed(spark, broker, tmp_path, seed):
                         + "\n".join(verdict.violations))
 
 
-def test_the_checker_finds_a_record_counted_twice_and_a_wedge(spark, broker, tmp_path):
-    """The invariants are not vacuous: a record aggregated twice is found, and so is a pipeline the way on cannot
-    get streaming."""
+def _streamed(spark, broker, tmp_path, fraction: float, tail: Step) -> World:
+    """A world archived to `fraction`, backfilled, handed off, given `tail`'s records and brought streaming by the
+    way on, its invariants holding."""
     world = World(broker, tmp_path)
-    for step in [Step("produce", {"kind": "normal", "count": 300, "seed": 1}), Step("archive", {"fraction": 0.7}),
-                 Step("backfill"), Step("handoff"), Step("produce", {"kind": "malformed", "count": 20, "seed": 2})]:
+    for step in [Step("produce", {"kind": "normal", "count": 300, "seed": 1}), Step("archive", {"fraction": fraction}),
+                 Step("backfill"), Step("handoff"), tail]:
         run_step(world, step, None)
     way_on(world)
     assert world.violations == [] and invariants(spark, world) == []
+    return world
+
+
+def test_the_checker_finds_a_record_counted_twice_and_a_wedge(spark, broker, tmp_path):
+    """The invariants are not vacuous: a record aggregated twice is found, and so is a pipeline the way on cannot
+    get streaming."""
+    world = _streamed(spark, broker, tmp_path, 0.7, tail=Step("produce", {"kind": "malformed", "count": 20,
+                                                                          "seed": 2}))
     DeltaTable.forPath(spark, world.tables.state).update("key = 'key-001'", {"event_count": "event_count + 1"})
     assert any(v.startswith("state of key 'key-001': count") for v in invariants(spark, world))
 
@@ -84,12 +92,7 @@ def test_the_checker_finds_a_stale_topic_record_a_metric_that_disagrees_and_a_se
     from switchyard.state_handoff.io.kafka_io import produce
     from tests.campaign.surfaces import cmdline_sightings, metrics_differences, secret_sightings
 
-    world = World(broker, tmp_path)
-    for step in [Step("produce", {"kind": "normal", "count": 300, "seed": 3}), Step("archive", {"fraction": 0.6}),
-                 Step("backfill"), Step("handoff"), Step("produce", {"kind": "normal", "count": 60, "seed": 4})]:
-        run_step(world, step, None)
-    way_on(world)
-    assert world.violations == [] and invariants(spark, world) == []
+    world = _streamed(spark, broker, tmp_path, 0.6, tail=Step("produce", {"kind": "normal", "count": 60, "seed": 4}))
 
     topic = PipelineView.read(world.tables).updates_topic
     consumer = KafkaConsumer(topic, bootstrap_servers=world.bootstrap, auto_offset_reset="earliest",

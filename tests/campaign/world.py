@@ -139,10 +139,12 @@ class World:
                                 stdout=open(self.log_path, "a"), stderr=subprocess.STDOUT, cwd=ROOT,
                                 env={**os.environ, **self.env, **(env or {})}, start_new_session=True)
 
-    def run_process(self, step: str, command: list[str], env: dict | None = None, timeout: float = 600) -> Outcome:
-        """`switchyard COMMAND` in a process of its own (a crash point kills the whole process tree)."""
+    def run_process(self, step: str, command: list[str], env: dict | None = None, timeout: float = 600,
+                    pipeline_ref: str | None = None) -> Outcome:
+        """`switchyard COMMAND` in a process of its own (a crash point kills the whole process tree); `pipeline_ref`:
+        under that definition instead of the world's."""
         started, mark = time.monotonic(), self.log_path.stat().st_size if self.log_path.exists() else 0
-        proc = self.spawn(command, env)
+        proc = self.spawn(command, env, pipeline_ref)
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
